@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The project's test command (README "Run the tests"). CI runs exactly this.
+# Stages: gofmt, go vet, go test -race, a short fuzz smoke of every fuzz target,
+# then the interop suite against real Linux rxe in a QEMU VM (interop/), when present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOFLAGS=${GOFLAGS:-}
+FUZZTIME=${FUZZTIME:-5s}
+
+echo "== gofmt"
+bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 20m ./...
+
+echo "== fuzz smoke ($FUZZTIME per target)"
+for pkg in $(go list ./...); do
+  for fz in $(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do
+    echo "-- $pkg $fz"
+    go test -run '^$' -fuzz "^${fz}\$" -fuzztime "$FUZZTIME" "$pkg"
+  done
+done
+
+if [ -x interop/run.sh ]; then
+  echo "== interop (real rxe in QEMU)"
+  interop/run.sh
+fi
+echo "== all stages passed"
