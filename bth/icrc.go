@@ -1,0 +1,166 @@
+package bth
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"net/netip"
+)
+
+// Envelope holds the IP and UDP header facts the ICRC covers but a UDP
+// payload lacks (RoCEv2 Annex 17.3.3; PROTOCOL.md §4.2-4.3). Fields the ICRC
+// masks (TOS/traffic class, TTL/hop limit, flow label, checksums) are absent.
+// Lengths are derived from the UDP payload. The packet is IPv4 (20-byte
+// header, no options) when Src.Is4(), else IPv6; Src and Dst must be the
+// same family (an IPv4-mapped IPv6 address counts as IPv6).
+type Envelope struct {
+	Src, Dst         netip.Addr
+	IPID             uint16 // IPv4 Identification; ignored for IPv6
+	DF               bool   // IPv4 Don't Fragment flag; rxe always sets it
+	SrcPort, DstPort uint16 // UDP ports; DstPort is 4791 for RoCEv2
+}
+
+const (
+	ipv4HdrLen = 20
+	ipv6HdrLen = 40
+	udpHdrLen  = 8
+	// maskedLRH is the 8 bytes of 0xFF standing in for the LRH.
+	maskedLRH = 8
+	// maxPseudo is the masked prefix: LRH stand-in, IPv6, UDP, BTH.
+	maxPseudo = maskedLRH + ipv6HdrLen + udpHdrLen + BTHLen
+	// ipIDOffset is where the IPv4 Identification sits in the CRC input.
+	ipIDOffset = maskedLRH + 4
+)
+
+// pseudo writes the masked LRH stand-in, IP, UDP header and BTH of the
+// packet into ph and returns how many bytes it used and how many BTH bytes
+// of udpPayload it consumed.
+func pseudo(ph *[maxPseudo]byte, env *Envelope, udpPayload []byte, id uint16) (n, used int) {
+	udpLen := udpHdrLen + len(udpPayload)
+	for i := range maskedLRH {
+		ph[i] = 0xFF
+	}
+	var ip []byte
+	if env.Src.Is4() {
+		ip = ph[maskedLRH : maskedLRH+ipv4HdrLen]
+		ip[0] = 0x45
+		ip[1] = 0xFF // TOS masked
+		binary.BigEndian.PutUint16(ip[2:], uint16(ipv4HdrLen+udpLen))
+		binary.BigEndian.PutUint16(ip[4:], id)
+		ip[6], ip[7] = 0, 0
+		if env.DF {
+			ip[6] = 0x40
+		}
+		ip[8] = 0xFF // TTL masked
+		ip[9] = 17
+		ip[10], ip[11] = 0xFF, 0xFF // checksum masked
+		s, d := env.Src.As4(), env.Dst.As4()
+		copy(ip[12:], s[:])
+		copy(ip[16:], d[:])
+	} else {
+		ip = ph[maskedLRH : maskedLRH+ipv6HdrLen]
+		ip[0], ip[1], ip[2], ip[3] = 0x6F, 0xFF, 0xFF, 0xFF // traffic class, flow label masked
+		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
+		ip[6] = 17
+		ip[7] = 0xFF // hop limit masked
+		s, d := env.Src.As16(), env.Dst.As16()
+		copy(ip[8:], s[:])
+		copy(ip[24:], d[:])
+	}
+	n = maskedLRH + len(ip)
+	u := ph[n : n+udpHdrLen]
+	binary.BigEndian.PutUint16(u[0:], env.SrcPort)
+	binary.BigEndian.PutUint16(u[2:], env.DstPort)
+	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
+	u[6], u[7] = 0xFF, 0xFF // UDP checksum masked
+	n += udpHdrLen
+	used = min(BTHLen, max(len(udpPayload)-ICRCLen, 0))
+	copy(ph[n:], udpPayload[:used])
+	if used > 4 {
+		ph[n+4] = 0xFF // FECN, BECN, reserved masked
+	}
+	return n + used, used
+}
+
+// icrc computes the ICRC with IPv4 Identification id.
+func icrc(env *Envelope, udpPayload []byte, id uint16) uint32 {
+	var ph [maxPseudo]byte
+	n, used := pseudo(&ph, env, udpPayload, id)
+	c := crc32.ChecksumIEEE(ph[:n])
+	if end := len(udpPayload) - ICRCLen; end > used {
+		c = crc32.Update(c, crc32.IEEETable, udpPayload[used:end])
+	}
+	return c
+}
+
+// ICRC returns the invariant CRC of a RoCEv2 packet: CRC-32 (IEEE) over 8
+// bytes of 0xFF, the IP and UDP headers described by env with the variant
+// fields set to ones, the BTH with byte 4 set to ones, and everything after
+// it except the last 4 bytes of udpPayload (the trailer). It does not
+// allocate or copy the packet.
+func ICRC(env *Envelope, udpPayload []byte) uint32 {
+	return icrc(env, udpPayload, env.IPID)
+}
+
+// PutICRC writes ICRC(env, udpPayload) little-endian into the last 4
+// bytes of udpPayload, as rxe does. udpPayload must be at least 4 bytes.
+func PutICRC(env *Envelope, udpPayload []byte) {
+	binary.LittleEndian.PutUint32(udpPayload[len(udpPayload)-ICRCLen:], ICRC(env, udpPayload))
+}
+
+// CheckICRC reports whether the trailer of udpPayload matches its ICRC.
+// Packets shorter than BTH plus trailer never match.
+func CheckICRC(env *Envelope, udpPayload []byte) bool {
+	if len(udpPayload) < BTHLen+ICRCLen {
+		return false
+	}
+	return binary.LittleEndian.Uint32(udpPayload[len(udpPayload)-ICRCLen:]) == ICRC(env, udpPayload)
+}
+
+// SolveIPv4ID finds the IPv4 Identification that makes the trailer of
+// udpPayload verify, for a receiver that cannot see the ID (a UDP socket;
+// rxe draws a new ID per packet). env.IPID is ignored; env.DF is used as
+// given.
+//
+// The CRC is affine over GF(2) in its input, so the ICRC with ID x is
+// ICRC(0) xor L(x) with L linear and injective on 16 bits: the function
+// computes one CRC over the packet and solves a 32x16 linear system.
+// Exactly one ID matches a correct packet. A corrupted packet is falsely
+// accepted with probability 2^-16 (1 in 65536), instead of the 2^-32 of a
+// full check: a 16-bit integrity loss the caller should know about.
+// ok is false for IPv6 envelopes, short packets, and when no ID matches.
+func SolveIPv4ID(env *Envelope, udpPayload []byte) (id uint16, ok bool) {
+	if !env.Src.Is4() || len(udpPayload) < BTHLen+ICRCLen {
+		return 0, false
+	}
+	want := binary.LittleEndian.Uint32(udpPayload[len(udpPayload)-ICRCLen:])
+	s := want ^ icrc(env, udpPayload, 0)
+	// Contribution of ID bit i: the bare CRC of that bit followed by z zero
+	// bytes, z = CRC input bytes after the ID field.
+	total := maskedLRH + ipv4HdrLen + udpHdrLen + len(udpPayload) - ICRCLen
+	k := x8nmodp(total - ipIDOffset - 2)
+	var basis [32]uint32 // indexed by pivot bit; 0 = empty
+	var combo [32]uint16
+	for i := range 16 {
+		v := multmodp(k, idBitCRC[i])
+		c := uint16(1) << i
+		for v != 0 {
+			p := 31 - leadingZeros32(v)
+			if basis[p] == 0 {
+				basis[p], combo[p] = v, c
+				break
+			}
+			v ^= basis[p]
+			c ^= combo[p]
+		}
+	}
+	var x uint16
+	for s != 0 {
+		p := 31 - leadingZeros32(s)
+		if basis[p] == 0 {
+			return 0, false
+		}
+		s ^= basis[p]
+		x ^= combo[p]
+	}
+	return x, true
+}
