@@ -208,55 +208,56 @@ func (q *Queue) Modify(attr *Attr, mask AttrMask) error {
 		return newError(op, syscall.EINVAL, fmt.Sprintf("unknown attr_mask bits %#x", uint32(mask&^attrAll)))
 	}
 	q.mu.Lock()
+	fn, err := q.modifyLocked(attr, mask)
+	q.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return err
+}
+
+// modifyLocked validates every attribute, then applies them all. It returns
+// the limit handler to call once the lock is released, if the new limit is
+// already crossed.
+func (q *Queue) modifyLocked(attr *Attr, mask AttrMask) (func(), error) {
+	const op = "ibv_modify_srq"
 	if q.closed {
-		q.mu.Unlock()
-		return closedError(op)
+		return nil, closedError(op)
 	}
 	if q.failed {
-		q.mu.Unlock()
-		return errorStateError(op)
+		return nil, errorStateError(op)
 	}
 	// Validate everything before changing anything.
 	maxWR := uint32(len(q.slots))
 	if mask&AttrMaxWR != 0 {
 		if !q.caps.Resize {
-			q.mu.Unlock()
-			return newError(op, syscall.ENOSYS, "device does not support SRQ resize")
+			return nil, newError(op, syscall.ENOSYS, "device does not support SRQ resize")
 		}
 		if err := checkMaxWR(op, attr.MaxWR, q.caps); err != nil {
-			q.mu.Unlock()
-			return err
+			return nil, err
 		}
 		if attr.MaxWR < uint32(q.count) {
-			q.mu.Unlock()
-			return newError(op, syscall.EINVAL, fmt.Sprintf("max_wr %d below %d WRs outstanding", attr.MaxWR, q.count))
+			return nil, newError(op, syscall.EINVAL, fmt.Sprintf("max_wr %d below %d WRs outstanding", attr.MaxWR, q.count))
 		}
 		if mask&AttrLimit == 0 && attr.MaxWR < q.limit {
-			q.mu.Unlock()
-			return newError(op, syscall.EINVAL, fmt.Sprintf("max_wr %d below armed limit %d", attr.MaxWR, q.limit))
+			return nil, newError(op, syscall.EINVAL, fmt.Sprintf("max_wr %d below armed limit %d", attr.MaxWR, q.limit))
 		}
 		maxWR = attr.MaxWR
 	}
 	if mask&AttrLimit != 0 && attr.Limit > maxWR {
-		q.mu.Unlock()
-		return newError(op, syscall.EINVAL, fmt.Sprintf("srq_limit %d above max_wr %d", attr.Limit, maxWR))
+		return nil, newError(op, syscall.EINVAL, fmt.Sprintf("srq_limit %d above max_wr %d", attr.Limit, maxWR))
 	}
 	// Apply.
 	if mask&AttrMaxWR != 0 {
 		q.resizeLocked(int(maxWR))
 		attr.MaxWR, attr.MaxSGE = maxWR, q.maxSGE
 	}
-	var fn func()
 	if mask&AttrLimit != 0 {
 		q.limit = attr.Limit
 		// Arming above the outstanding count raises the event at once.
-		fn = q.crossedLocked()
+		return q.crossedLocked(), nil
 	}
-	q.mu.Unlock()
-	if fn != nil {
-		fn()
-	}
-	return nil
+	return nil, nil
 }
 
 // resizeLocked moves the outstanding WRs, in order, into storage for n WRs.
