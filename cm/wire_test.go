@@ -197,7 +197,7 @@ func TestMarshalRoundTripAll(t *testing.T) {
 			RemoteCMResponseTimeout: 31, TransportServiceType: 3, EndToEndFlowControl: true, StartingPSN: 0xfedcba,
 			LocalCMResponseTimeout: 31, RetryCount: 7, PKey: 0x8001, PathMTU: 15, RDCExists: true, RNRRetryCount: 7,
 			MaxCMRetries: 15, SRQ: true, ExtendedTransportType: 7,
-			Primary: Path{1, 2, GID{1}, GID{2}, 0xfffff, 0x3f, 3, 4, 15, true, 31},
+			Primary:   Path{1, 2, GID{1}, GID{2}, 0xfffff, 0x3f, 3, 4, 15, true, 31},
 			Alternate: Path{5, 6, GID{3}, GID{4}, 0x12345, 0x21, 7, 8, 9, true, 17}, SAPSupported: true,
 			PrivateData: full(REQPrivateDataLen)},
 		&MRA{LocalCommID: 1, RemoteCommID: 2, MessageMRAed: 2, ServiceTimeout: 31, PrivateData: full(MRAPrivateDataLen)},
@@ -313,7 +313,7 @@ func FuzzParse(f *testing.F) {
 		b, _ := Marshal(42, m)
 		f.Add(b)
 	}
-	f.Add(make([]byte, 256)) // all zero: base version 0
+	f.Add(make([]byte, 256))  // all zero: base version 0
 	f.Add([]byte{1, 7, 2, 3}) // header prefix only
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, m, err := Parse(b)
