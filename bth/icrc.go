@@ -85,7 +85,7 @@ func pseudo(ph *[maxPseudo]byte, env *Envelope, udpPayload []byte, id uint16) (n
 func icrc(env *Envelope, udpPayload []byte, id uint16) uint32 {
 	var ph [maxPseudo]byte
 	n, used := pseudo(&ph, env, udpPayload, id)
-	c := crc32.ChecksumIEEE(ph[:n])
+	c := crcUpdate(0, ph[:n])
 	if end := len(udpPayload) - ICRCLen; end > used {
 		c = crc32.Update(c, crc32.IEEETable, udpPayload[used:end])
 	}
@@ -123,7 +123,8 @@ func CheckICRC(env *Envelope, udpPayload []byte) bool {
 //
 // The CRC is affine over GF(2) in its input, so the ICRC with ID x is
 // ICRC(0) xor L(x) with L linear and injective on 16 bits: the function
-// computes one CRC over the packet and solves a 32x16 linear system.
+// computes one CRC over the packet (with ID 0) and inverts L, which costs
+// about as much as a 64-byte CRC once the length's shift operator is cached.
 // Exactly one ID matches a correct packet. A corrupted packet is falsely
 // accepted with probability 2^-16 (1 in 65536), instead of the 2^-32 of a
 // full check: a 16-bit integrity loss the caller should know about.
@@ -134,33 +135,19 @@ func SolveIPv4ID(env *Envelope, udpPayload []byte) (id uint16, ok bool) {
 	}
 	want := binary.LittleEndian.Uint32(udpPayload[len(udpPayload)-ICRCLen:])
 	s := want ^ icrc(env, udpPayload, 0)
-	// Contribution of ID bit i: the bare CRC of that bit followed by z zero
-	// bytes, z = CRC input bytes after the ID field.
+	// s is the bare CRC of the ID bits followed by z zero bytes (z = CRC
+	// input bytes after the ID field): s = pure16(ID) * x^(8z) mod P.
+	// Undo the shift, then invert pure16 with the fixed basis.
 	total := maskedLRH + ipv4HdrLen + udpHdrLen + len(udpPayload) - ICRCLen
-	k := x8nmodp(total - ipIDOffset - 2)
-	var basis [32]uint32 // indexed by pivot bit; 0 = empty
-	var combo [32]uint16
-	for i := range 16 {
-		v := multmodp(k, idBitCRC[i])
-		c := uint16(1) << i
-		for v != 0 {
-			p := 31 - leadingZeros32(v)
-			if basis[p] == 0 {
-				basis[p], combo[p] = v, c
-				break
-			}
-			v ^= basis[p]
-			c ^= combo[p]
-		}
-	}
+	s = multmodp(unshift(total-ipIDOffset-2), s)
 	var x uint16
 	for s != 0 {
 		p := 31 - leadingZeros32(s)
-		if basis[p] == 0 {
+		if idBasis[p] == 0 {
 			return 0, false
 		}
-		s ^= basis[p]
-		x ^= combo[p]
+		s ^= idBasis[p]
+		x ^= idCombo[p]
 	}
 	return x, true
 }

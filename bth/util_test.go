@@ -1,0 +1,7 @@
+package bth_test
+
+import "hash/crc32"
+
+func crc32FF8() uint32 {
+	return crc32.ChecksumIEEE([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})
+}
