@@ -1,0 +1,234 @@
+package labtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// rcMarker ends every reply of the guest's command service (interop/guest/guest-exec).
+const rcMarker = "__GOROCE_RC__="
+
+// pidMarker is the first line of a command started by Start: the guest shell's PID.
+const pidMarker = "__GOROCE_PID__="
+
+// Result is what a command in a guest produced.
+type Result struct {
+	Out string // stdout and stderr, interleaved
+	RC  int    // exit status
+}
+
+// Run runs a /bin/sh command line in the guest and waits for it. err is set only when the
+// guest could not be reached or ctx ended first; a failing command is a non-zero RC.
+// Note: the guest's busybox sh prefers its own applets, so call iproute2's tools by path
+// (/sbin/ip, /sbin/tc).
+func (g *Guest) Run(ctx context.Context, cmd string) (Result, error) {
+	j, err := g.Start(ctx, cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	return j.Wait()
+}
+
+// Job is a command running in a guest.
+type Job struct {
+	g    *Guest
+	cmd  string
+	done chan struct{}
+	res  Result
+	err  error
+
+	mu  sync.Mutex
+	pid int // the guest shell's PID, 0 until it is known
+}
+
+// Start starts a /bin/sh command line in the guest and returns at once. The command runs
+// for as long as its connection to the guest is open; when ctx ends, the job's process
+// is killed in the guest and Wait returns ctx's error.
+func (g *Guest) Start(ctx context.Context, cmd string) (*Job, error) {
+	c, err := g.lab.Dial(ctx, netip.AddrPortFrom(g.IP, uint16(g.lab.execPort)).String())
+	if err != nil {
+		return nil, fmt.Errorf("labtest: guest %s: %w", g.Name, err)
+	}
+	// Print the shell's PID first so the job can be killed, then exec the command.
+	wrapped := fmt.Sprintf("echo %s$$; exec sh -c \"$(echo %s | base64 -d)\"", pidMarker,
+		base64.StdEncoding.EncodeToString([]byte(cmd)))
+	if _, err := fmt.Fprintf(c, "%s\n", base64.StdEncoding.EncodeToString([]byte(wrapped))); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("labtest: guest %s: send command: %w", g.Name, err)
+	}
+	j := &Job{g: g, cmd: cmd, done: make(chan struct{})}
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	go func() {
+		defer close(j.done)
+		defer stop()
+		defer c.Close()
+		var out bytes.Buffer
+		rc := -1
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadString('\n')
+			switch {
+			case strings.HasPrefix(line, pidMarker):
+				pid, _ := strconv.Atoi(strings.TrimSpace(line[len(pidMarker):]))
+				j.mu.Lock()
+				j.pid = pid
+				j.mu.Unlock()
+			case strings.HasPrefix(line, rcMarker):
+				rc, _ = strconv.Atoi(strings.TrimSpace(line[len(rcMarker):]))
+			default:
+				out.WriteString(line)
+			}
+			if err != nil {
+				if err != io.EOF && ctx.Err() == nil {
+					j.err = fmt.Errorf("labtest: guest %s: %w", g.Name, err)
+				}
+				break
+			}
+		}
+		// guest-exec puts a newline before the marker.
+		j.res = Result{Out: strings.TrimSuffix(out.String(), "\n"), RC: rc}
+		if ctx.Err() != nil {
+			j.err = fmt.Errorf("labtest: guest %s: %q: %w", g.Name, cmd, ctx.Err())
+			j.kill()
+		} else if rc < 0 && j.err == nil {
+			j.err = fmt.Errorf("labtest: guest %s: connection closed without an exit status", g.Name)
+		}
+	}()
+	return j, nil
+}
+
+// Wait waits for the job to end and returns its output and status.
+func (j *Job) Wait() (Result, error) {
+	<-j.done
+	return j.res, j.err
+}
+
+// Done is closed when the job has ended.
+func (j *Job) Done() <-chan struct{} { return j.done }
+
+// Kill kills the job's process in the guest (SIGTERM, then SIGKILL) and waits for it.
+func (j *Job) Kill() (Result, error) {
+	j.kill()
+	select {
+	case <-j.done:
+	case <-time.After(10 * time.Second):
+		return j.res, fmt.Errorf("labtest: guest %s: job %q did not end after kill", j.g.Name, j.cmd)
+	}
+	return j.res, j.err
+}
+
+func (j *Job) kill() {
+	j.mu.Lock()
+	pid := j.pid
+	j.mu.Unlock()
+	if pid <= 1 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A fresh connection: this one must not itself be a Job that kill would wait on.
+	c, err := j.g.lab.Dial(ctx, netip.AddrPortFrom(j.g.IP, uint16(j.g.lab.execPort)).String())
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	cmd := fmt.Sprintf("kill -TERM %d 2>/dev/null; sleep 0.5; kill -KILL %d 2>/dev/null; true", pid, pid)
+	fmt.Fprintf(c, "%s\n", base64.StdEncoding.EncodeToString([]byte(cmd)))
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.Copy(io.Discard, c)
+}
+
+// Counters are rxe's hw_counters of rxe0 port 1, by file name.
+type Counters map[string]uint64
+
+// Counters reads /sys/class/infiniband/rxe0/ports/1/hw_counters/ in the guest.
+func (g *Guest) Counters(ctx context.Context) (Counters, error) {
+	r, err := g.Run(ctx, `cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in *; do read -r v < "$f"; echo "$f $v"; done`)
+	if err != nil {
+		return nil, err
+	}
+	if r.RC != 0 {
+		return nil, fmt.Errorf("labtest: guest %s: hw_counters: rc %d: %s", g.Name, r.RC, r.Out)
+	}
+	c := Counters{}
+	for _, line := range strings.Split(r.Out, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("labtest: guest %s: counter %s=%q", g.Name, k, v)
+		}
+		c[k] = n
+	}
+	if _, ok := c["rcvd_pkts"]; !ok {
+		return nil, fmt.Errorf("labtest: guest %s: no rcvd_pkts in hw_counters: %q", g.Name, r.Out)
+	}
+	return c, nil
+}
+
+// Sub returns c - prev per counter (counters only grow while a device lives).
+func (c Counters) Sub(prev Counters) Counters {
+	d := Counters{}
+	for k, v := range c {
+		d[k] = v - prev[k]
+	}
+	return d
+}
+
+// ErrorCounters lists the counters that must stay at zero on a lossless run: a PSN gap
+// seen (out_of_seq_request) or NAKed by the peer (rcvd_seq_err), retries given up, send
+// failures. Timer retransmissions (completer_retry_err, and duplicate_request on the other
+// side) are not errors here: under TCG an ACK often takes longer than rxe's 67 ms timeout.
+// ICRC failures are not counted by rxe at all (it drops silently); tests catch them as
+// missing rcvd_pkts.
+var ErrorCounters = []string{
+	"out_of_seq_request", "rcvd_seq_err", "retry_exceeded_err", "retry_rnr_exceeded_err",
+	"send_err", "link_downed",
+}
+
+// Unexpected returns the names and values of ErrorCounters that are non-zero in d,
+// ignoring those named in allow.
+func (d Counters) Unexpected(allow ...string) []string {
+	var bad []string
+	for _, k := range ErrorCounters {
+		skip := false
+		for _, a := range allow {
+			skip = skip || a == k
+		}
+		if !skip && d[k] != 0 {
+			bad = append(bad, fmt.Sprintf("%s=%d", k, d[k]))
+		}
+	}
+	return bad
+}
+
+// String formats the non-zero counters as "name=value ..." in name order.
+func (d Counters) String() string {
+	var keys []string
+	for k, v := range d {
+		if v != 0 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", k, d[k])
+	}
+	return b.String()
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# interop/run.sh - the interop stage of scripts/test.sh: goroce against real Linux rxe.
+#
+# Installs what it needs with apt (qemu-system-x86, tcpdump; the guest's .debs with
+# apt-get download), builds the guest image (cached in interop/cache and interop/out),
+# boots two rxe guests in netns goroce-lab, runs the Go interop tests with GOROCE_INTEROP=1,
+# and always tears the lab down: on success, failure, timeout or interrupt.
+#
+# It fails, with the reason, when the lab cannot run (not root, no qemu, no network
+# namespaces). Outside CI (CI unset) and when not root it prints SKIP and exits 0 instead,
+# so a developer's `scripts/test.sh` still works without privileges.
+#
+# Env: GOROCE_INTEROP_RUN=REGEXP passes -run to go test; GOROCE_INTEROP_TIMEOUT (default
+# 600 s) bounds the Go tests; GOROCE_INTEROP_KEEP=1 leaves the lab up afterwards.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$HERE")
+T0=$(date +%s)
+log() { echo "[interop] $(($(date +%s) - T0))s $*" >&2; }
+fail() { echo "[interop] FAIL: $*" >&2; exit 1; }
+
+if [ "$(id -u)" != 0 ]; then
+  if [ "${CI:-}" = true ] || [ "${GOROCE_INTEROP:-}" = 1 ]; then
+    fail "the interop lab needs root (network namespaces, taps, qemu); CI must run it as root"
+  fi
+  echo "[interop] SKIP: not root, so no lab (set CI=true to make this an error)" >&2
+  exit 0
+fi
+
+cleanup() {
+  local rc=$?
+  if [ "${GOROCE_INTEROP_KEEP:-}" = 1 ]; then
+    log "GOROCE_INTEROP_KEEP=1: lab left up (interop/lab down)"
+  else
+    "$HERE/lab" down || true
+  fi
+  log "done (exit $rc)"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+# apt lists: refreshed once per run on a fresh machine, and when older than a day.
+stamp=/var/lib/apt/lists/partial/.goroce-updated
+if [ -z "$(find "$stamp" -mmin -1440 2>/dev/null)" ] ||
+  ! apt-cache show --no-all-versions busybox-static >/dev/null 2>&1; then
+  log "apt-get update"
+  timeout 300 apt-get update -q >/dev/null || fail "apt-get update failed"
+  touch "$stamp" 2>/dev/null || true
+fi
+
+log "build the guest image"
+timeout 600 "$HERE/lab" build || fail "guest image build failed (see above)"
+"$HERE/lab" down >/dev/null 2>&1 || true # a lab left over from an interrupted run
+log "boot 2 guests"
+timeout 300 "$HERE/lab" up 2 || fail "the lab did not come up (see above)"
+
+cd "$ROOT"
+log "go test ./interop/..."
+export GOROCE_INTEROP=1 GOROCE_LAB_ENV=$HERE/run/lab.env
+args=(-count=1 -v -timeout "${GOROCE_INTEROP_TIMEOUT:-600}s")
+[ -n "${GOROCE_INTEROP_RUN:-}" ] && args+=(-run "$GOROCE_INTEROP_RUN")
+go test "${args[@]}" ./interop/... 2>&1 | tee "$HERE/run/go-test.log"
+rc=${PIPESTATUS[0]}
+[ "$rc" = 0 ] || fail "interop tests failed (log: interop/run/go-test.log)"
+log "PASS"
