@@ -242,6 +242,8 @@ func TestStatus_StringIsIbvWcStatusStr(t *testing.T) {
 		Success:        "success",
 		LocLenErr:      "local length error",
 		WRFlushErr:     "Work Request Flushed Error",
+		MWBindErr:      "memory management operation error",
+		RemAbortErr:    "aborted error",
 		RemAccessErr:   "remote access error",
 		RetryExcErr:    "transport retry counter exceeded",
 		RNRRetryExcErr: "RNR retry counter exceeded",

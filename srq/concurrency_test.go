@@ -21,7 +21,7 @@ func TestConcurrentPostPopModify(t *testing.T) {
 	q.SetLimitHandler(func() { events.Add(1) })
 
 	seen := make([]atomic.Int32, total)
-	var taken atomic.Int64
+	var taken, resizes, arms atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 
@@ -80,8 +80,12 @@ func TestConcurrentPostPopModify(t *testing.T) {
 			default:
 			}
 			a := Attr{MaxWR: sizes[i%len(sizes)], Limit: uint32(i % 8)}
-			_ = q.Modify(&a, AttrMaxWR|AttrLimit) // EINVAL below outstanding is fine
-			_ = q.Modify(&Attr{Limit: uint32(i % 5)}, AttrLimit)
+			if q.Modify(&a, AttrMaxWR|AttrLimit) == nil { // EINVAL below outstanding is fine
+				resizes.Add(1)
+			}
+			if q.Modify(&Attr{Limit: uint32(i % 5)}, AttrLimit) == nil {
+				arms.Add(1)
+			}
 			if a, err := q.Query(); err != nil || a.MaxSGE != 2 {
 				t.Errorf("Query = %+v, %v", a, err)
 			}
@@ -103,5 +107,8 @@ func TestConcurrentPostPopModify(t *testing.T) {
 	if q.Len() != 0 {
 		t.Fatalf("%d WRs left", q.Len())
 	}
-	t.Logf("%d WRs, %d limit events", total, events.Load())
+	if resizes.Load() == 0 || arms.Load() == 0 {
+		t.Fatalf("resizes %d, arms %d: the modifier never ran concurrently", resizes.Load(), arms.Load())
+	}
+	t.Logf("%d WRs, %d resizes, %d arms, %d limit events", total, resizes.Load(), arms.Load(), events.Load())
 }
