@@ -170,7 +170,7 @@ func FuzzParseRecord(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	f.Add([]byte("done\x00"))                                               // the client's last message, not a record
+	f.Add([]byte("done\x00"))                                                // the client's last message, not a record
 	f.Add([]byte("0000:000000:000000:00000000000000000000000000000000\x00")) // srq placeholder
 	f.Add([]byte("FFFF:FFFFFF:FFFFFF:FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF\x00")) // every field at its maximum, upper case
 	f.Fuzz(func(t *testing.T, b []byte) {
