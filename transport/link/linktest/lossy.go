@@ -208,7 +208,6 @@ func (l *Lossy) startLocked() {
 func (l *Lossy) deliver() {
 	var timer *time.Timer
 	for {
-		var batch []pending
 		var wait time.Duration = -1
 		l.mu.Lock()
 		now := time.Now()
@@ -216,28 +215,31 @@ func (l *Lossy) deliver() {
 		for k < len(l.queue) && !l.queue[k].due.After(now) {
 			k++
 		}
-		batch = append(batch, l.queue[:k]...)
-		l.queue = append(l.queue[:0], l.queue[k:]...)
-		if l.held >= 0 {
-			l.held -= k
-			if l.held < 0 { // it left; a later datagram may be held again
-				l.held = -1
+		if k > 0 {
+			// Write while holding mu, so a direct write in WriteBatch can
+			// never overtake datagrams already due.
+			msgs := make([]link.Message, k)
+			for i, p := range l.queue[:k] {
+				msgs[i] = link.Message{Buf: p.buf[:p.n], Addr: p.dst}
+			}
+			n, _ := l.l.WriteBatch(msgs)
+			l.Sent.Add(uint64(n))
+			for _, p := range l.queue[:k] {
+				link.PutBuffer(p.buf)
+			}
+			l.queue = append(l.queue[:0], l.queue[k:]...)
+			if l.held >= 0 {
+				l.held -= k
+				if l.held < 0 { // it left
+					l.held = -1
+				}
 			}
 		}
 		if len(l.queue) > 0 {
 			wait = l.queue[0].due.Sub(now)
 		}
 		l.mu.Unlock()
-		if len(batch) > 0 {
-			msgs := make([]link.Message, len(batch))
-			for i, p := range batch {
-				msgs[i] = link.Message{Buf: p.buf[:p.n], Addr: p.dst}
-			}
-			n, _ := l.l.WriteBatch(msgs)
-			l.Sent.Add(uint64(n))
-			for _, p := range batch {
-				link.PutBuffer(p.buf)
-			}
+		if k > 0 {
 			continue
 		}
 		var tc <-chan time.Time
