@@ -95,6 +95,7 @@ func (q *Queue) Push(wc *WorkCompletion, solicited bool) error {
 	q.ring[i] = *wc
 	q.count++
 	switch q.armed {
+	case notifyNone:
 	case notifyNext:
 		q.armed = notifyNone
 		q.signalLocked()
@@ -135,7 +136,8 @@ func (q *Queue) Poll(wc []WorkCompletion) (int, error) {
 	}
 	q.count -= n
 	if n == 0 && q.err != nil && len(wc) > 0 {
-		return 0, q.err
+		return 0, &Error{Op: "ibv_poll_cq", Obj: "cq", Err: syscall.ENOSPC,
+			Detail: "cq overran: completions were lost", sentinel: ErrOverrun}
 	}
 	return n, nil
 }
