@@ -455,3 +455,37 @@ func TestUDPConcurrent(t *testing.T) {
 		seen[m.Buf[0]][m.Buf[1]] = true
 	}
 }
+
+// TestUDPReceiveTOS checks the TOS / traffic class (ECN bits included) the
+// sender set reaches Message.TOS, for DCQCN later.
+func TestUDPReceiveTOS(t *testing.T) {
+	tests := []struct {
+		name, local, sender string
+		level, opt          int
+	}{
+		{"ipv4", "127.0.0.2:0", "127.0.0.1:0", unix.IPPROTO_IP, unix.IP_TOS},
+		{"ipv6", "[::1]:0", "[::1]:0", unix.IPPROTO_IPV6, unix.IPV6_TCLASS},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rx := listen(t, tt.local, Config{})
+			c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(tt.sender)))
+			if err != nil {
+				t.Skip(err)
+			}
+			defer c.Close()
+			rc, _ := c.SyscallConn()
+			var serr error
+			rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), tt.level, tt.opt, 0xb9) }) // DSCP 46 (EF), ECN ECT(1)
+			if serr != nil {
+				t.Fatal(serr)
+			}
+			if _, err := c.WriteToUDPAddrPort([]byte("tos"), rx.LocalAddr()); err != nil {
+				t.Fatal(err)
+			}
+			if got := readN(t, rx, 1)[0]; got.TOS != 0xb9 {
+				t.Fatalf("TOS %#x, want 0xb9", got.TOS)
+			}
+		})
+	}
+}
