@@ -1,0 +1,56 @@
+// Package transport is the RoCEv2 engine: RC and UD queue pairs over a
+// link.Link (UDP port 4791), with the IBTA reliability protocol as Linux
+// soft-RoCE (rdma_rxe) speaks it on the wire.
+//
+// Each QP has three single-threaded state machines, as in rxe: the
+// requester (requester.go, rxe_req.c) turns send WQEs into request packets,
+// the responder (responder.go, rxe_resp.c) executes inbound requests and
+// acknowledges them, and the completer (completer.go, rxe_comp.c) retires
+// send WQEs from ACKs and responses and drives retries. They take the time
+// as an argument and never start goroutines.
+//
+// # Concurrency
+//
+// A fixed set of shard goroutines owns the QPs, by hash of the QPN. Only a
+// QP's shard writes its state. PostSend and PostRecv run on the caller's
+// goroutine: they validate, queue under the queue's mutex and wake the
+// shard through a capacity-1 channel, so wake-ups coalesce and are never
+// lost. Modify, Query and Destroy run on the owner shard as commands.
+// Timers (retransmission, RNR) only wake the shard.
+//
+// # Receive flow
+//
+//	Link.ReadBatch ─► readLoop: DestQP ─► QP table ─► shard inbound ring (drop+count if full)
+//	                                                        │
+//	shard: bth.Parse ─► ICRC (IPv4: ID 0, else SolveIPv4ID; IPv6: full) ─► P_Key, type, source checks
+//	        │
+//	        ├─ request  ─► responder: PSN (expected / duplicate / ahead: one NAK per gap)
+//	        │                 ─► opcode sequence ─► QP access ─► length ─► receive WR (RQ/SRQ, else RNR NAK)
+//	        │                 ─► rkey/PD/range (else NAK remote access) ─► one copy into the WR or MR
+//	        │                 ─► receive CQE ─► ACK if AckReq / READ responses / atomic ACK
+//	        └─ response ─► completer: cumulative ACK retires WQEs ─► send CQE (signaled or error)
+//	                          NAK seq ─► go-back-N; RNR NAK ─► wait RNR timer; others ─► error, ERR, flush
+//
+// # Send flow
+//
+//	PostSend ─► validate ─► send queue slot ─► wake shard
+//	shard requester: fence / max_rd_atomic / 128-PSN window ─► next opcode by PMTU
+//	        ─► bth.Append into a pooled buffer (payload gathered from the MR through Memory)
+//	        ─► bth.PutICRC (IPv4 ID 0, DF) ─► batch ─► Link.WriteBatch
+//	retransmission: nothing sent is kept; on a NAK or timeout the requester
+//	rewinds to the oldest unacknowledged PSN and regenerates packets from the
+//	WQE and the MR.
+//
+// # Wire behaviour matched to rxe
+//
+// ACKs only for AckReq (set on the last packet of a message and at least
+// every 64 packets), credit code 0x1F, MSN counting completed messages;
+// duplicates re-ACKed with the last acknowledged PSN; READ and atomics saved
+// in max_dest_rd_atomic responder resources and replayed, atomics never
+// executed twice; retry_cnt and rnr_retry of 7 mean infinite; the
+// retransmission timeout is 4.096 µs × 2^timeout.
+//
+// The UDP source port rxe derives per QP (rdma_get_udp_sport for RC,
+// 0xC000 + hash_32(qpn, 14) otherwise) is computed and shown in QPInfo, but
+// packets leave from the Link's bound port, which the ICRC covers.
+package transport

@@ -1,0 +1,413 @@
+package transport
+
+import (
+	"errors"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/srq"
+	"github.com/goroce/goroce/transport/link"
+)
+
+// Device limits used when Config leaves them zero.
+const (
+	DefaultMaxQPWR   = 16384
+	DefaultMaxSGE    = 32
+	DefaultMaxInline = 256
+	firstQPN         = 0x11 // rxe: RXE_MIN_QP_INDEX 16, first QPN 0x11
+	maxQPN           = 0xFFFFFF
+	rxQueueLen       = 4096 // inbound packets a shard buffers before dropping
+	maxUnackedPSNs   = 128  // rxe RXE_MAX_UNACKED_PSNS
+	maxPktsPerAck    = 64   // rxe RXE_MAX_PKT_PER_ACK
+)
+
+// Engine runs RoCEv2 queue pairs over one Link: a reader goroutine demuxes
+// inbound datagrams to a fixed set of shard goroutines, each owning the QPs
+// whose QPN hashes to it. See the package documentation for the flows.
+type Engine struct {
+	link      link.Link
+	mem       Memory
+	stats     *Stats
+	clock     Clock
+	onEvent   func(Event)
+	localAddr netip.Addr
+	port      uint16 // UDP port we send from and to (the Link's)
+	maxQPWR   int
+	maxSGE    int
+	maxInline int
+
+	shards []*shard
+	qps    atomic.Pointer[map[uint32]*QP] // copy-on-write, read by the reader
+
+	mu sync.Mutex
+	// mu guards: nextQPN, srqWatched, and writes of qps.
+	nextQPN    uint32
+	srqWatched map[*srq.Queue]bool
+
+	closed atomic.Bool
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// NewEngine starts an engine on cfg.Link. The engine owns the Link from then
+// on: Close closes it.
+func NewEngine(cfg Config) (*Engine, error) {
+	if cfg.Link == nil || cfg.Memory == nil {
+		return nil, newErr("create_engine", 0, syscall.EINVAL, "Link and Memory are required")
+	}
+	e := &Engine{
+		link:       cfg.Link,
+		mem:        cfg.Memory,
+		stats:      cfg.Stats,
+		clock:      cfg.Clock,
+		onEvent:    cfg.OnEvent,
+		localAddr:  cfg.LocalAddr,
+		maxQPWR:    cfg.MaxQPWR,
+		maxSGE:     cfg.MaxSGE,
+		maxInline:  cfg.MaxInline,
+		nextQPN:    firstQPN,
+		srqWatched: map[*srq.Queue]bool{},
+		done:       make(chan struct{}),
+	}
+	la := cfg.Link.LocalAddr()
+	e.port = la.Port()
+	if !e.localAddr.IsValid() {
+		e.localAddr = la.Addr()
+	}
+	e.localAddr = e.localAddr.Unmap()
+	if e.stats == nil {
+		e.stats = new(Stats)
+	}
+	if e.clock == nil {
+		e.clock = realClock{}
+	}
+	if e.maxQPWR <= 0 {
+		e.maxQPWR = DefaultMaxQPWR
+	}
+	if e.maxSGE <= 0 {
+		e.maxSGE = DefaultMaxSGE
+	}
+	if e.maxInline < 0 {
+		e.maxInline = 0
+	} else if e.maxInline == 0 {
+		e.maxInline = DefaultMaxInline
+	}
+	n := cfg.Shards
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	empty := map[uint32]*QP{}
+	e.qps.Store(&empty)
+	batch := cfg.Link.BatchSize()
+	if batch <= 0 {
+		batch = 1
+	}
+	for i := 0; i < n; i++ {
+		s := &shard{e: e, kick: make(chan struct{}, 1), cmds: make(chan func()), batch: batch}
+		s.in = make([]rxItem, 0, rxQueueLen)
+		s.work = make([]rxItem, 0, rxQueueLen)
+		s.tx = make([]link.Message, 0, batch)
+		s.txBufs = make([]*[link.MaxDatagram]byte, 0, batch)
+		e.shards = append(e.shards, s)
+	}
+	e.wg.Add(n + 1)
+	for _, s := range e.shards {
+		go s.run()
+	}
+	go e.readLoop(batch)
+	return e, nil
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() *Stats { return e.stats }
+
+// Close moves every QP to the error state (flushing its outstanding work
+// requests with WR_FLUSH_ERR), stops the shards and the reader and closes
+// the Link. Verbs called afterwards fail with an error matching
+// net.ErrClosed.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	for _, q := range *e.qps.Load() {
+		q.run("close", func() { q.toError(e.clock.Now()) }, true)
+	}
+	close(e.done)
+	err := e.link.Close()
+	e.wg.Wait()
+	return err
+}
+
+func (e *Engine) event(ev Event) {
+	if e.onEvent != nil {
+		e.onEvent(ev)
+	}
+}
+
+func (e *Engine) lookup(qpn uint32) *QP { return (*e.qps.Load())[qpn] }
+
+func (e *Engine) shardFor(qpn uint32) *shard {
+	return e.shards[hash32(qpn, 32)%uint32(len(e.shards))]
+}
+
+// readLoop is the single reader: it reads batches, finds the QP by the BTH
+// DestQP and hands each buffer to the QP's shard. It never blocks on a shard.
+func (e *Engine) readLoop(batch int) {
+	defer e.wg.Done()
+	msgs := make([]link.Message, batch)
+	bufs := make([]*[link.MaxDatagram]byte, batch)
+	for i := range bufs {
+		bufs[i] = link.GetBuffer()
+	}
+	kicked := make([]*shard, 0, len(e.shards))
+	for {
+		for i := range msgs {
+			msgs[i] = link.Message{Buf: bufs[i][:]}
+		}
+		n, err := e.link.ReadBatch(msgs)
+		if err != nil {
+			if e.closed.Load() {
+				for _, b := range bufs {
+					link.PutBuffer(b)
+				}
+				return
+			}
+			time.Sleep(time.Millisecond) // transient socket error; do not spin
+			continue
+		}
+		kicked = kicked[:0]
+		for i := 0; i < n; i++ {
+			b := msgs[i].Buf
+			if len(b) < bth.BTHLen+bth.ICRCLen {
+				e.stats.Malformed.Add(1)
+				continue
+			}
+			qpn := uint32(b[5])<<16 | uint32(b[6])<<8 | uint32(b[7])
+			q := e.lookup(qpn)
+			if q == nil {
+				e.stats.UnknownQP.Add(1)
+				continue
+			}
+			s := q.sh
+			if !s.enqueue(rxItem{buf: bufs[i], n: len(b), src: msgs[i].Addr, local: msgs[i].Local, tos: msgs[i].TOS, qp: q}) {
+				e.stats.RxQueueDrops.Add(1)
+				continue
+			}
+			bufs[i] = link.GetBuffer()
+			if !containsShard(kicked, s) {
+				kicked = append(kicked, s)
+			}
+		}
+		for _, s := range kicked {
+			s.wake()
+		}
+	}
+}
+
+func containsShard(l []*shard, s *shard) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// rxItem is one inbound datagram on its way to a shard. The shard owns buf
+// once enqueue succeeded and returns it to the pool.
+type rxItem struct {
+	buf   *[link.MaxDatagram]byte
+	n     int
+	src   netip.AddrPort
+	local netip.Addr
+	tos   uint8
+	qp    *QP
+}
+
+// shard is one engine goroutine and the QPs it owns.
+type shard struct {
+	e     *Engine
+	kick  chan struct{} // capacity 1: kicks coalesce and are never lost
+	cmds  chan func()
+	batch int
+
+	inMu sync.Mutex
+	// inMu guards: in, ready.
+	in    []rxItem
+	ready []*QP // QPs woken by PostSend/PostRecv, timers, or other shards
+
+	// Owned by the shard goroutine.
+	work    []rxItem
+	readyW  []*QP
+	touched []*QP
+	tx      []link.Message
+	txBufs  []*[link.MaxDatagram]byte
+	rwr     srq.RecvWR // scratch for SRQ pops (reused, no allocation)
+}
+
+func (s *shard) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *shard) enqueue(it rxItem) bool {
+	s.inMu.Lock()
+	if len(s.in) >= cap(s.in) {
+		s.inMu.Unlock()
+		return false
+	}
+	s.in = append(s.in, it)
+	s.inMu.Unlock()
+	return true
+}
+
+// wakeQP asks the shard to service q (run its requester, check its timers).
+// Safe from any goroutine.
+func (s *shard) wakeQP(q *QP) {
+	if q.queued.CompareAndSwap(false, true) {
+		s.inMu.Lock()
+		s.ready = append(s.ready, q)
+		s.inMu.Unlock()
+	}
+	s.wake()
+}
+
+func (s *shard) run() {
+	defer s.e.wg.Done()
+	for {
+		select {
+		case <-s.kick:
+		case fn := <-s.cmds:
+			fn()
+		case <-s.e.done:
+			s.flushTx()
+			s.inMu.Lock()
+			for _, it := range s.in {
+				link.PutBuffer(it.buf)
+			}
+			s.in = s.in[:0]
+			s.inMu.Unlock()
+			return
+		}
+		s.process()
+	}
+}
+
+// process drains inbound packets and woken QPs, runs requesters, sends the
+// transmit batch and re-arms timers. It is the whole per-kick work of a shard.
+func (s *shard) process() {
+	for {
+		s.inMu.Lock()
+		s.work, s.in = s.in, s.work[:0]
+		s.readyW, s.ready = s.ready, s.readyW[:0]
+		s.inMu.Unlock()
+		if len(s.work) == 0 && len(s.readyW) == 0 {
+			break
+		}
+		now := s.e.clock.Now()
+		for i := range s.work {
+			it := &s.work[i]
+			q := it.qp
+			if !q.destroyed {
+				q.receive(now, it)
+				s.touch(q)
+			}
+			link.PutBuffer(it.buf)
+			*it = rxItem{}
+		}
+		for _, q := range s.readyW {
+			q.queued.Store(false)
+			s.touch(q)
+		}
+		for _, q := range s.touched {
+			q.touchedMark = false
+			if !q.destroyed {
+				q.service(now)
+			}
+		}
+		s.touched = s.touched[:0]
+		s.flushTx()
+	}
+}
+
+func (s *shard) touch(q *QP) {
+	if !q.touchedMark {
+		q.touchedMark = true
+		s.touched = append(s.touched, q)
+	}
+}
+
+// txBuf returns a buffer for one outgoing packet; xmit queues it.
+func (s *shard) txBuf() *[link.MaxDatagram]byte {
+	if len(s.tx) >= s.batch {
+		s.flushTx()
+	}
+	return link.GetBuffer()
+}
+
+// xmit finishes pkt (a slice of buf) with its ICRC and queues it for dst.
+func (s *shard) xmit(buf *[link.MaxDatagram]byte, pkt []byte, dst netip.Addr, class OpClass) {
+	e := s.e
+	// IPv4: the Link's socket sends with DF and ID 0 (PROTOCOL.md §4.3).
+	env := bth.Envelope{Src: e.localAddr, Dst: dst, IPID: 0, DF: true, SrcPort: e.port, DstPort: e.port}
+	bth.PutICRC(&env, pkt)
+	s.tx = append(s.tx, link.Message{Buf: pkt, Addr: netip.AddrPortFrom(dst, e.port)})
+	s.txBufs = append(s.txBufs, buf)
+	e.stats.SentPackets[class].Add(1)
+	e.stats.SentBytes[class].Add(uint64(len(pkt)))
+}
+
+func (s *shard) flushTx() {
+	msgs := s.tx
+	for len(msgs) > 0 {
+		n, err := s.e.link.WriteBatch(msgs)
+		if err == nil {
+			break
+		}
+		s.e.stats.TxErrors.Add(1)
+		if errors.Is(err, errClosed) {
+			break
+		}
+		msgs = msgs[n+1:]
+	}
+	for i, b := range s.txBufs {
+		link.PutBuffer(b)
+		s.txBufs[i] = nil
+		s.tx[i] = link.Message{}
+	}
+	s.tx = s.tx[:0]
+	s.txBufs = s.txBufs[:0]
+}
+
+// hash32 is the kernel's hash_32(val, bits).
+func hash32(v uint32, bits uint) uint32 {
+	h := v * 0x61C88647
+	if bits >= 32 {
+		return h
+	}
+	return h >> (32 - bits)
+}
+
+// udSrcPort is the UDP source port rxe gives a QP at creation:
+// 0xC000 + hash_32(qpn, 14).
+func udSrcPort(qpn uint32) uint16 { return 0xC000 + uint16(hash32(qpn, 14)&0x3FFF) }
+
+// rcSrcPort is rdma_get_udp_sport: from the flow label, or when it is 0 from
+// rdma_calc_flow_label(lqpn, rqpn).
+func rcSrcPort(flowLabel, lqpn, rqpn uint32) uint16 {
+	fl := flowLabel & 0xFFFFF
+	if fl == 0 {
+		v := uint64(lqpn) * uint64(rqpn)
+		v ^= v >> 20
+		v ^= v >> 40
+		fl = uint32(v & 0xFFFFF)
+	}
+	return 0xC000 | uint16((fl&0x3FFF)^((fl&0xFC000)>>14))
+}

@@ -1,0 +1,670 @@
+package transport
+
+import (
+	"errors"
+	"net/netip"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/srq"
+)
+
+// QP is a queue pair. Posting verbs (PostSend, PostRecv) are safe from any
+// goroutine; Modify, Query and Destroy run on the QP's owner shard. All
+// protocol state is written only by the owner shard.
+type QP struct {
+	e    *Engine
+	sh   *shard
+	qpn  uint32
+	typ  QPType
+	init QPInitAttr // immutable after CreateQP
+	rq   *srq.Queue // own receive queue; nil when init.SRQ is set
+	srq  *srq.Queue
+	sq   sendQueue
+
+	state  atomic.Uint32 // mirror of attr.State for the posting verbs
+	queued atomic.Bool   // on the shard's ready list
+	fatal  atomic.Bool   // a CQ this QP feeds overran: move to ERR
+	cnt    qpCounters
+
+	// Owner shard only.
+	attr        QPAttr
+	pmtu        uint32
+	rto         time.Duration
+	sport       uint16
+	destroyed   bool
+	touchedMark bool
+	commEst     bool
+	lastWQE     bool
+	sqdNotified bool
+	req         requester
+	comp        completer
+	resp        responder
+	timer       Timer
+	timerAt     time.Time
+	scratch     [4096]byte // gather buffer for payloads spanning SGEs
+}
+
+// qpCounters are per-QP statistics for the debug dump.
+type qpCounters struct {
+	txPackets, rxPackets, retransmits, timeouts atomic.Uint64
+}
+
+// CreateQP is ibv_create_qp: it makes a QP in the RESET state with the next
+// free QPN (from 0x11, as rxe). The engine attaches the QP to its CQs and
+// SRQ (cq.Queue.Attach, srq.Queue.Attach) and detaches on Destroy.
+func (e *Engine) CreateQP(init *QPInitAttr) (*QP, error) { return e.CreateQPWithNum(init, 0) }
+
+// CreateQPWithNum is CreateQP with a chosen QPN (non-zero), for the GSI QP 1
+// that the connection manager needs (a UD QP with Q_Key 0x80010000). QPN 0
+// picks the next free number. A QPN in use is EBUSY.
+func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
+	const op = "ibv_create_qp"
+	if e.closed.Load() {
+		return nil, closedErr(op, qpn)
+	}
+	if init == nil {
+		return nil, newErr(op, 0, syscall.EINVAL, "nil init attributes")
+	}
+	switch init.Type {
+	case QPTypeRC, QPTypeUD:
+	case QPTypeUC:
+		return nil, newErr(op, 0, syscall.ENOSYS, "UC QPs are not implemented")
+	default:
+		return nil, newErr(op, 0, syscall.EINVAL, "unknown QP type %d", init.Type)
+	}
+	c := init.Cap
+	switch {
+	case init.SendCQ == nil || init.RecvCQ == nil:
+		return nil, newErr(op, 0, syscall.EINVAL, "send and receive CQs are required")
+	case c.MaxSendWR == 0 || int(c.MaxSendWR) > e.maxQPWR:
+		return nil, newErr(op, 0, syscall.EINVAL, "max_send_wr %d not in [1..%d]", c.MaxSendWR, e.maxQPWR)
+	case init.SRQ == nil && (c.MaxRecvWR == 0 || int(c.MaxRecvWR) > e.maxQPWR):
+		return nil, newErr(op, 0, syscall.EINVAL, "max_recv_wr %d not in [1..%d]", c.MaxRecvWR, e.maxQPWR)
+	case int(c.MaxSendSGE) > e.maxSGE || int(c.MaxRecvSGE) > e.maxSGE:
+		return nil, newErr(op, 0, syscall.EINVAL, "max_sge above %d", e.maxSGE)
+	case int(c.MaxInlineData) > e.maxInline:
+		return nil, newErr(op, 0, syscall.EINVAL, "max_inline_data %d above %d", c.MaxInlineData, e.maxInline)
+	case qpn > maxQPN:
+		return nil, newErr(op, qpn, syscall.EINVAL, "QPN above 24 bits")
+	}
+	q := &QP{e: e, typ: init.Type, init: *init, srq: init.SRQ}
+	if q.init.Cap.MaxSendSGE == 0 {
+		q.init.Cap.MaxSendSGE = 1
+	}
+	if q.init.Cap.MaxRecvSGE == 0 {
+		q.init.Cap.MaxRecvSGE = 1
+	}
+	if init.SRQ == nil {
+		rq, err := srq.New(&srq.Attr{MaxWR: c.MaxRecvWR, MaxSGE: q.init.Cap.MaxRecvSGE},
+			srq.Caps{MaxWR: uint32(e.maxQPWR), MaxSGE: uint32(e.maxSGE)})
+		if err != nil {
+			return nil, &Error{Op: op, Index: -1, Err: errnoOf(err), Detail: err.Error()}
+		}
+		q.rq = rq
+	} else {
+		q.init.Cap.MaxRecvWR, q.init.Cap.MaxRecvSGE = 0, 0
+	}
+	q.sq.init(int(c.MaxSendWR), int(q.init.Cap.MaxSendSGE), int(c.MaxInlineData))
+	q.resp.wr.SGL = make([]srq.SGE, 0, e.maxSGE)
+	q.attr.Cap = q.init.Cap
+	q.attr.PortNum = 1
+	q.attr.PathMTU = MTU1024
+
+	e.mu.Lock()
+	m := *e.qps.Load()
+	if qpn == 0 {
+		for i := 0; i < maxQPN; i++ {
+			cand := e.nextQPN
+			e.nextQPN++
+			if e.nextQPN > maxQPN {
+				e.nextQPN = firstQPN
+			}
+			if m[cand] == nil {
+				qpn = cand
+				break
+			}
+		}
+		if qpn == 0 {
+			e.mu.Unlock()
+			return nil, newErr(op, 0, syscall.ENOMEM, "no free QPN")
+		}
+	} else if m[qpn] != nil {
+		e.mu.Unlock()
+		return nil, newErr(op, qpn, syscall.EBUSY, "QPN in use")
+	}
+	q.qpn = qpn
+	q.sport = udSrcPort(qpn)
+	q.sh = e.shardFor(qpn)
+	nm := make(map[uint32]*QP, len(m)+1)
+	for k, v := range m {
+		nm[k] = v
+	}
+	nm[qpn] = q
+	e.qps.Store(&nm)
+	if s := init.SRQ; s != nil && !e.srqWatched[s] {
+		e.srqWatched[s] = true
+		s.SetLimitHandler(func() {
+			e.stats.SRQLimitEvents.Add(1)
+			e.event(Event{Type: EventSRQLimitReached, SRQ: s})
+		})
+	}
+	e.mu.Unlock()
+	init.SendCQ.Attach()
+	init.RecvCQ.Attach()
+	if init.SRQ != nil {
+		init.SRQ.Attach()
+	}
+	return q, nil
+}
+
+func errnoOf(err error) syscall.Errno {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return en
+	}
+	return syscall.EINVAL
+}
+
+func closedErr(op string, qpn uint32) *Error {
+	return &Error{Op: op, QPN: qpn, Index: -1, Err: syscall.EINVAL, Detail: "engine closed", closed: true}
+}
+
+// QPN returns the QP number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// run executes fn on the owner shard and waits for it.
+func (q *QP) run(op string, fn func(), closing bool) error {
+	if q.e.closed.Load() && !closing {
+		return closedErr(op, q.qpn)
+	}
+	done := make(chan struct{})
+	select {
+	case q.sh.cmds <- func() { fn(); close(done) }:
+	case <-q.e.done:
+		return closedErr(op, q.qpn)
+	}
+	<-done
+	return nil
+}
+
+// Modify is ibv_modify_qp. It checks the transition and the attribute mask
+// against the IBTA table (EINVAL for an illegal transition, a missing
+// required or a forbidden attribute, or an out-of-range value) and then
+// applies every attribute, or none. It runs on the QP's shard. It must not be
+// called from an OnEvent callback.
+func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+	const op = "ibv_modify_qp"
+	if attr == nil {
+		return newErr(op, q.qpn, syscall.EINVAL, "nil attributes")
+	}
+	a := *attr
+	var res error
+	err := q.run(op, func() {
+		if q.destroyed {
+			res = newErr(op, q.qpn, syscall.EINVAL, "QP destroyed")
+			return
+		}
+		res = q.modify(q.e.clock.Now(), &a, mask)
+	}, false)
+	if err != nil {
+		return err
+	}
+	return res
+}
+
+// checkAttr validates attribute values (rxe_qp_chk_attr).
+func (q *QP) checkAttr(a *QPAttr, mask QPAttrMask) string {
+	switch {
+	case mask&QPAttrCurState != 0 && a.CurState != q.attr.State:
+		return "cur_qp_state " + a.CurState.String() + " is not the current state " + q.attr.State.String()
+	case mask&QPAttrPathMTU != 0 && a.PathMTU.Bytes() == 0:
+		return "invalid path_mtu"
+	case mask&QPAttrPort != 0 && a.PortNum != 1:
+		return "port_num must be 1"
+	case mask&QPAttrPKeyIndex != 0 && a.PKeyIndex != 0:
+		return "pkey_index must be 0 (one P_Key, 0xFFFF)"
+	case mask&QPAttrAV != 0 && !a.AV.DGID.IsValid():
+		return "address vector without a destination GID"
+	case mask&QPAttrTimeout != 0 && a.Timeout > 31:
+		return "timeout above 31"
+	case mask&QPAttrRetryCnt != 0 && a.RetryCnt > 7:
+		return "retry_cnt above 7"
+	case mask&QPAttrRNRRetry != 0 && a.RNRRetry > 7:
+		return "rnr_retry above 7"
+	case mask&QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+		return "min_rnr_timer above 31"
+	case mask&QPAttrMaxQPRDAtomic != 0 && a.MaxRDAtomic > 128:
+		return "max_rd_atomic above 128"
+	case mask&QPAttrMaxDestRDAtomic != 0 && a.MaxDestRDAtomic > 128:
+		return "max_dest_rd_atomic above 128"
+	case mask&QPAttrDestQPN != 0 && a.DestQPN > maxQPN:
+		return "dest_qp_num above 24 bits"
+	}
+	return ""
+}
+
+// modify validates then applies; owner shard only.
+func (q *QP) modify(now time.Time, a *QPAttr, mask QPAttrMask) error {
+	const op = "ibv_modify_qp"
+	cur := q.attr.State
+	next := cur
+	if mask&QPAttrState != 0 {
+		next = a.State
+	}
+	if ok, why := modifyOK(cur, next, q.typ, mask); !ok {
+		return newErr(op, q.qpn, syscall.EINVAL, "%s", why)
+	}
+	if why := q.checkAttr(a, mask); why != "" {
+		return newErr(op, q.qpn, syscall.EINVAL, "%s", why)
+	}
+	// Apply (rxe_qp_from_attr).
+	t := &q.attr
+	if mask&QPAttrEnSQDAsyncNotify != 0 {
+		t.EnSQDAsyncNotify = a.EnSQDAsyncNotify
+	}
+	if mask&QPAttrAccessFlags != 0 {
+		t.AccessFlags = a.AccessFlags
+	}
+	if mask&QPAttrPKeyIndex != 0 {
+		t.PKeyIndex = a.PKeyIndex
+	}
+	if mask&QPAttrPort != 0 {
+		t.PortNum = a.PortNum
+	}
+	if mask&QPAttrQKey != 0 {
+		t.QKey = a.QKey
+	}
+	if mask&QPAttrAV != 0 {
+		t.AV = a.AV
+		t.AV.DGID = t.AV.DGID.Unmap()
+	}
+	if mask&QPAttrPathMTU != 0 {
+		t.PathMTU = a.PathMTU
+	}
+	if mask&QPAttrTimeout != 0 {
+		t.Timeout = a.Timeout
+	}
+	if mask&QPAttrRetryCnt != 0 {
+		t.RetryCnt = a.RetryCnt
+		q.comp.retryCnt = a.RetryCnt
+	}
+	if mask&QPAttrRNRRetry != 0 {
+		t.RNRRetry = a.RNRRetry
+		q.comp.rnrRetry = a.RNRRetry
+	}
+	if mask&QPAttrRQPSN != 0 {
+		t.RQPSN = a.RQPSN & bth.PSNMask
+		q.resp.psn = bth.PSN(t.RQPSN)
+	}
+	if mask&QPAttrMaxQPRDAtomic != 0 {
+		t.MaxRDAtomic = a.MaxRDAtomic
+	}
+	if mask&QPAttrMaxDestRDAtomic != 0 {
+		t.MaxDestRDAtomic = a.MaxDestRDAtomic
+		n := max(int(a.MaxDestRDAtomic), 1)
+		q.resp.res = make([]rdResource, n)
+		q.resp.resNext = 0
+	}
+	if mask&QPAttrMinRNRTimer != 0 {
+		t.MinRNRTimer = a.MinRNRTimer
+	}
+	if mask&QPAttrSQPSN != 0 {
+		t.SQPSN = a.SQPSN & bth.PSNMask
+		q.req.psn = bth.PSN(t.SQPSN)
+		q.req.maxPSN = q.req.psn
+		q.comp.psn = q.req.psn
+	}
+	if mask&QPAttrDestQPN != 0 {
+		t.DestQPN = a.DestQPN
+	}
+	q.pmtu = uint32(t.PathMTU.Bytes())
+	if t.Timeout != 0 {
+		q.rto = time.Duration(4096<<t.Timeout) * time.Nanosecond
+	} else {
+		q.rto = 0
+	}
+	if mask&(QPAttrAV|QPAttrDestQPN) != 0 && q.typ == QPTypeRC {
+		if t.AV.SrcPort != 0 {
+			q.sport = t.AV.SrcPort
+		} else {
+			q.sport = rcSrcPort(t.AV.FlowLabel, q.qpn, t.DestQPN)
+		}
+	}
+	if mask&QPAttrState == 0 || next == cur && next != QPSErr {
+		return nil
+	}
+	switch next {
+	case QPSReset:
+		q.reset()
+	case QPSErr:
+		q.toError(now)
+		return nil
+	case QPSRTS:
+		q.sqdNotified = false
+	case QPSSQD:
+		q.sqdNotified = false
+	}
+	q.setState(next)
+	q.sh.wakeQP(q)
+	return nil
+}
+
+func (q *QP) setState(s QPState) {
+	q.attr.State = s
+	q.state.Store(uint32(s))
+}
+
+// reset returns the QP to RESET: queues emptied without completions.
+func (q *QP) reset() {
+	if q.rq != nil {
+		q.rq.Flush(nil)
+	}
+	q.sq.mu.Lock()
+	q.sq.head = q.sq.tail
+	q.sq.mu.Unlock()
+	for i := range q.sq.slots {
+		q.sq.slots[i].state = wqePosted
+	}
+	res := q.resp.res
+	wr := q.resp.wr
+	q.req = requester{}
+	q.comp = completer{idx: q.sq.tail}
+	q.req.idx = q.sq.tail
+	q.resp = responder{res: res, wr: wr}
+	q.commEst, q.lastWQE = false, false
+	pm, cp := q.attr.PathMTU, q.attr.Cap
+	q.attr = QPAttr{PathMTU: pm, Cap: cp, PortNum: 1}
+	q.timerAt = time.Time{}
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.setState(QPSReset)
+}
+
+// toError moves the QP to ERR and flushes every outstanding send and
+// receive WR with WR_FLUSH_ERR; with an SRQ it raises QP_LAST_WQE_REACHED.
+// Calling it again flushes WRs posted since.
+func (q *QP) toError(now time.Time) {
+	if q.attr.State != QPSErr {
+		q.setState(QPSErr)
+		q.comp.rtoAt, q.comp.rnrAt = time.Time{}, time.Time{}
+	}
+	qpn := q.qpn
+	if q.resp.haveWR {
+		q.resp.haveWR = false
+		q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.WRFlushErr, Opcode: cq.OpRecv, QPNum: qpn}, false)
+	}
+	if q.rq != nil {
+		q.rq.Flush(func(wr *srq.RecvWR) {
+			q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: wr.WRID, Status: cq.WRFlushErr, Opcode: cq.OpRecv, QPNum: qpn}, false)
+		})
+	} else if !q.lastWQE {
+		q.lastWQE = true
+		q.e.event(Event{Type: EventQPLastWQEReached, QPN: qpn, SRQ: q.srq})
+	}
+	tail := q.sq.loadTail()
+	for q.comp.idx < tail {
+		w := q.sq.slot(q.comp.idx)
+		q.complete(now, w, cq.WRFlushErr)
+	}
+	q.req.idx = q.comp.idx
+	q.req.off = 0
+}
+
+// pushWC posts a completion; an overrun raises CQ_ERR and moves every QP
+// feeding the CQ to ERR, as a device does.
+func (q *QP) pushWC(c *cq.Queue, wc *cq.WorkCompletion, solicited bool) {
+	err := c.Push(wc, solicited)
+	if err != nil && errors.Is(err, cq.ErrOverrun) {
+		q.e.stats.CQOverruns.Add(1)
+		q.e.event(Event{Type: EventCQErr, CQ: c})
+		for _, o := range *q.e.qps.Load() {
+			if o.init.SendCQ == c || o.init.RecvCQ == c {
+				o.fatal.Store(true)
+				o.sh.wakeQP(o)
+			}
+		}
+	}
+}
+
+// Query is ibv_query_qp: the current attributes and the creation attributes.
+func (q *QP) Query() (QPAttr, QPInitAttr) {
+	var a QPAttr
+	if err := q.run("ibv_query_qp", func() { a = q.attr }, false); err != nil {
+		a = QPAttr{State: QPState(q.state.Load())}
+	}
+	a.CurState = a.State
+	a.Cap = q.init.Cap
+	return a, q.init
+}
+
+// Destroy is ibv_destroy_qp: the QP stops at once, outstanding WRs are
+// dropped without completions, and its CQs and SRQ are detached.
+func (q *QP) Destroy() error {
+	const op = "ibv_destroy_qp"
+	var already bool
+	err := q.run(op, func() {
+		already = q.destroyed
+		q.destroyed = true
+		if q.timer != nil {
+			q.timer.Stop()
+		}
+	}, false)
+	if err != nil {
+		return err
+	}
+	if already {
+		return newErr(op, q.qpn, syscall.EINVAL, "already destroyed")
+	}
+	e := q.e
+	e.mu.Lock()
+	m := *e.qps.Load()
+	nm := make(map[uint32]*QP, len(m))
+	for k, v := range m {
+		if k != q.qpn {
+			nm[k] = v
+		}
+	}
+	e.qps.Store(&nm)
+	e.mu.Unlock()
+	q.init.SendCQ.Detach()
+	q.init.RecvCQ.Detach()
+	if q.srq != nil {
+		q.srq.Detach()
+	}
+	return nil
+}
+
+// PostSend is ibv_post_send. It validates each WR in order (opcode allowed
+// for the QP type, SGE count, inline size, UD address) and queues it; it
+// stops at the first bad WR and returns how many were queued and an error
+// whose Index names the bad one (the Go bad_wr). A full send queue is ENOMEM.
+// Posting before RTS is EINVAL; in ERR the WRs complete with WR_FLUSH_ERR.
+func (q *QP) PostSend(wrs []SendWR) (int, error) {
+	const op = "ibv_post_send"
+	if q.e.closed.Load() {
+		return 0, closedErr(op, q.qpn)
+	}
+	st := QPState(q.state.Load())
+	if st < QPSRTS {
+		return 0, newErr(op, q.qpn, syscall.EINVAL, "QP in state %s", st)
+	}
+	n := 0
+	var err error
+	for i := range wrs {
+		if err = q.postOne(&wrs[i]); err != nil {
+			if e, ok := err.(*Error); ok {
+				e.Index = i
+			}
+			break
+		}
+		n++
+	}
+	if n > 0 {
+		q.sh.wakeQP(q)
+	}
+	return n, err
+}
+
+func (q *QP) postOne(wr *SendWR) error {
+	const op = "ibv_post_send"
+	switch q.typ {
+	case QPTypeUD:
+		if wr.Opcode != WRSend && wr.Opcode != WRSendWithImm {
+			return newErr(op, q.qpn, syscall.EINVAL, "opcode %d not valid on a UD QP", wr.Opcode)
+		}
+		if wr.AH == nil || !wr.AH.DGID.IsValid() {
+			return newErr(op, q.qpn, syscall.EINVAL, "UD WR without an address handle")
+		}
+	default:
+		switch wr.Opcode {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
+			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv:
+		case WRLocalInv, WRBindMW:
+			return newErr(op, q.qpn, syscall.ENOSYS, "opcode %d not implemented", wr.Opcode)
+		default:
+			return newErr(op, q.qpn, syscall.EINVAL, "unknown opcode %d", wr.Opcode)
+		}
+	}
+	if len(wr.SGL) > int(q.init.Cap.MaxSendSGE) {
+		return newErr(op, q.qpn, syscall.EINVAL, "%d SGEs above max_send_sge %d", len(wr.SGL), q.init.Cap.MaxSendSGE)
+	}
+	var length uint64
+	for _, s := range wr.SGL {
+		length += uint64(s.Size())
+	}
+	if length > 1<<31 {
+		return newErr(op, q.qpn, syscall.EINVAL, "message of %d bytes above 2^31", length)
+	}
+	isAtomic := wr.Opcode == WRAtomicCmpAndSwp || wr.Opcode == WRAtomicFetchAndAdd
+	if isAtomic && length < 8 {
+		return newErr(op, q.qpn, syscall.EINVAL, "atomic needs an 8-byte local buffer")
+	}
+	inline := wr.Flags&SendInline != 0
+	if inline {
+		if wr.Opcode == WRRDMARead || isAtomic {
+			return newErr(op, q.qpn, syscall.EINVAL, "inline data only for SEND and WRITE")
+		}
+		if length > uint64(q.init.Cap.MaxInlineData) {
+			return newErr(op, q.qpn, syscall.EINVAL, "%d inline bytes above max_inline_data %d", length, q.init.Cap.MaxInlineData)
+		}
+	}
+	s := &q.sq
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tail-s.head >= uint64(len(s.slots)) {
+		return newErr(op, q.qpn, syscall.ENOMEM, "send queue full (max_send_wr %d)", len(s.slots))
+	}
+	w := s.slot(s.tail)
+	w.wr = *wr
+	w.sgl = append(w.sgl[:0], wr.SGL...)
+	w.wr.SGL = w.sgl
+	w.wr.AH = nil
+	if wr.AH != nil {
+		w.av = *wr.AH
+		w.av.DGID = w.av.DGID.Unmap()
+	}
+	w.length = uint32(length)
+	if isAtomic {
+		w.length = 8
+	}
+	if inline {
+		// Inline data is copied now, so the caller may reuse the buffer at
+		// once (IBV_SEND_INLINE). Go has no raw pointers: the SGEs must still
+		// name registered memory, but its access rights are not checked.
+		w.inline = w.inline[:0]
+		for _, sg := range wr.SGL {
+			r := q.e.mem.LocalRegion(sg.LKey)
+			var b []byte
+			if r != nil {
+				b = r.slice(sg.Addr, uint64(sg.Size()))
+			}
+			if b == nil {
+				return newErr(op, q.qpn, syscall.EINVAL, "inline SGE outside any registered memory")
+			}
+			w.inline = append(w.inline, b...)
+		}
+	}
+	w.state = wqePosted
+	s.tail++
+	return nil
+}
+
+// PostRecv is ibv_post_recv on the QP's own receive queue. A QP with an SRQ
+// has none: EINVAL (post to the SRQ instead). Posting in RESET is EINVAL.
+func (q *QP) PostRecv(wrs []srq.RecvWR) (int, error) {
+	const op = "ibv_post_recv"
+	if q.e.closed.Load() {
+		return 0, closedErr(op, q.qpn)
+	}
+	if q.rq == nil {
+		return 0, newErr(op, q.qpn, syscall.EINVAL, "QP uses an SRQ")
+	}
+	st := QPState(q.state.Load())
+	if st == QPSReset {
+		return 0, newErr(op, q.qpn, syscall.EINVAL, "QP in state RESET")
+	}
+	n, err := q.rq.PostRecv(wrs)
+	if err != nil {
+		idx := n
+		var se *srq.Error
+		if errors.As(err, &se) {
+			idx = se.Index
+		}
+		err = &Error{Op: op, QPN: q.qpn, Index: idx, Err: errnoOf(err), Detail: err.Error()}
+	}
+	if n > 0 {
+		// Wake the shard: in ERR the new WRs are flushed, and a responder
+		// that sent an RNR NAK learns nothing from it anyway (the requester
+		// retries after its timer).
+		if QPState(q.state.Load()) == QPSErr {
+			q.sh.wakeQP(q)
+		}
+	}
+	return n, err
+}
+
+// QPInfo is one QP's row in the debug dump (/debug/qps).
+type QPInfo struct {
+	QPN         uint32
+	Type        QPType
+	State       QPState
+	DestQPN     uint32
+	Peer        netip.Addr
+	SrcPort     uint16  // rxe's UDP source port for this QP (the Link sends from its own port)
+	NextPSN     bth.PSN // next request PSN
+	AckedPSN    bth.PSN // oldest unacknowledged PSN
+	ExpectedPSN bth.PSN // responder's expected PSN
+	MSN         uint32
+	SendQueued  int // send WRs not yet completed
+	TxPackets   uint64
+	RxPackets   uint64
+	Retransmits uint64
+	Timeouts    uint64
+}
+
+// QPs returns a snapshot of every QP, for debugging and /debug/qps.
+func (e *Engine) QPs() []QPInfo {
+	var out []QPInfo
+	for _, q := range *e.qps.Load() {
+		var in QPInfo
+		err := q.run("query", func() {
+			in = QPInfo{QPN: q.qpn, Type: q.typ, State: q.attr.State, DestQPN: q.attr.DestQPN,
+				Peer: q.attr.AV.DGID, SrcPort: q.sport, NextPSN: q.req.psn, AckedPSN: q.comp.psn,
+				ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.comp.idx)}
+		}, false)
+		if err != nil {
+			continue
+		}
+		in.TxPackets = q.cnt.txPackets.Load()
+		in.RxPackets = q.cnt.rxPackets.Load()
+		in.Retransmits = q.cnt.retransmits.Load()
+		in.Timeouts = q.cnt.timeouts.Load()
+		out = append(out, in)
+	}
+	return out
+}

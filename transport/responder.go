@@ -1,0 +1,489 @@
+package transport
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/srq"
+)
+
+// responder executes inbound requests: it checks PSN, opcode sequence,
+// access, resources, length and keys, places data, completes receive WRs and
+// acknowledges (rxe_resp.c). Owner shard only.
+type responder struct {
+	psn     bth.PSN // expected PSN
+	msn     uint32  // messages completed (24 bits on the wire)
+	sentNAK bool    // one PSN-sequence NAK per gap
+
+	inSend, inWrite bool       // inside a multi-packet SEND / WRITE
+	wr              srq.RecvWR // receive WR taken for the current message
+	haveWR          bool
+	off             uint32 // bytes placed into wr
+	wbuf            []byte // WRITE target: the RETH range in the MR
+	woff            uint32
+	wlen            uint32 // RETH DMA length of the current WRITE
+
+	res     []rdResource // max_dest_rd_atomic saved READ/atomic requests
+	resNext int
+}
+
+// rdResource is a responder resource: a READ or atomic accepted, kept so a
+// duplicate request is answered again without executing twice (rxe
+// resp_res).
+type rdResource struct {
+	valid       bool
+	atomic      bool
+	first, last bth.PSN
+	va          uint64
+	rkey        uint32
+	length      uint32
+	orig        uint64
+}
+
+// verdict is the outcome of the PSN check of a request (rxe check_psn).
+type verdict uint8
+
+const (
+	verdictExpected  verdict = iota // the next PSN: execute
+	verdictDuplicate                // behind: replay or re-ACK, do not execute
+	verdictAhead                    // a gap: NAK once, drop
+)
+
+func (v verdict) String() string {
+	return [...]string{"expected", "duplicate", "ahead"}[v]
+}
+
+// checkPSN classifies the PSN p of a request against the expected PSN.
+func checkPSN(expected, p bth.PSN) verdict {
+	switch d := p.Diff(expected); {
+	case d > 0:
+		return verdictAhead
+	case d < 0:
+		return verdictDuplicate
+	}
+	return verdictExpected
+}
+
+// atomicMu serializes remote atomics, like rxe's global atomic_ops_lock, so
+// two QPs on different shards never interleave a read-modify-write.
+var atomicMu sync.Mutex
+
+// remoteRange resolves an rkey for a remote access (rxe check_rkey): the key
+// must exist, belong to the QP's PD, grant want, and cover [va, va+n).
+func (q *QP) remoteRange(rkey uint32, va uint64, n uint32, want Access) []byte {
+	r := q.e.mem.RemoteRegion(rkey)
+	if r == nil || r.PD != q.init.PD || r.Access&want != want {
+		return nil
+	}
+	return r.slice(va, uint64(n))
+}
+
+// onRequest is the responder for one inbound request packet.
+func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
+	switch q.attr.State {
+	case QPSRTR, QPSRTS, QPSSQD, QPSSQE:
+	default:
+		return
+	}
+	if q.attr.State == QPSRTR && !q.commEst {
+		q.commEst = true
+		q.e.event(Event{Type: EventCommEst, QPN: q.qpn})
+	}
+	if q.typ == QPTypeUD {
+		q.udReceive(pkt, it)
+		return
+	}
+	p := pkt.PSN()
+	switch checkPSN(q.resp.psn, p) {
+	case verdictAhead:
+		q.e.stats.OutOfSequence.Add(1)
+		if !q.resp.sentNAK {
+			q.resp.sentNAK = true
+			q.sendAck(bth.NAKSyndrome(bth.NAKPSNSeqErr), q.resp.psn)
+			q.e.stats.NAKsSent[NAKPSNSeqErr].Add(1)
+		}
+		return
+	case verdictDuplicate:
+		q.e.stats.DuplicateRequests.Add(1)
+		q.duplicate(pkt)
+		return
+	}
+	q.resp.sentNAK = false
+	q.execute(now, pkt)
+}
+
+// classC is an IBA class C/B responder error: NAK, complete the receive WR
+// in progress with status, and move the QP to ERR.
+func (q *QP) classC(now time.Time, p bth.PSN, code uint8, status cq.Status) {
+	q.sendAck(bth.NAKSyndrome(code), p)
+	q.e.stats.NAKsSent[NAKKind(code)].Add(1)
+	if q.resp.haveWR {
+		q.resp.haveWR = false
+		q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: status, Opcode: cq.OpRecv, QPNum: q.qpn}, false)
+	}
+	q.toError(now)
+}
+
+// takeRecvWR fetches a receive WR from the RQ or SRQ for the message that
+// starts now; false means none is posted (RNR).
+func (q *QP) takeRecvWR() bool {
+	if q.resp.haveWR {
+		return true
+	}
+	var ok bool
+	if q.srq != nil {
+		ok = q.srq.Pop(&q.resp.wr)
+	} else {
+		ok = q.rq.Pop(&q.resp.wr)
+	}
+	q.resp.haveWR = ok
+	q.resp.off = 0
+	return ok
+}
+
+func (q *QP) sendRNR(p bth.PSN) {
+	q.sendAck(bth.RNRSyndrome(q.attr.MinRNRTimer), p)
+	q.e.stats.NAKsSent[NAKRNR].Add(1)
+}
+
+func isSend(op bth.Opcode) bool {
+	switch op {
+	case bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLast, bth.RCSendLastImm, bth.RCSendOnly,
+		bth.RCSendOnlyImm, bth.RCSendLastInv, bth.RCSendOnlyInv:
+		return true
+	}
+	return false
+}
+
+func isWrite(op bth.Opcode) bool { return op >= bth.RCWriteFirst && op <= bth.RCWriteOnlyImm }
+
+// execute runs the responder pipeline for the expected PSN.
+func (q *QP) execute(now time.Time, pkt *bth.Packet) {
+	op := pkt.Opcode()
+	p := pkt.PSN()
+	// Opcode sequence (C9-?? rxe check_op_seq).
+	switch {
+	case q.resp.inSend:
+		if !isSend(op) || op.IsFirst() || op.IsOnly() {
+			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+			return
+		}
+	case q.resp.inWrite:
+		if !isWrite(op) || op.IsFirst() || op.IsOnly() {
+			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+			return
+		}
+	default:
+		if op.IsMiddle() || op.IsLast() {
+			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+			return
+		}
+	}
+	// QP access rights (rxe check_op_valid).
+	var want Access
+	switch {
+	case isWrite(op):
+		want = AccessRemoteWrite
+	case op == bth.RCReadRequest:
+		want = AccessRemoteRead
+	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
+		want = AccessRemoteAtomic
+	}
+	if q.attr.AccessFlags&want != want {
+		q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+		return
+	}
+	// Length (rxe check_length): FIRST/MIDDLE exactly PMTU, LAST 1..PMTU,
+	// ONLY up to PMTU.
+	data := pkt.Payload()
+	n := uint32(len(data))
+	if ((op.IsFirst() || op.IsMiddle()) && n != q.pmtu) || (op.IsLast() && (n == 0 || n > q.pmtu)) ||
+		(op.IsOnly() && n > q.pmtu) {
+		q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+		return
+	}
+	switch {
+	case isSend(op):
+		if (op.IsFirst() || op.IsOnly()) && !q.takeRecvWR() {
+			q.sendRNR(p)
+			return
+		}
+		if st := q.scatter(q.resp.wr.SGL, q.resp.off, data); st != cq.Success {
+			code := uint8(bth.NAKInvalidRequest)
+			if st == cq.LocProtErr {
+				code = bth.NAKRemoteOpErr
+			}
+			q.classC(now, p, code, st)
+			return
+		}
+		q.resp.off += n
+		q.resp.inSend = !(op.IsLast() || op.IsOnly())
+		q.resp.psn = p.Add(1)
+		if !q.resp.inSend {
+			q.resp.msn++
+			wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecv,
+				ByteLen: q.resp.off, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
+			if op.HasImm() {
+				wc.ImmData = pkt.Imm()
+				wc.Flags |= cq.FlagWithImm
+			}
+			if op.HasIETH() {
+				wc.InvalidatedRKey = pkt.IETH()
+				wc.Flags |= cq.FlagWithInv
+			}
+			q.resp.haveWR = false
+			q.pushWC(q.init.RecvCQ, &wc, pkt.SE())
+		}
+		if pkt.AckReq() {
+			q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), p)
+		}
+	case isWrite(op):
+		if op.IsFirst() || op.IsOnly() {
+			reth := pkt.RETH()
+			if reth.DMALen > 1<<31 || (op.IsOnly() && n != reth.DMALen) || n > reth.DMALen {
+				q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+				return
+			}
+			var b []byte
+			if reth.DMALen > 0 {
+				b = q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteWrite)
+				if b == nil {
+					q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
+					return
+				}
+			}
+			q.resp.wbuf, q.resp.woff, q.resp.wlen = b, 0, reth.DMALen
+		} else if rem := uint32(len(q.resp.wbuf)) - q.resp.woff; n > rem || (op.IsLast() && n != rem) {
+			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+			return
+		}
+		if op.HasImm() && !q.takeRecvWR() {
+			q.sendRNR(p)
+			return
+		}
+		copy(q.resp.wbuf[q.resp.woff:], data)
+		q.resp.woff += n
+		q.resp.inWrite = !(op.IsLast() || op.IsOnly())
+		q.resp.psn = p.Add(1)
+		if !q.resp.inWrite {
+			q.resp.msn++
+			q.resp.wbuf = nil
+			if op.HasImm() {
+				wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecvRDMAWithImm,
+					ByteLen: q.resp.wlen, ImmData: pkt.Imm(), Flags: cq.FlagWithImm, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
+				q.resp.haveWR = false
+				q.pushWC(q.init.RecvCQ, &wc, pkt.SE())
+			}
+		}
+		if pkt.AckReq() {
+			q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), p)
+		}
+	case op == bth.RCReadRequest:
+		reth := pkt.RETH()
+		if reth.DMALen > 1<<31 {
+			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+			return
+		}
+		b := q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead)
+		if b == nil {
+			q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
+			return
+		}
+		npk := numPackets(WRRDMARead, reth.DMALen, q.pmtu)
+		q.saveResource(rdResource{valid: true, first: p, last: p.Add(int(npk) - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALen})
+		q.resp.msn++
+		q.resp.psn = p.Add(int(npk))
+		q.sendReadResponses(p, b)
+	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
+		ae := pkt.AtomicETH()
+		if ae.VA&7 != 0 {
+			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+			return
+		}
+		b := q.remoteRange(ae.RKey, ae.VA, 8, AccessRemoteAtomic)
+		if b == nil {
+			q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
+			return
+		}
+		atomicMu.Lock()
+		orig := binary.NativeEndian.Uint64(b)
+		if op == bth.RCFetchAdd {
+			binary.NativeEndian.PutUint64(b, orig+ae.SwapAdd)
+		} else if orig == ae.Compare {
+			binary.NativeEndian.PutUint64(b, ae.SwapAdd)
+		}
+		atomicMu.Unlock()
+		q.saveResource(rdResource{valid: true, atomic: true, first: p, last: p, va: ae.VA, rkey: ae.RKey, length: 8, orig: orig})
+		q.resp.msn++
+		q.resp.psn = p.Add(1)
+		q.sendAtomicAck(p, orig)
+	default:
+		q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+	}
+}
+
+func (q *QP) saveResource(r rdResource) {
+	if len(q.resp.res) == 0 {
+		q.resp.res = make([]rdResource, 1)
+	}
+	q.resp.res[q.resp.resNext] = r
+	q.resp.resNext = (q.resp.resNext + 1) % len(q.resp.res)
+}
+
+// duplicate answers a request behind the expected PSN without executing it
+// again (rxe duplicate_request, C9-105): SEND/WRITE are re-ACKed, READ is
+// replayed from memory for the requested sub-range, an atomic's saved result
+// is sent again. A duplicate with no saved resource is dropped.
+func (q *QP) duplicate(pkt *bth.Packet) {
+	op := pkt.Opcode()
+	p := pkt.PSN()
+	switch {
+	case isSend(op) || isWrite(op):
+		q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), q.resp.psn.Add(-1))
+	case op == bth.RCReadRequest:
+		reth := pkt.RETH()
+		for i := range q.resp.res {
+			r := &q.resp.res[i]
+			if !r.valid || r.atomic || r.rkey != reth.RKey || p.Before(r.first) || p.After(r.last) {
+				continue
+			}
+			if reth.VA < r.va || uint64(reth.VA-r.va)+uint64(reth.DMALen) > uint64(r.length) {
+				continue
+			}
+			if b := q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead); b != nil {
+				q.sendReadResponses(p, b)
+			}
+			return
+		}
+	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
+		for i := range q.resp.res {
+			r := &q.resp.res[i]
+			if r.valid && r.atomic && r.first == p {
+				q.sendAtomicAck(p, r.orig)
+				return
+			}
+		}
+	}
+}
+
+// sendAck sends an ACK or NAK with the given syndrome for PSN p.
+func (q *QP) sendAck(syndrome uint8, p bth.PSN) {
+	f := bth.Fields{Opcode: bth.RCAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
+		AETH: bth.AETH{Syndrome: syndrome, MSN: q.resp.msn}}
+	buf := q.sh.txBuf()
+	q.sh.xmit(buf, bth.Append(buf[:0], &f, nil), q.attr.AV.DGID, ClassAck)
+	q.cnt.txPackets.Add(1)
+}
+
+func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
+	f := bth.Fields{Opcode: bth.RCAtomicAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
+		AETH:      bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn},
+		AtomicAck: bth.AtomicAckETH{Orig: orig}}
+	buf := q.sh.txBuf()
+	q.sh.xmit(buf, bth.Append(buf[:0], &f, nil), q.attr.AV.DGID, ClassAtomicAck)
+	q.cnt.txPackets.Add(1)
+}
+
+// sendReadResponses sends data as READ RESPONSE packets with PSNs from p.
+func (q *QP) sendReadResponses(p bth.PSN, data []byte) {
+	n := len(data)
+	pmtu := int(q.pmtu)
+	npk := max((n+pmtu-1)/pmtu, 1)
+	for i := 0; i < npk; i++ {
+		chunk := data[min(i*pmtu, n):min((i+1)*pmtu, n)]
+		f := bth.Fields{PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p.Add(i),
+			AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn}}
+		switch {
+		case npk == 1:
+			f.Opcode = bth.RCReadResponseOnly
+		case i == 0:
+			f.Opcode = bth.RCReadResponseFirst
+		case i == npk-1:
+			f.Opcode = bth.RCReadResponseLast
+		default:
+			f.Opcode = bth.RCReadResponseMiddle
+		}
+		buf := q.sh.txBuf()
+		q.sh.xmit(buf, bth.Append(buf[:0], &f, chunk), q.attr.AV.DGID, ClassReadResponse)
+		q.cnt.txPackets.Add(1)
+	}
+}
+
+// grhLen is the GRH area at the start of every UD receive buffer.
+const grhLen = 40
+
+// udReceive delivers a UD SEND: Q_Key check (C10-15), the GRH area, then
+// the payload, into the next receive WR. With no WR posted the datagram is
+// dropped, as UD allows.
+func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
+	deth := pkt.DETH()
+	data := pkt.Payload()
+	if deth.QKey != q.attr.QKey || uint32(len(data)) > q.pmtu {
+		q.e.stats.Malformed.Add(1)
+		return
+	}
+	if !q.takeRecvWR() {
+		return
+	}
+	var grh [grhLen]byte
+	buildGRH(&grh, it, q.e.localAddr, len(pkt.Bytes()))
+	st := q.scatter(q.resp.wr.SGL, 0, grh[:])
+	if st == cq.Success {
+		st = q.scatter(q.resp.wr.SGL, grhLen, data)
+	}
+	wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: st, Opcode: cq.OpRecv, QPNum: q.qpn}
+	if st == cq.Success {
+		wc.ByteLen = uint32(grhLen + len(data))
+		wc.SrcQP = deth.SrcQP
+		wc.Flags = cq.FlagGRH
+		if pkt.Opcode().HasImm() {
+			wc.ImmData = pkt.Imm()
+			wc.Flags |= cq.FlagWithImm
+		}
+	}
+	q.resp.haveWR = false
+	q.pushWC(q.init.RecvCQ, &wc, pkt.SE())
+}
+
+// buildGRH fills the GRH area of a UD receive: for IPv4, 20 zero bytes then
+// the IPv4 header as it was on the wire (ID 0 and DF assumed, TTL 64 as the
+// socket hides them); for IPv6, the IPv6 header (libibverbs UD semantics).
+func buildGRH(g *[grhLen]byte, it *rxItem, local netip.Addr, udpPayloadLen int) {
+	src := it.src.Addr().Unmap()
+	dst := it.local.Unmap()
+	if !dst.IsValid() {
+		dst = local
+	}
+	if src.Is4() && dst.Is4() {
+		h := g[20:]
+		h[0] = 0x45
+		h[1] = it.tos
+		binary.BigEndian.PutUint16(h[2:], uint16(20+8+udpPayloadLen))
+		binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
+		h[8] = 64
+		h[9] = 17
+		s4, d4 := src.As4(), dst.As4()
+		copy(h[12:16], s4[:])
+		copy(h[16:20], d4[:])
+		var sum uint32
+		for i := 0; i < 20; i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(h[i:]))
+		}
+		for sum > 0xFFFF {
+			sum = sum&0xFFFF + sum>>16
+		}
+		binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+		return
+	}
+	binary.BigEndian.PutUint32(g[0:], 6<<28|uint32(it.tos)<<20)
+	binary.BigEndian.PutUint16(g[4:], uint16(8+udpPayloadLen))
+	g[6] = 17
+	g[7] = 64
+	s16, d16 := src.As16(), dst.As16()
+	copy(g[8:24], s16[:])
+	copy(g[24:40], d16[:])
+}

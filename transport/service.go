@@ -1,0 +1,152 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/bth"
+)
+
+// classOf maps an opcode to its counting class.
+func classOf(op bth.Opcode) OpClass {
+	switch {
+	case op == bth.CNP:
+		return ClassCNP
+	case op.IsUD():
+		return ClassUD
+	case isSend(op):
+		return ClassSend
+	case isWrite(op):
+		return ClassWrite
+	case op == bth.RCReadRequest:
+		return ClassReadRequest
+	case op >= bth.RCReadResponseFirst && op <= bth.RCReadResponseOnly:
+		return ClassReadResponse
+	case op == bth.RCAck:
+		return ClassAck
+	case op == bth.RCAtomicAck:
+		return ClassAtomicAck
+	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
+		return ClassAtomic
+	}
+	return ClassOther
+}
+
+// receive validates one inbound datagram for q (parse, ICRC, P_Key,
+// transport and source checks) and hands it to the responder or completer
+// (the rxe_rcv_pkt split). Owner shard only.
+func (q *QP) receive(now time.Time, it *rxItem) {
+	e := q.e
+	b := it.buf[:it.n]
+	pkt, err := bth.Parse(b)
+	if err != nil {
+		e.stats.Malformed.Add(1)
+		return
+	}
+	src := it.src.Addr().Unmap()
+	dst := it.local.Unmap()
+	if !dst.IsValid() {
+		dst = e.localAddr
+	}
+	env := bth.Envelope{Src: src, Dst: dst, DF: true, SrcPort: it.src.Port(), DstPort: e.port}
+	if !bth.CheckICRC(&env, b) {
+		// A UDP socket cannot see the IPv4 ID: ID 0 (DF senders such as us)
+		// was tried first; otherwise solve for it (rxe hashes its IDs).
+		if _, ok := bth.SolveIPv4ID(&env, b); !ok || !src.Is4() {
+			e.stats.ICRCErrors.Add(1)
+			return
+		}
+	}
+	op := pkt.Opcode()
+	class := classOf(op)
+	e.stats.RcvdPackets[class].Add(1)
+	e.stats.RcvdBytes[class].Add(uint64(len(b)))
+	q.cnt.rxPackets.Add(1)
+	if pkt.PKey()&0x7FFF != 0x7FFF {
+		e.stats.Malformed.Add(1)
+		return
+	}
+	switch q.typ {
+	case QPTypeUD:
+		if !op.IsUD() {
+			e.stats.Malformed.Add(1)
+			return
+		}
+	case QPTypeRC:
+		if !op.IsRC() {
+			if op != bth.CNP {
+				e.stats.Malformed.Add(1)
+			}
+			return
+		}
+		// rxe check_addr: an RC packet must come from the QP's peer.
+		if q.attr.AV.DGID.IsValid() && src != q.attr.AV.DGID {
+			e.stats.Malformed.Add(1)
+			return
+		}
+	}
+	if op.IsRequest() {
+		q.onRequest(now, &pkt, it)
+	} else {
+		q.onResponse(now, &pkt)
+	}
+}
+
+// service runs everything a QP may need after packets, posts or timers:
+// the error transition, timers, the requester, SQD drain, and the timer
+// re-arm. Owner shard only.
+func (q *QP) service(now time.Time) {
+	if q.fatal.Load() && q.attr.State != QPSErr {
+		q.toError(now)
+	}
+	if q.attr.State == QPSErr {
+		q.toError(now) // flush WRs posted since
+		return
+	}
+	if !q.timerAt.IsZero() && !now.Before(q.timerAt) {
+		q.timerAt = time.Time{}
+	}
+	q.onTimer(now)
+	q.runRequester(now)
+	if q.attr.State == QPSSQD && !q.sqdNotified && q.head() == nil && q.req.idx == q.comp.idx {
+		q.sqdNotified = true
+		if q.attr.EnSQDAsyncNotify {
+			q.e.event(Event{Type: EventSQDrained, QPN: q.qpn})
+		}
+	}
+	q.syncTimer(now)
+}
+
+// nextDeadline is the earliest armed protocol timer, or zero.
+func (q *QP) nextDeadline() time.Time {
+	a, b := q.comp.rtoAt, q.comp.rnrAt
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}
+
+// syncTimer makes sure the QP's clock timer fires no later than its
+// earliest deadline. The timer only wakes the QP on its shard; an early or
+// stale firing is harmless because service checks the deadlines itself.
+func (q *QP) syncTimer(now time.Time) {
+	d := q.nextDeadline()
+	if d.IsZero() {
+		return
+	}
+	if !q.timerAt.IsZero() && !d.Before(q.timerAt) {
+		return
+	}
+	q.timerAt = d
+	wait := d.Sub(now)
+	if wait < 0 {
+		wait = 0
+	}
+	if q.timer == nil {
+		q.timer = q.e.clock.AfterFunc(wait, func() { q.sh.wakeQP(q) })
+	} else {
+		q.timer.Reset(wait)
+	}
+}

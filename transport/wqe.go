@@ -1,0 +1,116 @@
+package transport
+
+import (
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/srq"
+)
+
+// wqeState is the life of a send WQE (rxe enum wqe_state).
+type wqeState uint8
+
+const (
+	wqePosted     wqeState = iota // queued, no packet sent yet
+	wqeProcessing                 // some packets sent
+	wqePending                    // every packet sent, waiting for the ACK/response
+	wqeDone                       // completed (completion posted if due)
+)
+
+// sendWQE is one slot of a send queue. The user goroutine fills the request
+// part in PostSend (under sendQueue.mu, while the slot is free); from then
+// until the slot is retired only the owner shard touches it.
+type sendWQE struct {
+	wr     SendWR
+	sgl    []srq.SGE // storage behind wr.SGL
+	inline []byte    // storage for SendInline data
+	av     AddressVector
+	length uint32 // message length in bytes
+
+	// Owner shard only.
+	state    wqeState
+	firstPSN bth.PSN
+	lastPSN  bth.PSN
+	sentAt   time.Time // first transmission, for the request-to-ACK latency
+	orig     uint64    // atomic: original remote value
+}
+
+func (w *sendWQE) isReadOrAtomic() bool {
+	switch w.wr.Opcode {
+	case WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+		return true
+	}
+	return false
+}
+
+func (w *sendWQE) isAtomic() bool {
+	return w.wr.Opcode == WRAtomicCmpAndSwp || w.wr.Opcode == WRAtomicFetchAndAdd
+}
+
+// numPackets is how many PSNs the WQE consumes at path MTU pmtu: one per
+// request packet, or for a READ one per response packet (at least one).
+func numPackets(op WROpcode, length, pmtu uint32) uint32 {
+	switch op {
+	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+		return 1
+	}
+	if length == 0 {
+		return 1
+	}
+	return (length + pmtu - 1) / pmtu
+}
+
+// wcOpcode maps a send WR opcode to its completion opcode.
+func wcOpcode(op WROpcode) cq.Opcode {
+	switch op {
+	case WRRDMAWrite, WRRDMAWriteWithImm:
+		return cq.OpRDMAWrite
+	case WRRDMARead:
+		return cq.OpRDMARead
+	case WRAtomicCmpAndSwp:
+		return cq.OpCompSwap
+	case WRAtomicFetchAndAdd:
+		return cq.OpFetchAdd
+	case WRLocalInv:
+		return cq.OpLocalInv
+	}
+	return cq.OpSend
+}
+
+// sendQueue is a fixed ring of send WQEs. The user produces (PostSend), the
+// owner shard consumes and retires.
+type sendQueue struct {
+	mu sync.Mutex
+	// mu guards: head, tail. slots[i] for head <= i < tail belong to the
+	// shard; the others to PostSend.
+	head, tail uint64
+	slots      []sendWQE
+}
+
+func (s *sendQueue) init(n, maxSGE, maxInline int) {
+	s.slots = make([]sendWQE, n)
+	for i := range s.slots {
+		s.slots[i].sgl = make([]srq.SGE, 0, maxSGE)
+		if maxInline > 0 {
+			s.slots[i].inline = make([]byte, 0, maxInline)
+		}
+	}
+}
+
+func (s *sendQueue) slot(i uint64) *sendWQE { return &s.slots[i%uint64(len(s.slots))] }
+
+func (s *sendQueue) loadTail() uint64 {
+	s.mu.Lock()
+	t := s.tail
+	s.mu.Unlock()
+	return t
+}
+
+// retire frees the slot at head; only the owner shard calls it.
+func (s *sendQueue) retire() {
+	s.mu.Lock()
+	s.head++
+	s.mu.Unlock()
+}
