@@ -205,3 +205,22 @@ func TestError_MessageNamesVerbObjectAndIndex(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestFlush_CallbackMayCallBackIntoTheQueue(t *testing.T) {
+	q := newQueue(t, 8, 1, testCaps)
+	post(t, q, 1, 2, 3)
+	var got []uint64
+	n := q.Flush(func(w *RecvWR) {
+		got = append(got, w.WRID)
+		if w.WRID == 1 {
+			post(t, q, 4) // posted during the flush: stays queued
+		}
+		_ = q.Len()
+	})
+	if n != 3 || !equalIDs(got, []uint64{1, 2, 3}) {
+		t.Fatalf("Flush = %d, %v", n, got)
+	}
+	if left := drainIDs(q); !equalIDs(left, []uint64{4}) {
+		t.Fatalf("left %v, want [4]", left)
+	}
+}

@@ -305,34 +305,43 @@ func (q *Queue) SetError() {
 	q.mu.Unlock()
 }
 
-// Flush removes every outstanding WR, oldest first, calling fn on each (fn
-// may be nil), and returns how many it removed. The engine uses it when a
-// QP's own receive queue is flushed with WR_FLUSH_ERR. fn runs under the
-// queue lock: it must not call back into the queue, and the *RecvWR it gets
-// is valid only during the call. It does not raise the limit event.
+// Flush removes the WRs outstanding when it is called, oldest first,
+// calling fn on each (fn may be nil), and returns how many it removed. The
+// engine uses it when a QP's own receive queue is flushed with
+// IBV_WC_WR_FLUSH_ERR. fn runs without the queue lock, so it may push
+// completions or call back into the queue; the *RecvWR it gets is reused
+// after fn returns. WRs posted during the flush stay queued. Flush works in
+// the error state and never raises the limit event.
 func (q *Queue) Flush(fn func(wr *RecvWR)) int {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return 0
-	}
 	n := q.count
+	if q.closed {
+		n = 0
+	}
+	q.mu.Unlock()
 	var wr RecvWR
-	for ; q.count > 0; q.count-- {
-		s := q.slots[q.head]
-		if fn != nil {
-			off := q.head * int(q.maxSGE)
-			wr.WRID = s.wrID
-			wr.SGL = q.sges[off : off+int(s.n) : off+int(s.n)]
-			fn(&wr)
+	done := 0
+	for ; done < n; done++ {
+		q.mu.Lock()
+		if q.closed || q.count == 0 {
+			q.mu.Unlock()
+			break
 		}
+		off := q.head * int(q.maxSGE)
+		s := q.slots[q.head]
+		wr.WRID = s.wrID
+		wr.SGL = append(wr.SGL[:0], q.sges[off:off+int(s.n)]...)
 		q.head++
 		if q.head == len(q.slots) {
 			q.head = 0
 		}
+		q.count--
+		q.mu.Unlock()
+		if fn != nil {
+			fn(&wr)
+		}
 	}
-	q.head = 0
-	return n
+	return done
 }
 
 // Len returns the number of WRs outstanding.
