@@ -246,3 +246,18 @@ func TestPop_ReusesDestinationSGL(t *testing.T) {
 		t.Fatal("Pop allocated a new SGL instead of reusing dst.SGL")
 	}
 }
+
+func TestPostSRQRecv_SGEsMayComeFromDifferentMRs(t *testing.T) {
+	q := newQueue(t, 8, 3, testCaps)
+	in := RecvWR{WRID: 1, SGL: []SGE{{Addr: 0x10, Length: 8, LKey: 0xaaaa}, {Addr: 0x9000, Length: 16, LKey: 0xbbbb}, {Addr: 0x10, Length: 8, LKey: 0xcccc}}}
+	if _, err := q.PostRecv([]RecvWR{in}); err != nil {
+		t.Fatal(err)
+	}
+	var dst RecvWR
+	q.Pop(&dst)
+	for i := range in.SGL {
+		if dst.SGL[i] != in.SGL[i] {
+			t.Fatalf("SGE %d = %+v, want %+v", i, dst.SGL[i], in.SGL[i])
+		}
+	}
+}
