@@ -1,0 +1,262 @@
+package transport
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/srq"
+	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/transport/link/linktest"
+)
+
+// fakeMem is a Memory for tests: regions by key, registered by the test.
+type fakeMem struct {
+	mu   sync.RWMutex
+	byL  map[uint32]*Region
+	byR  map[uint32]*Region
+	next uint32
+	addr uint64
+}
+
+func newFakeMem() *fakeMem {
+	return &fakeMem{byL: map[uint32]*Region{}, byR: map[uint32]*Region{}, next: 0x100, addr: 0x10000}
+}
+
+func (m *fakeMem) LocalRegion(k uint32) *Region {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.byL[k]
+}
+
+func (m *fakeMem) RemoteRegion(k uint32) *Region {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.byR[k]
+}
+
+// reg registers buf in PD pd with acc at a fresh iova.
+func (m *fakeMem) reg(pd uint32, buf []byte, acc Access) *Region {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.next += 2
+	r := &Region{PD: pd, Addr: m.addr, Buf: buf, Access: acc, LKey: m.next, RKey: m.next + 1}
+	m.addr = (m.addr + uint64(len(buf)) + 0x1fff) &^ 0xfff
+	m.byL[r.LKey] = r
+	m.byR[r.RKey] = r
+	return r
+}
+
+func (r *Region) sge(off, n int) srq.SGE {
+	return srq.SGE{Addr: r.Addr + uint64(off), Length: uint32(n), LKey: r.LKey}
+}
+
+// node is one engine with its memory, CQs and events.
+type node struct {
+	e      *Engine
+	mem    *fakeMem
+	scq    *cq.Queue
+	rcq    *cq.Queue
+	addr   netip.Addr
+	mu     sync.Mutex
+	events []Event
+}
+
+func (n *node) onEvent(ev Event) {
+	n.mu.Lock()
+	n.events = append(n.events, ev)
+	n.mu.Unlock()
+}
+
+func (n *node) hasEvent(t EventType) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ev := range n.events {
+		if ev.Type == t {
+			return true
+		}
+	}
+	return false
+}
+
+const cqSize = 4096
+
+func newNode(t testing.TB, l link.Link, shards int) *node {
+	t.Helper()
+	n := &node{mem: newFakeMem(), addr: l.LocalAddr().Addr()}
+	var err error
+	if n.scq, err = cq.New(cqSize, 1<<16); err != nil {
+		t.Fatal(err)
+	}
+	if n.rcq, err = cq.New(cqSize, 1<<16); err != nil {
+		t.Fatal(err)
+	}
+	n.e, err = NewEngine(Config{Link: l, Memory: n.mem, Shards: shards, OnEvent: n.onEvent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+var (
+	addrA = netip.MustParseAddrPort("10.0.0.1:4791")
+	addrB = netip.MustParseAddrPort("10.0.0.2:4791")
+)
+
+// pair makes two nodes joined by a Pipe, optionally impaired.
+func pair(t testing.TB, loss *linktest.LossConfig) (*node, *node) {
+	t.Helper()
+	la, lb := linktest.Pipe(addrA, addrB)
+	if loss != nil {
+		la = linktest.NewLossy(la, *loss)
+		lc := *loss
+		lc.Seed++
+		lb = linktest.NewLossy(lb, lc)
+	}
+	return newNode(t, la, 2), newNode(t, lb, 2)
+}
+
+func (n *node) close(t testing.TB) {
+	if err := n.e.Close(); err != nil {
+		t.Logf("close: %v", err)
+	}
+}
+
+type rcOpts struct {
+	mtu                MTU
+	timeout, retry     uint8
+	rnrRetry, minRNR   uint8
+	maxRD              uint8
+	sendWR, recvWR     uint32
+	srq                *srq.Queue
+	sqSigAll           bool
+	access             Access
+	recvCQ, sendCQ     *cq.Queue
+	skipRTS            bool
+	maxInline          uint32
+	noConnect, noSetup bool
+}
+
+func (o *rcOpts) defaults() {
+	if o.mtu == 0 {
+		o.mtu = MTU1024
+	}
+	if o.timeout == 0 {
+		o.timeout = 14
+	}
+	if o.retry == 0 {
+		o.retry = 7
+	}
+	if o.rnrRetry == 0 {
+		o.rnrRetry = 7
+	}
+	if o.minRNR == 0 {
+		o.minRNR = 1
+	}
+	if o.maxRD == 0 {
+		o.maxRD = 16
+	}
+	if o.sendWR == 0 {
+		o.sendWR = 256
+	}
+	if o.recvWR == 0 {
+		o.recvWR = 256
+	}
+	if o.access == 0 {
+		o.access = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	}
+}
+
+func (n *node) createQP(t testing.TB, typ QPType, o rcOpts) *QP {
+	t.Helper()
+	o.defaults()
+	scq, rcq := n.scq, n.rcq
+	if o.sendCQ != nil {
+		scq = o.sendCQ
+	}
+	if o.recvCQ != nil {
+		rcq = o.recvCQ
+	}
+	q, err := n.e.CreateQP(&QPInitAttr{Type: typ, SendCQ: scq, RecvCQ: rcq, SRQ: o.srq, PD: 1, SQSigAll: o.sqSigAll,
+		Cap: QPCap{MaxSendWR: o.sendWR, MaxRecvWR: o.recvWR, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: o.maxInline}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// connect moves q to RTS (RTR only if o.skipRTS) talking to peer QPN dqpn at addr.
+func connect(t testing.TB, q *QP, dst netip.Addr, dqpn uint32, o rcOpts) {
+	t.Helper()
+	o.defaults()
+	must := func(a QPAttr, m QPAttrMask) {
+		t.Helper()
+		if err := q.Modify(&a, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(QPAttr{State: QPSInit, PortNum: 1, AccessFlags: o.access},
+		QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags)
+	must(QPAttr{State: QPSRTR, AV: AddressVector{DGID: dst}, PathMTU: o.mtu, DestQPN: dqpn, RQPSN: 0x123400 + dqpn,
+		MaxDestRDAtomic: 16, MinRNRTimer: o.minRNR},
+		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRDAtomic|QPAttrMinRNRTimer)
+	if o.skipRTS {
+		return
+	}
+	must(QPAttr{State: QPSRTS, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry,
+		SQPSN: 0x123400 + q.QPN(), MaxRDAtomic: o.maxRD},
+		QPAttrState|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrSQPSN|QPAttrMaxQPRDAtomic)
+}
+
+func rcPair(t testing.TB, a, b *node, o rcOpts) (*QP, *QP) {
+	t.Helper()
+	qa := a.createQP(t, QPTypeRC, o)
+	qb := b.createQP(t, QPTypeRC, o)
+	connect(t, qa, b.addr, qb.QPN(), o)
+	connect(t, qb, a.addr, qa.QPN(), o)
+	return qa, qb
+}
+
+// waitWC polls c until n completions arrived or the (virtual) deadline.
+func waitWC(t testing.TB, c *cq.Queue, n int, within time.Duration) []cq.WorkCompletion {
+	t.Helper()
+	var out []cq.WorkCompletion
+	buf := make([]cq.WorkCompletion, 64)
+	deadline := time.Now().Add(within)
+	for len(out) < n {
+		k, _ := c.Poll(buf)
+		out = append(out, buf[:k]...)
+		if k == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("got %d of %d completions within %v: %v", len(out), n, within, out)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return out
+}
+
+// noMoreWC checks that c stays empty for d.
+func noMoreWC(t testing.TB, c *cq.Queue, d time.Duration) {
+	t.Helper()
+	time.Sleep(d)
+	buf := make([]cq.WorkCompletion, 8)
+	if k, _ := c.Poll(buf); k != 0 {
+		t.Fatalf("unexpected completions: %v", buf[:k])
+	}
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7+int(seed)) ^ byte(i>>8)
+	}
+	return b
+}
+
+func wcString(w cq.WorkCompletion) string {
+	return fmt.Sprintf("{wr %d %v %v len %d}", w.WRID, w.Status, w.Opcode, w.ByteLen)
+}
