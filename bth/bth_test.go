@@ -432,3 +432,18 @@ func TestICRCDetectsChanges(t *testing.T) {
 		t.Error("short packet checks")
 	}
 }
+
+func TestEnvelopeMappedAddresses(t *testing.T) {
+	f := bth.Fields{Opcode: bth.RCSendOnly, PKey: 0xFFFF, DestQP: 0x11}
+	b := bth.Append(nil, &f, seq(8))
+	bth.PutICRC(&env4, b)
+	mapped := env4
+	mapped.Src = netip.AddrFrom16(env4.Src.As16())
+	mapped.Dst = netip.AddrFrom16(env4.Dst.As16())
+	if !mapped.Src.Is4In6() || !bth.CheckICRC(&mapped, b) {
+		t.Error("IPv4-mapped envelope must hash as IPv4")
+	}
+	if id, ok := bth.SolveIPv4ID(&mapped, b); !ok || id != env4.IPID {
+		t.Error("SolveIPv4ID with mapped addresses")
+	}
+}

@@ -22,7 +22,7 @@
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|A|   resv7     |                    PSN (24)                   |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//	S = solicited event, M = MigReq, Pad = PadCnt, TVer = 0 (C9-?),
+//	S = solicited event, M = MigReq, Pad = PadCnt, TVer = 0 (else dropped),
 //	F/B = FECN/BECN (RoCEv2 congestion; masked in the ICRC), A = AckReq.
 //
 // # Extension headers (IBA 9.3)
@@ -44,8 +44,8 @@
 //	IETH (9.3.8, SEND with invalidate): | R_Key (32) |
 //	CNP (Annex 17.9.3):      BTH opcode 0x81 with BECN, then 16 reserved bytes.
 //
-// All multi-byte fields are big-endian except the ICRC trailer, which rxe
-// and every RoCEv2 NIC store little-endian.
+// All multi-byte fields are big-endian except the ICRC trailer, which is
+// stored little-endian (as rxe does; verified on every captured packet).
 //
 // # ICRC (IBA Annex 17.3.3)
 //
@@ -58,9 +58,19 @@
 //
 // # Use
 //
-// Receive: Parse the UDP payload (no allocation), check the ICRC, then read
-// fields through the Packet view. Send: fill a Fields, Append into a pooled
-// buffer, then PutICRC. Parse errors are sentinels (ErrTruncated,
-// ErrPadOverrun, ErrBadTVer, ErrUnknownOpcode, ErrUnexpectedPayload) for
-// per-cause drop counters.
+// Receive: Parse the UDP payload (no allocation; the Packet is a view over
+// the caller's buffer), check the ICRC (CheckICRC when the IP header is
+// known; SolveIPv4ID from a UDP socket, which cannot see the IPv4
+// Identification: it accepts a corrupted packet with probability 2^-16),
+// then read fields through the Packet. Parse errors are sentinels
+// (ErrTruncated, ErrPadOverrun, ErrBadTVer, ErrUnknownOpcode,
+// ErrUnexpectedPayload) for per-cause drop counters.
+//
+// Send: pick the opcode with MessageOpcode, fill a Fields, Append into a
+// buffer of PacketLen bytes (no allocation), then PutICRC. Append writes
+// reserved bits, pad and the ICRC as zero, so Append(p.Fields(),
+// p.Payload()) plus PutICRC reproduces every packet rxe sends.
+//
+// Responders check request ordering with ValidSequence and PSNs with the
+// PSN methods (24-bit serial arithmetic).
 package bth

@@ -10,8 +10,8 @@ import (
 // payload lacks (RoCEv2 Annex 17.3.3; PROTOCOL.md §4.2-4.3). Fields the ICRC
 // masks (TOS/traffic class, TTL/hop limit, flow label, checksums) are absent.
 // Lengths are derived from the UDP payload. The packet is IPv4 (20-byte
-// header, no options) when Src.Is4(), else IPv6; Src and Dst must be the
-// same family (an IPv4-mapped IPv6 address counts as IPv6).
+// header, no options) when Src is an IPv4 or IPv4-mapped IPv6 address (as a
+// dual-stack socket reports IPv4 peers), else IPv6.
 type Envelope struct {
 	Src, Dst         netip.Addr
 	IPID             uint16 // IPv4 Identification; ignored for IPv6
@@ -40,7 +40,7 @@ func pseudo(ph *[maxPseudo]byte, env *Envelope, udpPayload []byte, id uint16) (n
 		ph[i] = 0xFF
 	}
 	var ip []byte
-	if env.Src.Is4() {
+	if is4(env) {
 		ip = ph[maskedLRH : maskedLRH+ipv4HdrLen]
 		ip[0] = 0x45
 		ip[1] = 0xFF // TOS masked
@@ -53,7 +53,7 @@ func pseudo(ph *[maxPseudo]byte, env *Envelope, udpPayload []byte, id uint16) (n
 		ip[8] = 0xFF // TTL masked
 		ip[9] = 17
 		ip[10], ip[11] = 0xFF, 0xFF // checksum masked
-		s, d := env.Src.As4(), env.Dst.As4()
+		s, d := env.Src.Unmap().As4(), env.Dst.Unmap().As4()
 		copy(ip[12:], s[:])
 		copy(ip[16:], d[:])
 	} else {
@@ -130,7 +130,7 @@ func CheckICRC(env *Envelope, udpPayload []byte) bool {
 // full check: a 16-bit integrity loss the caller should know about.
 // ok is false for IPv6 envelopes, short packets, and when no ID matches.
 func SolveIPv4ID(env *Envelope, udpPayload []byte) (id uint16, ok bool) {
-	if !env.Src.Is4() || len(udpPayload) < BTHLen+ICRCLen {
+	if !is4(env) || len(udpPayload) < BTHLen+ICRCLen {
 		return 0, false
 	}
 	want := binary.LittleEndian.Uint32(udpPayload[len(udpPayload)-ICRCLen:])
@@ -151,3 +151,6 @@ func SolveIPv4ID(env *Envelope, udpPayload []byte) (id uint16, ok bool) {
 	}
 	return x, true
 }
+
+// is4 reports whether env describes an IPv4 packet.
+func is4(env *Envelope) bool { return env.Src.Is4() || env.Src.Is4In6() }

@@ -12,7 +12,8 @@ var (
 	ErrTruncated = errors.New("bth: packet truncated")
 	// ErrPadOverrun: the BTH pad count exceeds the bytes left for payload.
 	ErrPadOverrun = errors.New("bth: pad count beyond payload")
-	// ErrBadTVer: the BTH transport header version is not 0 (IBA C9-4... ; rxe hdr_check).
+	// ErrBadTVer: the BTH transport header version is not 0 (IBA 9.2; rxe
+	// hdr_check drops such packets).
 	ErrBadTVer = errors.New("bth: transport header version not 0")
 	// ErrUnknownOpcode: the opcode is not in the RC, UC, UD or CNP table.
 	ErrUnknownOpcode = errors.New("bth: unknown opcode")
