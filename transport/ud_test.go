@@ -1,0 +1,155 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/srq"
+)
+
+func udQP(t testing.TB, n *node, qkey uint32) *QP {
+	t.Helper()
+	q := n.createQP(t, QPTypeUD, rcOpts{})
+	steps := []struct {
+		a QPAttr
+		m QPAttrMask
+	}{
+		{QPAttr{State: QPSInit, PortNum: 1, QKey: qkey}, QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrQKey},
+		{QPAttr{State: QPSRTR}, QPAttrState},
+		{QPAttr{State: QPSRTS, SQPSN: 1}, QPAttrState | QPAttrSQPSN},
+	}
+	for _, s := range steps {
+		if err := q.Modify(&s.a, s.m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return q
+}
+
+func TestUDSendAndImm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := pair(t, nil)
+		defer a.close(t)
+		defer b.close(t)
+		qa, qb := udQP(t, a, 0x1111), udQP(t, b, 0x2222)
+		src := a.mem.reg(1, pattern(1024, 3), AccessLocalWrite)
+		dst := b.mem.reg(1, make([]byte, 4*1100), AccessLocalWrite)
+		for i := 0; i < 4; i++ {
+			qb.PostRecv([]srq.RecvWR{{WRID: uint64(10 + i), SGL: []srq.SGE{dst.sge(i*1100, 1100)}}})
+		}
+		ah := &AddressVector{DGID: b.addr}
+		wrs := []SendWR{
+			{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 1024)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222},
+			{WRID: 2, Opcode: WRSendWithImm, Flags: SendSignaled, Imm: 0x5a5a, SGL: []srq.SGE{src.sge(0, 100)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222},
+			{WRID: 3, Opcode: WRSend, Flags: SendSignaled, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x3333}, // wrong Q_Key: dropped
+			{WRID: 4, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 1)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x80000000}, // takes QP's Q_Key 0x1111: dropped
+		}
+		if _, err := qa.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range waitWC(t, a.scq, 4, time.Second) {
+			if w.WRID != uint64(i+1) || w.Status != cq.Success {
+				t.Fatalf("send completion %s", wcString(w))
+			}
+		}
+		rwc := waitWC(t, b.rcq, 2, time.Second)
+		noMoreWC(t, b.rcq, 10*time.Millisecond)
+		for i, want := range []int{1024, 100} {
+			w := rwc[i]
+			if w.Status != cq.Success || w.ByteLen != uint32(grhLen+want) || w.SrcQP != qa.QPN() || w.Flags&cq.FlagGRH == 0 {
+				t.Fatalf("recv %d: %s src %#x flags %v", i, wcString(w), w.SrcQP, w.Flags)
+			}
+			buf := dst.Buf[i*1100:]
+			if !bytes.Equal(buf[grhLen:grhLen+want], src.Buf[:want]) {
+				t.Fatalf("recv %d: payload differs", i)
+			}
+			ip := buf[20:40]
+			if ip[0] != 0x45 || ip[9] != 17 || !bytes.Equal(ip[12:16], a.addr.AsSlice()) || !bytes.Equal(ip[16:20], b.addr.AsSlice()) {
+				t.Fatalf("recv %d: GRH area % x", i, buf[:40])
+			}
+			if got := binary.BigEndian.Uint16(ip[2:]); int(got) != 20+8+12+8+want+(-want&3)+4+map[int]int{0: 0, 1: 4}[i] {
+				t.Fatalf("recv %d: IPv4 total length %d", i, got)
+			}
+		}
+		if rwc[1].Flags&cq.FlagWithImm == 0 || rwc[1].ImmData != 0x5a5a {
+			t.Fatalf("imm %#x flags %v", rwc[1].ImmData, rwc[1].Flags)
+		}
+		if n := b.e.Stats().Snapshot().Malformed; n != 2 {
+			t.Fatalf("Q_Key violations counted %d, want 2", n)
+		}
+	})
+}
+
+func TestSharedSRQManyQPs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := pair(t, nil)
+		defer a.close(t)
+		defer b.close(t)
+		s, err := srq.New(&srq.Attr{MaxWR: 64, MaxSGE: 1}, srq.Caps{MaxWR: 1024, MaxSGE: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const nqp, per, size = 4, 8, 2000
+		dst := b.mem.reg(1, make([]byte, nqp*per*size), AccessLocalWrite)
+		for i := 0; i < nqp*per; i++ {
+			if _, err := s.PostRecv([]srq.RecvWR{{WRID: uint64(i), SGL: []srq.SGE{dst.sge(i*size, size)}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Modify(&srq.Attr{Limit: 4}, srq.AttrLimit); err != nil {
+			t.Fatal(err)
+		}
+		var qas []*QP
+		for i := 0; i < nqp; i++ {
+			qa := a.createQP(t, QPTypeRC, rcOpts{})
+			qb := b.createQP(t, QPTypeRC, rcOpts{srq: s})
+			connect(t, qa, b.addr, qb.QPN(), rcOpts{})
+			connect(t, qb, a.addr, qa.QPN(), rcOpts{})
+			if _, err := qb.PostRecv([]srq.RecvWR{{}}); err == nil {
+				t.Fatal("PostRecv on a QP with an SRQ succeeded")
+			}
+			qas = append(qas, qa)
+		}
+		src := a.mem.reg(1, make([]byte, nqp*per*size), AccessLocalWrite)
+		for i := range src.Buf {
+			src.Buf[i] = byte(i / size)
+		}
+		for k := 0; k < per; k++ {
+			for i, qa := range qas {
+				m := (i*per + k)
+				qa.PostSend([]SendWR{{WRID: uint64(m), Opcode: WRSend, SGL: []srq.SGE{src.sge(m*size, size)}}})
+			}
+		}
+		rwc := waitWC(t, b.rcq, nqp*per, 10*time.Second)
+		seen := map[byte]bool{}
+		for _, w := range rwc {
+			if w.Status != cq.Success || w.ByteLen != size {
+				t.Fatalf("recv %s", wcString(w))
+			}
+			got := dst.Buf[int(w.WRID)*size : int(w.WRID+1)*size]
+			v := got[0]
+			if seen[v] || !bytes.Equal(got, bytes.Repeat([]byte{v}, size)) {
+				t.Fatalf("message %d delivered twice or corrupted", v)
+			}
+			seen[v] = true
+		}
+		if len(seen) != nqp*per {
+			t.Fatalf("%d distinct messages", len(seen))
+		}
+		if !b.hasEvent(EventSRQLimitReached) || b.e.Stats().Snapshot().SRQLimitEvents != 1 {
+			t.Fatal("SRQ limit event not raised once")
+		}
+		// Moving an SRQ QP to ERR raises LAST_WQE_REACHED.
+		for _, q := range *b.e.qps.Load() {
+			q.Modify(&QPAttr{State: QPSErr}, QPAttrState)
+			break
+		}
+		if !b.hasEvent(EventQPLastWQEReached) {
+			t.Fatal("no LAST_WQE_REACHED")
+		}
+	})
+}
