@@ -1,0 +1,700 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// rdma_cm's defaults (cma.c): CM response timeout code 20 (≈ 4.3 s), 15 CM
+// retries, and on RoCE a packet lifetime code of 18 whose local ACK timeout
+// is 19.
+const (
+	DefaultCMResponseTimeout = 20
+	DefaultMaxCMRetries      = 15
+	DefaultPacketLifetime    = 18
+)
+
+// ManagerConfig configures a Manager. Zero fields take rdma_cm's values.
+type ManagerConfig struct {
+	// CAGUID is the local CA GUID put in REQ/REP (rxe: the node GUID, EUI-64
+	// of the MAC). Optional.
+	CAGUID uint64
+	// PathMTU is the port's active MTU enum (1=256 .. 5=4096); default 3
+	// (1024, rxe on a 1500-byte netdev).
+	PathMTU uint8
+	// CMResponseTimeout is the 5-bit code we promise and expect for CM
+	// answers; MaxCMRetries how often REQ/REP/DREQ are resent.
+	CMResponseTimeout uint8
+	MaxCMRetries      uint8
+	// PacketLifetime is the 5-bit path packet lifetime; the QP's local ACK
+	// timeout is PacketLifetime+1.
+	PacketLifetime uint8
+	// HopLimit of the path (default 64) and TrafficClass.
+	HopLimit     uint8
+	TrafficClass uint8
+	// Machine tunes the state machine (timewait, randomness).
+	Machine Config
+	// Events, if non-nil, receives a copy of every connection event
+	// (rdma_cm's event channel, for tracing). Sends never block: events
+	// that do not fit are dropped.
+	Events chan<- ConnEvent
+}
+
+// ConnEventType is what happened to a connection (rdma_cm event names).
+type ConnEventType uint8
+
+// Connection events.
+const (
+	ConnectRequest  ConnEventType = iota + 1 // RDMA_CM_EVENT_CONNECT_REQUEST
+	ConnectResponse                          // REP received (active side, before RTU)
+	Established                              // RDMA_CM_EVENT_ESTABLISHED
+	Rejected                                 // RDMA_CM_EVENT_REJECTED
+	Unreachable                              // RDMA_CM_EVENT_UNREACHABLE
+	Disconnected                             // RDMA_CM_EVENT_DISCONNECTED
+	TimeWaitExit                             // RDMA_CM_EVENT_TIMEWAIT_EXIT
+)
+
+var connEventNames = [...]string{"", "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+	"RDMA_CM_EVENT_ESTABLISHED", "RDMA_CM_EVENT_REJECTED", "RDMA_CM_EVENT_UNREACHABLE",
+	"RDMA_CM_EVENT_DISCONNECTED", "RDMA_CM_EVENT_TIMEWAIT_EXIT"}
+
+// String returns the rdma_cm event name.
+func (t ConnEventType) String() string {
+	if int(t) < len(connEventNames) && t != 0 {
+		return connEventNames[t]
+	}
+	return fmt.Sprintf("ConnEventType(%d)", uint8(t))
+}
+
+// ConnEvent is one entry of the event stream.
+type ConnEvent struct {
+	Type          ConnEventType
+	ID            uint32 // local communication ID
+	Local, Remote netip.AddrPort
+	Err           error // Rejected: *RejectError; Unreachable: ErrTimeout
+}
+
+// ConnParam is what a side offers for a connection (struct
+// rdma_conn_param plus the QP identity rdma_cm takes from the QP).
+type ConnParam struct {
+	QPN                uint32 // the local RC QP
+	StartingPSN        uint32 // the local send queue's first PSN (24 bits); see RandomPSN
+	ResponderResources uint8  // RDMA READs/atomics we accept at once
+	InitiatorDepth     uint8  // RDMA READs/atomics we issue at once
+	RetryCount         uint8  // 3 bits (7 = infinite on rxe)
+	RNRRetryCount      uint8  // 3 bits
+	PrivateData        []byte // ≤ 56 bytes in a REQ, ≤ 196 in a REP
+	// Ready is called with the negotiated parameters before the CM commits:
+	// before REP is sent (Accept) or before RTU is sent (Dial). Move the QP
+	// to RTR and RTS here. An error rejects the connection.
+	Ready func(QPParams) error
+}
+
+// QPParams is what the caller needs to move its RC QP INIT→RTR→RTS (the
+// attributes rdma_init_qp_attr would return).
+type QPParams struct {
+	LocalAddr, RemoteAddr netip.Addr // the GIDs as IP addresses
+	LocalQPN, RemoteQPN   uint32     // dest_qp_num = RemoteQPN
+	SQPSN, RQPSN          uint32     // our starting PSN; the peer's (rq_psn)
+	MaxRdAtomic           uint8      // max_rd_atomic: READs we may have outstanding
+	MaxDestRdAtomic       uint8      // max_dest_rd_atomic: READs we accept
+	PathMTU               uint8      // MTU enum
+	Timeout               uint8      // local ACK timeout code
+	RetryCount            uint8
+	RNRRetry              uint8
+	FlowLabel             uint32 // 20 bits, from the REQ
+	UDPSourcePort         uint16 // derived from FlowLabel as rxe does
+	HopLimit              uint8
+	TrafficClass          uint8
+}
+
+// RandomPSN returns a random 24-bit starting PSN, as rdma_cm picks one.
+func RandomPSN() uint32 { return rand.Uint32() & 0xFFFFFF }
+
+// Manager runs the CM for one port: it owns a Machine, reads MADs from a
+// MADConn on its own goroutine and drives the retransmission timer.
+type Manager struct {
+	conn MADConn
+	cfg  ManagerConfig
+	addr netip.Addr
+
+	mu        sync.Mutex // mu guards everything below
+	m         *Machine
+	timer     *time.Timer
+	listeners map[uint64]*Listener
+	handles   map[uint32]*handle
+	closed    bool
+	dropped   uint64 // events dropped on a full ConnEvent channel
+
+	readDone chan struct{}
+}
+
+// handle is the Manager's record of one communication ID.
+type handle struct {
+	id            uint32
+	local, remote netip.AddrPort
+	ev            chan Event // machine events for this ID; buffered
+	conn          *Conn
+}
+
+// NewManager starts a CM on conn. Close stops it.
+func NewManager(conn MADConn, cfg ManagerConfig) *Manager {
+	if cfg.PathMTU == 0 {
+		cfg.PathMTU = 3
+	}
+	if cfg.CMResponseTimeout == 0 {
+		cfg.CMResponseTimeout = DefaultCMResponseTimeout
+	}
+	if cfg.MaxCMRetries == 0 {
+		cfg.MaxCMRetries = DefaultMaxCMRetries
+	}
+	if cfg.PacketLifetime == 0 {
+		cfg.PacketLifetime = DefaultPacketLifetime
+	}
+	if cfg.HopLimit == 0 {
+		cfg.HopLimit = 64
+	}
+	mg := &Manager{conn: conn, cfg: cfg, addr: conn.LocalAddr().Unmap(), m: NewMachine(cfg.Machine),
+		listeners: map[uint64]*Listener{}, handles: map[uint32]*handle{}, readDone: make(chan struct{})}
+	mg.timer = time.AfterFunc(time.Hour, mg.onTimer)
+	mg.timer.Stop()
+	go mg.readLoop()
+	return mg
+}
+
+// Stats returns the state machine's counters.
+func (mg *Manager) Stats() Stats {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	return mg.m.Stats()
+}
+
+// Close stops the Manager and closes the MADConn. Connections are not
+// disconnected: call Conn.Disconnect first.
+func (mg *Manager) Close() error {
+	mg.mu.Lock()
+	if mg.closed {
+		mg.mu.Unlock()
+		return nil
+	}
+	mg.closed = true
+	mg.timer.Stop()
+	for _, l := range mg.listeners {
+		l.closeLocked()
+	}
+	for _, h := range mg.handles {
+		if h.conn != nil {
+			h.conn.finish(net.ErrClosed)
+		}
+	}
+	mg.mu.Unlock()
+	err := mg.conn.Close()
+	<-mg.readDone
+	return err
+}
+
+func (mg *Manager) readLoop() {
+	defer close(mg.readDone)
+	buf := make([]byte, MADLen+64)
+	for {
+		n, from, err := mg.conn.ReadMAD(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		mg.mu.Lock()
+		if !mg.closed {
+			mg.m.Receive(time.Now(), from.Unmap(), buf[:n])
+			mg.flushLocked()
+		}
+		mg.mu.Unlock()
+	}
+}
+
+func (mg *Manager) onTimer() {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	if mg.closed {
+		return
+	}
+	mg.m.Tick(time.Now())
+	mg.flushLocked()
+}
+
+// flushLocked sends the machine's MADs, dispatches its events and re-arms
+// the timer.
+func (mg *Manager) flushLocked() {
+	for {
+		out, events := mg.m.Drain()
+		if len(out) == 0 && len(events) == 0 {
+			break
+		}
+		for _, d := range out {
+			mg.conn.WriteMAD(d.MAD, d.Peer) // a lost MAD is retransmitted by the machine
+		}
+		for _, ev := range events {
+			mg.dispatchLocked(ev)
+		}
+	}
+	if d, ok := mg.m.Deadline(); ok {
+		mg.timer.Reset(max(time.Until(d), 0))
+	} else {
+		mg.timer.Stop()
+	}
+}
+
+func (mg *Manager) publishLocked(t ConnEventType, h *handle, id uint32, err error) {
+	if mg.cfg.Events == nil {
+		return
+	}
+	ev := ConnEvent{Type: t, ID: id, Err: err}
+	if h != nil {
+		ev.Local, ev.Remote = h.local, h.remote
+	}
+	select {
+	case mg.cfg.Events <- ev:
+	default:
+		mg.dropped++
+	}
+}
+
+func (mg *Manager) dispatchLocked(ev Event) {
+	h := mg.handles[ev.ID]
+	switch ev.Type {
+	case EventConnectRequest:
+		mg.onConnectRequestLocked(ev)
+		return
+	case EventReply:
+		mg.publishLocked(ConnectResponse, h, ev.ID, nil)
+	case EventEstablished:
+		mg.publishLocked(Established, h, ev.ID, nil)
+	case EventRejected:
+		mg.publishLocked(Rejected, h, ev.ID, ev.Err)
+	case EventUnreachable:
+		mg.publishLocked(Unreachable, h, ev.ID, ev.Err)
+	case EventDisconnectRequest:
+		// rdma_cm reports DISCONNECTED and the application's
+		// rdma_disconnect answers with DREP; we answer at once.
+		mg.m.Disconnect(time.Now(), ev.ID, nil)
+		return
+	case EventDisconnected:
+		mg.publishLocked(Disconnected, h, ev.ID, ev.Err)
+	case EventTimeWaitExit:
+		mg.publishLocked(TimeWaitExit, h, ev.ID, nil)
+		delete(mg.handles, ev.ID)
+		return
+	case EventSIDRRequest:
+		// UD services are not offered through the Manager yet.
+		mg.m.SIDRReply(time.Now(), ev.ID, SIDRREP{Status: SIDRUnsupported})
+		return
+	}
+	if h == nil {
+		return
+	}
+	if mg.m.State(ev.ID) == StateIdle {
+		delete(mg.handles, ev.ID) // the machine forgot it (REJ received, REQ unanswered)
+	}
+	if h.conn != nil && (ev.Type == EventDisconnected || ev.Type == EventRejected || ev.Type == EventUnreachable) {
+		h.conn.finish(ev.Err)
+	}
+	select {
+	case h.ev <- ev:
+	default:
+	}
+}
+
+func (mg *Manager) onConnectRequestLocked(ev Event) {
+	now := time.Now()
+	req := ev.REQ
+	l := mg.listeners[req.ServiceID]
+	ch, user, err := ParseCMA(req.PrivateData)
+	if l == nil || err != nil || (l.addr.Addr().IsValid() && !l.addr.Addr().IsUnspecified() && ch.Dst != l.addr.Addr()) {
+		reason := RejInvalidServiceID
+		if l != nil && err != nil {
+			reason = RejConsumerDefined
+		}
+		mg.m.Reject(now, ev.ID, reason, nil)
+		return
+	}
+	_, port, _ := SplitServiceID(req.ServiceID)
+	h := &handle{id: ev.ID, local: netip.AddrPortFrom(ch.Dst, port),
+		remote: netip.AddrPortFrom(ch.Src, ch.SrcPort), ev: make(chan Event, 8)}
+	mg.handles[ev.ID] = h
+	r := &ConnRequest{mg: mg, h: h, req: *req, Local: h.local, Remote: h.remote,
+		PrivateData: append([]byte(nil), user...), peer: ev.Peer}
+	select {
+	case l.reqs <- r:
+		mg.publishLocked(ConnectRequest, h, ev.ID, nil)
+	default:
+		mg.m.Reject(now, ev.ID, RejNoResources, nil) // backlog full
+	}
+}
+
+// Listener receives connection requests for one port (rdma_listen).
+type Listener struct {
+	mg        *Manager
+	addr      netip.AddrPort
+	serviceID uint64
+	reqs      chan *ConnRequest
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// Listen accepts connection requests to addr's port in the TCP port space
+// (rdma_bind_addr + rdma_listen). An unspecified address accepts requests
+// for any address of this port. The backlog is 64 requests.
+func (mg *Manager) Listen(addr netip.AddrPort) (*Listener, error) {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	if mg.closed {
+		return nil, net.ErrClosed
+	}
+	sid := ServiceID(PortSpaceTCP, addr.Port())
+	if err := mg.m.Listen(sid); err != nil {
+		return nil, fmt.Errorf("cm: listen %v: %w", addr, err)
+	}
+	l := &Listener{mg: mg, addr: netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port()), serviceID: sid,
+		reqs: make(chan *ConnRequest, 64), done: make(chan struct{})}
+	mg.listeners[sid] = l
+	return l, nil
+}
+
+// Addr returns the listened address.
+func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// GetRequest waits for the next connection request (rdma_get_request).
+func (l *Listener) GetRequest(ctx context.Context) (*ConnRequest, error) {
+	select {
+	case r := <-l.reqs:
+		return r, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops listening; pending requests are rejected.
+func (l *Listener) Close() error {
+	l.mg.mu.Lock()
+	defer l.mg.mu.Unlock()
+	l.closeLocked()
+	return nil
+}
+
+func (l *Listener) closeLocked() {
+	l.closeOnce.Do(func() {
+		close(l.done)
+		l.mg.m.Unlisten(l.serviceID)
+		delete(l.mg.listeners, l.serviceID)
+		for {
+			select {
+			case r := <-l.reqs:
+				l.mg.m.Reject(time.Now(), r.h.id, RejConsumerDefined, nil)
+			default:
+				l.mg.flushLocked()
+				return
+			}
+		}
+	})
+}
+
+// ConnRequest is a received REQ waiting for Accept or Reject.
+type ConnRequest struct {
+	Local, Remote netip.AddrPort // the rdma_cm addresses and ports
+	PrivateData   []byte         // the application's part (after the rdma_cm header)
+
+	mg   *Manager
+	h    *handle
+	req  REQ
+	peer netip.Addr
+}
+
+// REQ returns the request as received.
+func (r *ConnRequest) REQ() REQ { return r.req }
+
+// QPParams returns the QP attributes Accept with p would negotiate.
+func (r *ConnRequest) QPParams(p ConnParam) QPParams {
+	p = defaults(p)
+	q := &r.req
+	return QPParams{
+		LocalAddr: r.mg.addr, RemoteAddr: r.peer,
+		LocalQPN: p.QPN, RemoteQPN: q.LocalQPN,
+		SQPSN: p.StartingPSN & 0xFFFFFF, RQPSN: q.StartingPSN,
+		MaxRdAtomic:     min(p.InitiatorDepth, q.ResponderResources),
+		MaxDestRdAtomic: p.ResponderResources,
+		PathMTU:         min(q.PathMTU, r.mg.cfg.PathMTU),
+		Timeout:         q.Primary.LocalACKTimeout,
+		RetryCount:      q.RetryCount, RNRRetry: q.RNRRetryCount,
+		FlowLabel: q.Primary.FlowLabel, UDPSourcePort: UDPSourcePort(q.Primary.FlowLabel),
+		HopLimit: q.Primary.HopLimit, TrafficClass: q.Primary.TrafficClass,
+	}
+}
+
+func defaults(p ConnParam) ConnParam {
+	if p.ResponderResources == 0 {
+		p.ResponderResources = 1
+	}
+	if p.InitiatorDepth == 0 {
+		p.InitiatorDepth = 1
+	}
+	return p
+}
+
+// Accept answers the request (rdma_accept): it calls p.Ready with the
+// negotiated QP attributes, sends REP and waits for RTU.
+func (r *ConnRequest) Accept(ctx context.Context, p ConnParam) (*Conn, error) {
+	p = defaults(p)
+	if len(p.PrivateData) > REPPrivateDataLen {
+		return nil, fmt.Errorf("cm: accept: %w", ErrPrivateDataTooLong)
+	}
+	qp := r.QPParams(p)
+	if p.Ready != nil {
+		if err := p.Ready(qp); err != nil {
+			r.Reject(nil)
+			return nil, fmt.Errorf("cm: accept %v: %w", r.Remote, err)
+		}
+	}
+	mg := r.mg
+	c := newConn(mg, r.h, qp)
+	mg.mu.Lock()
+	err := mg.m.Accept(time.Now(), r.h.id, REP{LocalQPN: p.QPN, StartingPSN: p.StartingPSN & 0xFFFFFF,
+		ResponderResources: qp.MaxDestRdAtomic, InitiatorDepth: qp.MaxRdAtomic,
+		TargetACKDelay: 15, RNRRetryCount: p.RNRRetryCount, LocalCAGUID: mg.cfg.CAGUID, PrivateData: p.PrivateData})
+	if err == nil {
+		r.h.conn = c
+		mg.flushLocked()
+	}
+	mg.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("cm: accept %v: %w", r.Remote, err)
+	}
+	for {
+		select {
+		case ev := <-r.h.ev:
+			switch ev.Type {
+			case EventEstablished:
+				return c, nil
+			case EventRejected, EventUnreachable, EventDisconnected:
+				return nil, fmt.Errorf("cm: accept %v: %w", r.Remote, ev.Err)
+			}
+		case <-ctx.Done():
+			c.abort()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Reject refuses the request with REJ reason "consumer defined" (28) and
+// optional private data (rdma_reject).
+func (r *ConnRequest) Reject(privateData []byte) error {
+	r.mg.mu.Lock()
+	defer r.mg.mu.Unlock()
+	err := r.mg.m.Reject(time.Now(), r.h.id, RejConsumerDefined, privateData)
+	r.mg.flushLocked()
+	return err
+}
+
+// Dial connects from local to remote (rdma_resolve_addr, rdma_resolve_route,
+// rdma_connect). An unspecified local address means the Manager's; port 0
+// picks a random one. It calls p.Ready after REP and sends RTU when Ready
+// returns nil. The CM gives up after MaxCMRetries+1 unanswered REQs with an
+// error that Is(ErrTimeout); ctx bounds the whole exchange.
+func (mg *Manager) Dial(ctx context.Context, local, remote netip.AddrPort, p ConnParam) (*Conn, error) {
+	p = defaults(p)
+	la := local.Addr().Unmap()
+	if !la.IsValid() || la.IsUnspecified() {
+		la = mg.addr
+	}
+	lport := local.Port()
+	if lport == 0 {
+		lport = uint16(32768 + rand.IntN(61000-32768))
+	}
+	ra := remote.Addr().Unmap()
+	priv, err := AppendCMA(nil, CMAHeader{SrcPort: lport, Src: la, Dst: ra}, p.PrivateData)
+	if err != nil {
+		return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
+	}
+	if len(priv) > REQPrivateDataLen {
+		return nil, fmt.Errorf("cm: dial %v: %w: %d bytes, at most %d", remote, ErrPrivateDataTooLong,
+			len(p.PrivateData), REQPrivateDataLen-CMAHeaderLen)
+	}
+	cfg := &mg.cfg
+	fl := FlowLabel(lport, remote.Port())
+	req := REQ{ServiceID: ServiceID(PortSpaceTCP, remote.Port()), LocalCAGUID: cfg.CAGUID,
+		LocalQPN: p.QPN, ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
+		RemoteCMResponseTimeout: cfg.CMResponseTimeout, TransportServiceType: TransportRC,
+		StartingPSN: p.StartingPSN & 0xFFFFFF, LocalCMResponseTimeout: cfg.CMResponseTimeout,
+		RetryCount: p.RetryCount, PKey: GSIPKey, PathMTU: cfg.PathMTU, RNRRetryCount: p.RNRRetryCount,
+		MaxCMRetries: cfg.MaxCMRetries,
+		Primary: Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: GIDFromAddr(la), RemoteGID: GIDFromAddr(ra),
+			FlowLabel: fl, TrafficClass: cfg.TrafficClass, HopLimit: cfg.HopLimit,
+			LocalACKTimeout: cfg.PacketLifetime + 1},
+		PrivateData: priv}
+	h := &handle{local: netip.AddrPortFrom(la, lport), remote: netip.AddrPortFrom(ra, remote.Port()), ev: make(chan Event, 8)}
+
+	mg.mu.Lock()
+	if mg.closed {
+		mg.mu.Unlock()
+		return nil, net.ErrClosed
+	}
+	h.id, err = mg.m.Connect(time.Now(), ra, req)
+	if err == nil {
+		mg.handles[h.id] = h
+		mg.flushLocked()
+	}
+	mg.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
+	}
+	withdraw := func() {
+		mg.mu.Lock()
+		mg.m.Disconnect(time.Now(), h.id, nil)
+		mg.flushLocked()
+		mg.mu.Unlock()
+	}
+	for {
+		select {
+		case ev := <-h.ev:
+			switch ev.Type {
+			case EventReply:
+				rep := ev.REP
+				qp := QPParams{LocalAddr: la, RemoteAddr: ra, LocalQPN: p.QPN, RemoteQPN: rep.LocalQPN,
+					SQPSN: req.StartingPSN, RQPSN: rep.StartingPSN,
+					MaxRdAtomic: min(p.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: p.ResponderResources,
+					PathMTU: cfg.PathMTU, Timeout: req.Primary.LocalACKTimeout,
+					RetryCount: p.RetryCount, RNRRetry: rep.RNRRetryCount,
+					FlowLabel: fl, UDPSourcePort: UDPSourcePort(fl), HopLimit: cfg.HopLimit, TrafficClass: cfg.TrafficClass}
+				if p.Ready != nil {
+					if err := p.Ready(qp); err != nil {
+						mg.mu.Lock()
+						mg.m.Reject(time.Now(), h.id, RejConsumerDefined, nil)
+						mg.flushLocked()
+						mg.mu.Unlock()
+						return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
+					}
+				}
+				c := newConn(mg, h, qp)
+				c.PrivateData = rep.PrivateData
+				mg.mu.Lock()
+				err := mg.m.ReadyToUse(h.id, nil)
+				if err == nil {
+					h.conn = c
+				}
+				mg.flushLocked()
+				mg.mu.Unlock()
+				if err != nil {
+					// The connection died between REP and RTU.
+					return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
+				}
+				mg.mu.Lock()
+				mg.publishLocked(Established, h, h.id, nil)
+				mg.mu.Unlock()
+				return c, nil
+			case EventRejected, EventUnreachable:
+				return nil, fmt.Errorf("cm: dial %v: %w", remote, ev.Err)
+			}
+		case <-ctx.Done():
+			withdraw()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, fmt.Errorf("cm: dial %v: %w", remote, &timeoutError{ctx.Err()})
+			}
+			return nil, fmt.Errorf("cm: dial %v: %w", remote, ctx.Err())
+		}
+	}
+}
+
+// timeoutError is a context deadline that also reads as ETIMEDOUT.
+type timeoutError struct{ err error }
+
+func (e *timeoutError) Error() string { return e.err.Error() }
+func (e *timeoutError) Is(target error) bool {
+	return target == syscall.ETIMEDOUT || target == ErrTimeout || errors.Is(e.err, target)
+}
+func (e *timeoutError) Unwrap() error { return e.err }
+
+// Conn is an established connection.
+type Conn struct {
+	LocalAddr, RemoteAddr netip.AddrPort
+	// QP holds the negotiated attributes (already passed to Ready).
+	QP QPParams
+	// PrivateData is the peer's REP private data (active side).
+	PrivateData []byte
+
+	mg   *Manager
+	h    *handle
+	done chan struct{}
+	once sync.Once
+	err  error // set before done is closed
+}
+
+func newConn(mg *Manager, h *handle, qp QPParams) *Conn {
+	return &Conn{LocalAddr: h.local, RemoteAddr: h.remote, QP: qp, mg: mg, h: h, done: make(chan struct{})}
+}
+
+func (c *Conn) finish(err error) {
+	c.once.Do(func() {
+		c.err = err
+		close(c.done)
+	})
+}
+
+func (c *Conn) abort() {
+	c.mg.mu.Lock()
+	c.mg.m.Disconnect(time.Now(), c.h.id, nil)
+	c.mg.flushLocked()
+	c.mg.mu.Unlock()
+	c.finish(net.ErrClosed)
+}
+
+// ID returns the local communication ID.
+func (c *Conn) ID() uint32 { return c.h.id }
+
+// Done is closed when the connection ends: the peer disconnected (DREQ or
+// REJ) or Disconnect finished. Move the QP to the error state then.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended (nil for an orderly disconnect)
+// once Done is closed.
+func (c *Conn) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// Disconnect sends DREQ and waits for DREP, the CM timeout, or ctx
+// (rdma_disconnect). It returns nil when the peer disconnected first.
+func (c *Conn) Disconnect(ctx context.Context) error {
+	mg := c.mg
+	mg.mu.Lock()
+	err := mg.m.Disconnect(time.Now(), c.h.id, nil)
+	mg.flushLocked()
+	mg.mu.Unlock()
+	if errors.Is(err, ErrUnknownID) {
+		return nil // already gone through timewait
+	}
+	if err != nil {
+		return fmt.Errorf("cm: disconnect %v: %w", c.RemoteAddr, err)
+	}
+	select {
+	case <-c.done:
+		if c.err != nil && !errors.Is(c.err, ErrTimeout) {
+			return fmt.Errorf("cm: disconnect %v: %w", c.RemoteAddr, c.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

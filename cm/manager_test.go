@@ -1,0 +1,254 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fastConfig makes CM timers short enough for real-time tests: REQ/REP/DREQ
+// are retransmitted every 4.096µs·2^12 + 2·4.096µs·2^8 ≈ 19 ms.
+func fastConfig(events chan<- ConnEvent) ManagerConfig {
+	return ManagerConfig{CMResponseTimeout: 12, PacketLifetime: 8, MaxCMRetries: 5, Events: events,
+		Machine: Config{TimeWait: 50 * time.Millisecond}}
+}
+
+func attrOf(mad []byte) AttrID { return AttrID(uint16(mad[16])<<8 | uint16(mad[17])) }
+
+// dropFirst loses the first MAD of each listed attribute.
+func dropFirst(attrs ...AttrID) func([]byte) bool {
+	var mu sync.Mutex
+	seen := map[AttrID]bool{}
+	return func(mad []byte) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		a := attrOf(mad)
+		for _, x := range attrs {
+			if a == x && !seen[a] {
+				seen[a] = true
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func checkGoroutines(t *testing.T) {
+	n := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(2 * time.Second)
+		for runtime.NumGoroutine() > n && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if g := runtime.NumGoroutine(); g > n {
+			t.Errorf("goroutine leak: %d before, %d after", n, g)
+		}
+	})
+}
+
+func TestDialAcceptDisconnect(t *testing.T) {
+	tests := []struct {
+		name               string
+		dropA, dropB       []AttrID // lost once on the way out of A (client) / B (server)
+		serverDisconnects  bool
+		wantRetransmitsAny bool
+	}{
+		{name: "clean"},
+		{name: "REQ and RTU lost", dropA: []AttrID{AttrREQ, AttrRTU}, wantRetransmitsAny: true},
+		{name: "REP and DREP lost", dropB: []AttrID{AttrREP, AttrDREP}, wantRetransmitsAny: true},
+		{name: "server disconnects, DREQ lost", dropB: []AttrID{AttrDREQ}, serverDisconnects: true, wantRetransmitsAny: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkGoroutines(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ca, cb := Pipe(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
+			ca.SetDrop(dropFirst(tt.dropA...))
+			cb.SetDrop(dropFirst(tt.dropB...))
+			evA, evB := make(chan ConnEvent, 32), make(chan ConnEvent, 32)
+			client, server := NewManager(ca, fastConfig(evA)), NewManager(cb, fastConfig(evB))
+			defer client.Close()
+			defer server.Close()
+			l, err := server.Listen(netip.MustParseAddrPort("0.0.0.0:7174"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sconn *Conn
+			var serr error
+			var sqp QPParams
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				r, err := l.GetRequest(ctx)
+				if err != nil {
+					serr = err
+					return
+				}
+				if string(r.PrivateData[:5]) != "hello" || r.Remote.Port() != 4242 || r.Local.Port() != 7174 {
+					serr = errors.New("bad request: " + r.Remote.String())
+					return
+				}
+				sconn, serr = r.Accept(ctx, ConnParam{QPN: 0x22, StartingPSN: 0xabcdef, RetryCount: 7, RNRRetryCount: 6,
+					Ready: func(q QPParams) error { sqp = q; return nil }})
+			}()
+			var cqp QPParams
+			c, err := client.Dial(ctx, netip.MustParseAddrPort("0.0.0.0:4242"), netip.MustParseAddrPort("127.0.0.2:7174"),
+				ConnParam{QPN: 0x11, StartingPSN: 0x123456, RetryCount: 7, RNRRetryCount: 7, PrivateData: []byte("hello"),
+					Ready: func(q QPParams) error { cqp = q; return nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-done
+			if serr != nil {
+				t.Fatal(serr)
+			}
+			// The two sides' QP attributes mirror each other.
+			if cqp.RemoteQPN != 0x22 || sqp.RemoteQPN != 0x11 || cqp.SQPSN != sqp.RQPSN || sqp.SQPSN != cqp.RQPSN ||
+				cqp.SQPSN != 0x123456 || sqp.SQPSN != 0xabcdef || cqp.UDPSourcePort != sqp.UDPSourcePort ||
+				cqp.FlowLabel != FlowLabel(4242, 7174) || cqp.PathMTU != 3 || sqp.Timeout != 9 ||
+				cqp.RNRRetry != 6 || sqp.RNRRetry != 7 || cqp.MaxRdAtomic != 1 || sqp.MaxDestRdAtomic != 1 ||
+				cqp.RemoteAddr != netip.MustParseAddr("127.0.0.2") || sqp.RemoteAddr != netip.MustParseAddr("127.0.0.1") {
+				t.Errorf("QP params\nclient %+v\nserver %+v", cqp, sqp)
+			}
+			if c.LocalAddr.String() != "127.0.0.1:4242" || sconn.RemoteAddr.String() != "127.0.0.1:4242" {
+				t.Errorf("addresses %v %v", c.LocalAddr, sconn.RemoteAddr)
+			}
+			closer, other := c, sconn
+			if tt.serverDisconnects {
+				closer, other = sconn, c
+			}
+			if err := closer.Disconnect(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-other.Done():
+			case <-ctx.Done():
+				t.Fatal("peer never saw the disconnect")
+			}
+			if other.Err() != nil || closer.Err() != nil {
+				t.Errorf("errors after orderly disconnect: %v %v", other.Err(), closer.Err())
+			}
+			sa, sb := client.Stats(), server.Stats()
+			if tt.wantRetransmitsAny != (sa.Retransmits+sb.Retransmits > 0) {
+				t.Errorf("retransmits client %d server %d", sa.Retransmits, sb.Retransmits)
+			}
+			if sa.Malformed+sb.Malformed != 0 {
+				t.Errorf("malformed MADs")
+			}
+			wantSeq(t, "client", evA, Established, Disconnected)
+			wantSeq(t, "server", evB, ConnectRequest, Established, Disconnected)
+		})
+	}
+}
+
+// wantSeq checks that want appears in order in the events seen so far
+// (ConnectResponse and others may interleave).
+func wantSeq(t *testing.T, who string, ch chan ConnEvent, want ...ConnEventType) {
+	t.Helper()
+	var got []ConnEventType
+	deadline := time.After(2 * time.Second)
+	i := 0
+	for i < len(want) {
+		select {
+		case ev := <-ch:
+			got = append(got, ev.Type)
+			if ev.Type == want[i] {
+				i++
+			}
+		case <-deadline:
+			t.Errorf("%s events %v, want in order %v", who, got, want)
+			return
+		}
+	}
+}
+
+func TestDialDeadPeer(t *testing.T) {
+	checkGoroutines(t)
+	ca, _ := Pipe(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
+	cfg := fastConfig(nil)
+	cfg.MaxCMRetries = 2
+	client := NewManager(ca, cfg)
+	defer client.Close()
+	start := time.Now()
+	_, err := client.Dial(context.Background(), netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.9:7174"), ConnParam{QPN: 0x11})
+	el := time.Since(start)
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("err %v", err)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.9:7174") || !strings.Contains(err.Error(), "did not answer") {
+		t.Errorf("unclear error: %v", err)
+	}
+	// 3 REQs, each waited ≈ 19 ms.
+	if el < 50*time.Millisecond || el > 2*time.Second {
+		t.Errorf("gave up after %v", el)
+	}
+	if s := client.Stats(); s.TxMADs != 3 || s.Timeouts != 1 {
+		t.Errorf("stats %+v", s)
+	}
+	// A context deadline also reads as a timeout and withdraws the REQ.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, err = client.Dial(ctx, netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.9:7174"), ConnParam{})
+	if !errors.Is(err, syscall.ETIMEDOUT) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("ctx err %v", err)
+	}
+}
+
+func TestDialRejected(t *testing.T) {
+	checkGoroutines(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ca, cb := Pipe(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
+	client, server := NewManager(ca, fastConfig(nil)), NewManager(cb, fastConfig(nil))
+	defer client.Close()
+	defer server.Close()
+	// Nobody listens on 7175.
+	_, err := client.Dial(ctx, netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.2:7175"), ConnParam{})
+	var rej *RejectError
+	if !errors.As(err, &rej) || rej.Reason != RejInvalidServiceID || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("err %v", err)
+	}
+	// A listener on another address of the port does not match either.
+	l, _ := server.Listen(netip.MustParseAddrPort("127.0.0.3:7174"))
+	_, err = client.Dial(ctx, netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.2:7174"), ConnParam{})
+	if !errors.As(err, &rej) || rej.Reason != RejInvalidServiceID {
+		t.Fatalf("wrong address: %v", err)
+	}
+	l.Close()
+	// The application rejects with private data.
+	l, _ = server.Listen(netip.MustParseAddrPort("127.0.0.2:7174"))
+	go func() {
+		if r, err := l.GetRequest(ctx); err == nil {
+			r.Reject([]byte("go away"))
+		}
+	}()
+	_, err = client.Dial(ctx, netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.2:7174"), ConnParam{})
+	if !errors.As(err, &rej) || rej.Reason != RejConsumerDefined || string(rej.PrivateData[:7]) != "go away" {
+		t.Fatalf("consumer reject: %v", err)
+	}
+	// Ready failing on the client rejects the REP.
+	go func() {
+		if r, err := l.GetRequest(ctx); err == nil {
+			_, err := r.Accept(ctx, ConnParam{})
+			if !errors.As(err, &rej) {
+				t.Errorf("server saw %v", err)
+			}
+		}
+	}()
+	_, err = client.Dial(ctx, netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.2:7174"),
+		ConnParam{Ready: func(QPParams) error { return syscall.EINVAL }})
+	if !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("ready error: %v", err)
+	}
+	if _, err := server.Listen(netip.MustParseAddrPort("127.0.0.2:7174")); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("double listen: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the server goroutine finish its assertions
+}
