@@ -1,0 +1,94 @@
+package roce
+
+import (
+	"sync"
+	"syscall"
+
+	"github.com/goroce/goroce/transport"
+)
+
+// AddressVector says how to reach a peer: its GID (an IP address), the source GID
+// index, hop limit, traffic class, flow label and optionally the UDP source port. It
+// is both the attribute of CreateAH and QPAttr.AV, as struct ibv_ah_attr is both in
+// C. On RoCE IsGlobal must be true.
+type AddressVector = transport.AddressVector
+
+// AHAttr holds the attributes of an address handle (struct ibv_ah_attr).
+type AHAttr = AddressVector
+
+// AH is an address handle (struct ibv_ah): the destination of UD send WRs.
+type AH struct {
+	pd *PD
+	av AddressVector
+
+	// mu guards: closed.
+	mu     sync.Mutex
+	closed bool
+}
+
+// CreateAH is ibv_create_ah. EINVAL when the attribute is not a RoCEv2 route from this
+// device (see checkAV); ENOMEM when max_ah AHs exist.
+func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
+	const op = "ibv_create_ah"
+	d := pd.dev
+	obj := d.obj("pd", pd.id)
+	if err := d.checkAV(op, obj, &attr); err != nil {
+		return nil, err
+	}
+	if err := pd.use(op); err != nil {
+		return nil, err
+	}
+	if !reserve(&d.nAH, d.limits.MaxAH) {
+		pd.release()
+		return nil, newErr(op, obj, syscall.ENOMEM, "max_ah %d reached", d.limits.MaxAH)
+	}
+	return &AH{pd: pd, av: attr}, nil
+}
+
+// AV returns the address vector for SendWR.AH. The engine only reads it.
+func (ah *AH) AV() *AddressVector { return &ah.av }
+
+// Attr returns a copy of the AH's attributes (ibv_query_ah).
+func (ah *AH) Attr() AHAttr { return ah.av }
+
+// Close is ibv_destroy_ah. UD WRs already posted with the AH are unaffected: the
+// engine copies the address vector when the WR is posted.
+func (ah *AH) Close() error {
+	ah.mu.Lock()
+	defer ah.mu.Unlock()
+	if ah.closed {
+		return newClosedObjErr("ibv_destroy_ah", "", "ah")
+	}
+	ah.closed = true
+	ah.pd.dev.nAH.Add(-1)
+	ah.pd.release()
+	return nil
+}
+
+// checkAV validates an address vector for this device: RoCE carries every packet in
+// a GRH, so IsGlobal must be set; the destination must be a unicast address of the
+// same family as the device's (an IPv4 device reaches IPv4-mapped GIDs only); the
+// source GID index must name the RoCEv2 entry the socket is bound to. The
+// destination is normalised (IPv4-mapped to IPv4) in place.
+func (d *Device) checkAV(op, obj string, av *AddressVector) error {
+	switch {
+	case !av.IsGlobal:
+		return newErr(op, obj, syscall.EINVAL, "RoCE requires a GRH (is_global)")
+	case !av.DGID.IsValid() || av.DGID.IsUnspecified():
+		return newErr(op, obj, syscall.EINVAL, "no destination GID")
+	case av.DGID.IsMulticast():
+		return newErr(op, obj, syscall.ENOSYS, "multicast destinations are not supported")
+	case int(av.SGIDIndex) >= len(d.gids):
+		return newErr(op, obj, syscall.EINVAL, "sgid_index %d outside the GID table (%d entries)", av.SGIDIndex, len(d.gids))
+	case int(av.SGIDIndex) != d.gidIdx:
+		return newErr(op, obj, syscall.EINVAL, "sgid_index %d is the default GID, which the device does not send from; use %d", av.SGIDIndex, d.gidIdx)
+	case av.FlowLabel >= 1<<20:
+		return newErr(op, obj, syscall.EINVAL, "flow_label %#x exceeds 20 bits", av.FlowLabel)
+	}
+	dst := av.DGID.Unmap()
+	if dst.Is4() != d.addr.Is4() {
+		return newErr(op, obj, syscall.EINVAL, "destination %v and device %v are of different IP families", dst, d.addr)
+	}
+	av.DGID = dst
+	return nil
+}

@@ -1,0 +1,218 @@
+package roce
+
+import (
+	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/srq"
+	"github.com/goroce/goroce/transport"
+)
+
+// The value types of the verbs API live in the lowest package that stores them (cq
+// owns completions, srq owns receive WRs, transport owns send WRs and QP attributes);
+// roce re-exports them so users import one package. See STYLE §7.1.
+
+// WC is a work completion (struct ibv_wc).
+type WC = cq.WorkCompletion
+
+// WCStatus is the status of a work completion (enum ibv_wc_status).
+type WCStatus = cq.Status
+
+// WCOpcode is the opcode of a work completion (enum ibv_wc_opcode).
+type WCOpcode = cq.Opcode
+
+// WCFlags are the wc_flags of a work completion (enum ibv_wc_flags).
+type WCFlags = cq.Flags
+
+// SGE is a scatter/gather element (struct ibv_sge).
+type SGE = srq.SGE
+
+// RecvWR is a receive work request (struct ibv_recv_wr).
+type RecvWR = srq.RecvWR
+
+// SRQAttr holds the attributes of an SRQ (struct ibv_srq_attr).
+type SRQAttr = srq.Attr
+
+// SRQAttrMask selects the SRQ attributes Modify changes (enum ibv_srq_attr_mask).
+type SRQAttrMask = srq.AttrMask
+
+// SendWR is a send work request (struct ibv_send_wr).
+type SendWR = transport.SendWR
+
+// QPAttr holds the modifiable attributes of a QP (struct ibv_qp_attr).
+type QPAttr = transport.QPAttr
+
+// QPAttrMask selects the QP attributes Modify changes (enum ibv_qp_attr_mask).
+type QPAttrMask = transport.QPAttrMask
+
+// QPCap holds the queue sizes of a QP (struct ibv_qp_cap).
+type QPCap = transport.QPCap
+
+// QPType is the transport service of a QP (enum ibv_qp_type).
+type QPType = transport.QPType
+
+// QPState is the state of a QP (enum ibv_qp_state).
+type QPState = transport.QPState
+
+// MTU is a path MTU code (enum ibv_mtu).
+type MTU = transport.MTU
+
+// Access is a set of access flags (enum ibv_access_flags).
+type Access = transport.Access
+
+// WROpcode is the operation of a send WR (enum ibv_wr_opcode).
+type WROpcode = transport.WROpcode
+
+// SendFlags are the send_flags of a send WR (enum ibv_send_flags).
+type SendFlags = transport.SendFlags
+
+// EventType is the type of an async event (enum ibv_event_type).
+type EventType = transport.EventType
+
+// Completion status values (enum ibv_wc_status).
+const (
+	WCSuccess        = cq.Success
+	WCLocLenErr      = cq.LocLenErr
+	WCLocQPOpErr     = cq.LocQPOpErr
+	WCLocEECOpErr    = cq.LocEECOpErr
+	WCLocProtErr     = cq.LocProtErr
+	WCWRFlushErr     = cq.WRFlushErr
+	WCMWBindErr      = cq.MWBindErr
+	WCBadRespErr     = cq.BadRespErr
+	WCLocAccessErr   = cq.LocAccessErr
+	WCRemInvReqErr   = cq.RemInvReqErr
+	WCRemAccessErr   = cq.RemAccessErr
+	WCRemOpErr       = cq.RemOpErr
+	WCRetryExcErr    = cq.RetryExcErr
+	WCRNRRetryExcErr = cq.RNRRetryExcErr
+	WCLocRDDViolErr  = cq.LocRDDViolErr
+	WCRemInvRDReqErr = cq.RemInvRDReqErr
+	WCRemAbortErr    = cq.RemAbortErr
+	WCInvEECNErr     = cq.InvEECNErr
+	WCInvEECStateErr = cq.InvEECStateErr
+	WCFatalErr       = cq.FatalErr
+	WCRespTimeoutErr = cq.RespTimeoutErr
+	WCGeneralErr     = cq.GeneralErr
+)
+
+// Completion opcodes (enum ibv_wc_opcode).
+const (
+	WCSend            = cq.OpSend
+	WCRDMAWrite       = cq.OpRDMAWrite
+	WCRDMARead        = cq.OpRDMARead
+	WCCompSwap        = cq.OpCompSwap
+	WCFetchAdd        = cq.OpFetchAdd
+	WCBindMW          = cq.OpBindMW
+	WCLocalInv        = cq.OpLocalInv
+	WCRecv            = cq.OpRecv
+	WCRecvRDMAWithImm = cq.OpRecvRDMAWithImm
+)
+
+// Completion flags (enum ibv_wc_flags).
+const (
+	WCGRH      = cq.FlagGRH
+	WCWithImm  = cq.FlagWithImm
+	WCIPCsumOK = cq.FlagIPCsumOK
+	WCWithInv  = cq.FlagWithInv
+)
+
+// SRQ attribute mask bits (enum ibv_srq_attr_mask).
+const (
+	SRQMaxWR = srq.AttrMaxWR
+	SRQLimit = srq.AttrLimit
+)
+
+// Access flags (enum ibv_access_flags).
+const (
+	AccessLocalWrite   = transport.AccessLocalWrite
+	AccessRemoteWrite  = transport.AccessRemoteWrite
+	AccessRemoteRead   = transport.AccessRemoteRead
+	AccessRemoteAtomic = transport.AccessRemoteAtomic
+)
+
+// QP types (enum ibv_qp_type).
+const (
+	QPTypeRC = transport.QPTypeRC
+	QPTypeUC = transport.QPTypeUC
+	QPTypeUD = transport.QPTypeUD
+)
+
+// QP states (enum ibv_qp_state).
+const (
+	QPSReset = transport.QPSReset
+	QPSInit  = transport.QPSInit
+	QPSRTR   = transport.QPSRTR
+	QPSRTS   = transport.QPSRTS
+	QPSSQD   = transport.QPSSQD
+	QPSSQE   = transport.QPSSQE
+	QPSErr   = transport.QPSErr
+)
+
+// Path MTU codes (enum ibv_mtu).
+const (
+	MTU256  = transport.MTU256
+	MTU512  = transport.MTU512
+	MTU1024 = transport.MTU1024
+	MTU2048 = transport.MTU2048
+	MTU4096 = transport.MTU4096
+)
+
+// QP attribute mask bits (enum ibv_qp_attr_mask).
+const (
+	QPAttrState            = transport.QPAttrState
+	QPAttrCurState         = transport.QPAttrCurState
+	QPAttrEnSQDAsyncNotify = transport.QPAttrEnSQDAsyncNotify
+	QPAttrAccessFlags      = transport.QPAttrAccessFlags
+	QPAttrPKeyIndex        = transport.QPAttrPKeyIndex
+	QPAttrPort             = transport.QPAttrPort
+	QPAttrQKey             = transport.QPAttrQKey
+	QPAttrAV               = transport.QPAttrAV
+	QPAttrPathMTU          = transport.QPAttrPathMTU
+	QPAttrTimeout          = transport.QPAttrTimeout
+	QPAttrRetryCnt         = transport.QPAttrRetryCnt
+	QPAttrRNRRetry         = transport.QPAttrRNRRetry
+	QPAttrRQPSN            = transport.QPAttrRQPSN
+	QPAttrMaxQPRDAtomic    = transport.QPAttrMaxQPRDAtomic
+	QPAttrAltPath          = transport.QPAttrAltPath
+	QPAttrMinRNRTimer      = transport.QPAttrMinRNRTimer
+	QPAttrSQPSN            = transport.QPAttrSQPSN
+	QPAttrMaxDestRDAtomic  = transport.QPAttrMaxDestRDAtomic
+	QPAttrPathMigState     = transport.QPAttrPathMigState
+	QPAttrCap              = transport.QPAttrCap
+	QPAttrDestQPN          = transport.QPAttrDestQPN
+)
+
+// Send WR opcodes (enum ibv_wr_opcode).
+const (
+	WRRDMAWrite         = transport.WRRDMAWrite
+	WRRDMAWriteWithImm  = transport.WRRDMAWriteWithImm
+	WRSend              = transport.WRSend
+	WRSendWithImm       = transport.WRSendWithImm
+	WRRDMARead          = transport.WRRDMARead
+	WRAtomicCmpAndSwp   = transport.WRAtomicCmpAndSwp
+	WRAtomicFetchAndAdd = transport.WRAtomicFetchAndAdd
+	WRLocalInv          = transport.WRLocalInv
+	WRBindMW            = transport.WRBindMW
+	WRSendWithInv       = transport.WRSendWithInv
+)
+
+// Send flags (enum ibv_send_flags).
+const (
+	SendFence     = transport.SendFence
+	SendSignaled  = transport.SendSignaled
+	SendSolicited = transport.SendSolicited
+	SendInline    = transport.SendInline
+)
+
+// Async event types (enum ibv_event_type).
+const (
+	EventCQErr            = transport.EventCQErr
+	EventQPFatal          = transport.EventQPFatal
+	EventQPReqErr         = transport.EventQPReqErr
+	EventQPAccessErr      = transport.EventQPAccessErr
+	EventCommEst          = transport.EventCommEst
+	EventSQDrained        = transport.EventSQDrained
+	EventPortActive       = transport.EventPortActive
+	EventPortErr          = transport.EventPortErr
+	EventSRQErr           = transport.EventSRQErr
+	EventSRQLimitReached  = transport.EventSRQLimitReached
+	EventQPLastWQEReached = transport.EventQPLastWQEReached
+)

@@ -1,0 +1,244 @@
+package roce
+
+import "math"
+
+// DeviceCapFlags are the device_cap_flags of ibv_device_attr (enum ibv_device_cap_flags),
+// with the libibverbs bit values.
+type DeviceCapFlags uint32
+
+// Device capability bits this device can report.
+const (
+	DeviceResizeMaxWR    DeviceCapFlags = 1 << 0  // IBV_DEVICE_RESIZE_MAX_WR
+	DeviceBadPKeyCntr    DeviceCapFlags = 1 << 1  // IBV_DEVICE_BAD_PKEY_CNTR
+	DeviceBadQKeyCntr    DeviceCapFlags = 1 << 2  // IBV_DEVICE_BAD_QKEY_CNTR
+	DeviceAutoPathMig    DeviceCapFlags = 1 << 4  // IBV_DEVICE_AUTO_PATH_MIG
+	DeviceSysImageGUID   DeviceCapFlags = 1 << 10 // IBV_DEVICE_SYS_IMAGE_GUID
+	DeviceRCRNRNAKGen    DeviceCapFlags = 1 << 12 // IBV_DEVICE_RC_RNR_NAK_GEN
+	DeviceSRQResize      DeviceCapFlags = 1 << 13 // IBV_DEVICE_SRQ_RESIZE
+	DeviceNChange        DeviceCapFlags = 1 << 14 // IBV_DEVICE_N_NOTIFY_CQ
+	DeviceMemMgtExt      DeviceCapFlags = 1 << 21 // IBV_DEVICE_MEM_MGT_EXTENSIONS
+	DeviceRCIPCsum       DeviceCapFlags = 1 << 25 // IBV_DEVICE_RC_IP_CSUM
+	DeviceRawIPCsum      DeviceCapFlags = 1 << 26 // IBV_DEVICE_RAW_IP_CSUM
+	DeviceManagedFlowSte DeviceCapFlags = 1 << 29 // IBV_DEVICE_MANAGED_FLOW_STEERING
+)
+
+// AtomicCap is the atomic_cap of ibv_device_attr (enum ibv_atomic_cap).
+type AtomicCap uint8
+
+// Atomic capability levels.
+const (
+	AtomicNone AtomicCap = 0 // IBV_ATOMIC_NONE
+	AtomicHCA  AtomicCap = 1 // IBV_ATOMIC_HCA: atomic within this device (what rxe reports)
+	AtomicGlob AtomicCap = 2 // IBV_ATOMIC_GLOB
+)
+
+// DeviceAttr is what Device.Query returns (struct ibv_device_attr). Field names drop
+// the max_ prefix only where Go would stutter; every field keeps its C meaning.
+type DeviceAttr struct {
+	FWVer           string // fw_ver
+	NodeGUID        uint64 // node_guid (host order; printed as the big-endian bytes)
+	SysImageGUID    uint64 // sys_image_guid
+	MaxMRSize       uint64 // max_mr_size: largest MR in bytes
+	PageSizeCap     uint64 // page_size_cap
+	VendorID        uint32 // vendor_id (0xffffff, as rxe)
+	VendorPartID    uint32 // vendor_part_id
+	HWVer           uint32 // hw_ver
+	MaxQP           int    // max_qp
+	MaxQPWR         int    // max_qp_wr: send and receive queue depth limit
+	DeviceCapFlags  DeviceCapFlags
+	MaxSGE          int // max_sge: SGEs per send or receive WR
+	MaxSGERD        int // max_sge_rd
+	MaxCQ           int // max_cq
+	MaxCQE          int // max_cqe: CQ size limit
+	MaxMR           int // max_mr
+	MaxPD           int // max_pd
+	MaxQPRdAtom     int // max_qp_rd_atom: outstanding READ/atomic as responder (max_dest_rd_atomic limit)
+	MaxEECRdAtom    int // max_ee_rd_atom
+	MaxResRdAtom    int // max_res_rd_atom
+	MaxQPInitRdAtom int // max_qp_init_rd_atom: outstanding READ/atomic as requester (max_rd_atomic limit)
+	MaxEECInitRdAt  int // max_ee_init_rd_atom
+	AtomicCap       AtomicCap
+	MaxEE           int // max_ee
+	MaxRDD          int // max_rdd
+	MaxMW           int // max_mw
+	MaxRawIPv6QP    int // max_raw_ipv6_qp
+	MaxRawEthyQP    int // max_raw_ethy_qp
+	MaxMcastGrp     int // max_mcast_grp
+	MaxMcastQPAttch int // max_mcast_qp_attach
+	MaxTotalMcastQP int // max_total_mcast_qp_attach
+	MaxAH           int // max_ah
+	MaxFMR          int // max_fmr
+	MaxMapPerFMR    int // max_map_per_fmr
+	MaxSRQ          int // max_srq
+	MaxSRQWR        int // max_srq_wr
+	MaxSRQSGE       int // max_srq_sge
+	MaxPKeys        int // max_pkeys
+	LocalCAAckDelay uint8
+	PhysPortCnt     uint8
+	// MaxInlineData is the largest max_inline_data a QP may ask for. It is not in
+	// ibv_device_attr (there a too-large request just fails); it is here so callers
+	// can size requests without trial and error.
+	MaxInlineData int
+}
+
+// Limits are the resource limits a Device enforces; pass them with WithLimits. A zero
+// field keeps the default, which mirrors rxe (rxe_param.h) where that makes sense.
+type Limits struct {
+	MaxQP           int
+	MaxQPWR         int
+	MaxSGE          int
+	MaxInlineData   int
+	MaxCQ           int
+	MaxCQE          int
+	MaxMR           int
+	MaxMRSize       uint64
+	MaxPD           int
+	MaxAH           int
+	MaxSRQ          int
+	MaxSRQWR        int
+	MaxSRQSGE       int
+	MaxQPRdAtom     int // responder resources (max_dest_rd_atomic limit)
+	MaxQPInitRdAtom int // initiator depth (max_rd_atomic limit)
+	// NoSRQResize turns off IBV_DEVICE_SRQ_RESIZE, so ibv_modify_srq with
+	// IBV_SRQ_MAX_WR fails with ENOSYS, as on devices without it.
+	NoSRQResize bool
+}
+
+// DefaultLimits are the limits of a Device opened without WithLimits.
+var DefaultLimits = Limits{
+	MaxQP:           1 << 16,
+	MaxQPWR:         1 << 14,
+	MaxSGE:          32,
+	MaxInlineData:   256,
+	MaxCQ:           1 << 14,
+	MaxCQE:          (1 << 15) - 1,
+	MaxMR:           1 << 18,
+	MaxMRSize:       math.MaxInt64,
+	MaxPD:           1 << 16,
+	MaxAH:           1 << 15,
+	MaxSRQ:          1 << 16,
+	MaxSRQWR:        1 << 14,
+	MaxSRQSGE:       27,
+	MaxQPRdAtom:     128,
+	MaxQPInitRdAtom: 128,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	set := func(v *int, w int) {
+		if w > 0 {
+			*v = w
+		}
+	}
+	set(&d.MaxQP, l.MaxQP)
+	set(&d.MaxQPWR, l.MaxQPWR)
+	set(&d.MaxSGE, l.MaxSGE)
+	set(&d.MaxInlineData, l.MaxInlineData)
+	set(&d.MaxCQ, l.MaxCQ)
+	set(&d.MaxCQE, l.MaxCQE)
+	set(&d.MaxMR, l.MaxMR)
+	set(&d.MaxPD, l.MaxPD)
+	set(&d.MaxAH, l.MaxAH)
+	set(&d.MaxSRQ, l.MaxSRQ)
+	set(&d.MaxSRQWR, l.MaxSRQWR)
+	set(&d.MaxSRQSGE, l.MaxSRQSGE)
+	set(&d.MaxQPRdAtom, l.MaxQPRdAtom)
+	set(&d.MaxQPInitRdAtom, l.MaxQPInitRdAtom)
+	if l.MaxMRSize > 0 {
+		d.MaxMRSize = l.MaxMRSize
+	}
+	d.NoSRQResize = l.NoSRQResize
+	return d
+}
+
+func (l Limits) deviceAttr(guid uint64) DeviceAttr {
+	flags := DeviceBadPKeyCntr | DeviceBadQKeyCntr | DeviceSysImageGUID | DeviceRCRNRNAKGen | DeviceNChange
+	if !l.NoSRQResize {
+		flags |= DeviceSRQResize
+	}
+	return DeviceAttr{
+		FWVer:           "0.0.0",
+		NodeGUID:        guid,
+		SysImageGUID:    guid,
+		MaxMRSize:       l.MaxMRSize,
+		PageSizeCap:     0xfffff000,
+		VendorID:        0xffffff,
+		MaxQP:           l.MaxQP,
+		MaxQPWR:         l.MaxQPWR,
+		DeviceCapFlags:  flags,
+		MaxSGE:          l.MaxSGE,
+		MaxSGERD:        l.MaxSGE,
+		MaxCQ:           l.MaxCQ,
+		MaxCQE:          l.MaxCQE,
+		MaxMR:           l.MaxMR,
+		MaxPD:           l.MaxPD,
+		MaxQPRdAtom:     l.MaxQPRdAtom,
+		MaxResRdAtom:    l.MaxQPRdAtom * l.MaxQP,
+		MaxQPInitRdAtom: l.MaxQPInitRdAtom,
+		AtomicCap:       AtomicHCA,
+		MaxAH:           l.MaxAH,
+		MaxSRQ:          l.MaxSRQ,
+		MaxSRQWR:        l.MaxSRQWR,
+		MaxSRQSGE:       l.MaxSRQSGE,
+		MaxPKeys:        1,
+		LocalCAAckDelay: 15,
+		PhysPortCnt:     1,
+		MaxInlineData:   l.MaxInlineData,
+	}
+}
+
+// PortState is the state of a port (enum ibv_port_state).
+type PortState uint8
+
+// Port states with their libibverbs values.
+const (
+	PortNop         PortState = 0 // IBV_PORT_NOP
+	PortDown        PortState = 1 // IBV_PORT_DOWN
+	PortInit        PortState = 2 // IBV_PORT_INIT
+	PortArmed       PortState = 3 // IBV_PORT_ARMED
+	PortActive      PortState = 4 // IBV_PORT_ACTIVE
+	PortActiveDefer PortState = 5 // IBV_PORT_ACTIVE_DEFER
+)
+
+// String returns the name ibv_devinfo prints, e.g. "PORT_ACTIVE".
+func (s PortState) String() string {
+	switch s {
+	case PortNop:
+		return "PORT_NOP"
+	case PortDown:
+		return "PORT_DOWN"
+	case PortInit:
+		return "PORT_INIT"
+	case PortArmed:
+		return "PORT_ARMED"
+	case PortActive:
+		return "PORT_ACTIVE"
+	case PortActiveDefer:
+		return "PORT_ACTIVE_DEFER"
+	}
+	return "PORT_UNKNOWN"
+}
+
+// PortAttr is what Device.QueryPort returns (struct ibv_port_attr), for the fields
+// that mean something on RoCE.
+type PortAttr struct {
+	State        PortState
+	MaxMTU       MTU    // max_mtu: the largest path MTU a QP may use (4096)
+	ActiveMTU    MTU    // active_mtu: derived from the interface MTU, as rxe does
+	GIDTblLen    int    // gid_tbl_len: populated GID entries (see GIDIndexRoCEv2)
+	PortCapFlags uint32 // port_cap_flags
+	MaxMsgSz     uint32 // max_msg_sz
+	PKeyTblLen   int    // pkey_tbl_len (1: the default P_Key 0xffff)
+	LID          uint16 // always 0 on RoCE
+	LinkLayer    uint8  // IBV_LINK_LAYER_ETHERNET (2)
+}
+
+// LinkLayerEthernet is IBV_LINK_LAYER_ETHERNET, the link layer of every RoCE port.
+const LinkLayerEthernet = 2
+
+// DefaultPKey is the only P_Key in the table (index 0), the full-membership default.
+const DefaultPKey = 0xffff
+
+// maxMsgSize is the largest message (rxe's RXE_MAX_MSG_SIZE, 8 MiB would be rxe; we
+// allow 2 GiB, the SGE length limit).
+const maxMsgSize = 1 << 31

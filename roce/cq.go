@@ -1,0 +1,101 @@
+package roce
+
+import (
+	"syscall"
+
+	"github.com/goroce/goroce/cq"
+)
+
+// CQ is a completion queue (struct ibv_cq) with its completion channel built in:
+// Notify returns the channel ReqNotify arms.
+type CQ struct {
+	dev *Device
+	q   *cq.Queue
+	id  uint32
+	obj string
+}
+
+// CreateCQ is ibv_create_cq: a CQ with room for at least cqe completions, 1 ≤ cqe ≤
+// max_cqe (EINVAL otherwise; ENOMEM when max_cq CQs exist). CQE reports the actual
+// size.
+func (d *Device) CreateCQ(cqe int) (*CQ, error) {
+	const op = "ibv_create_cq"
+	if d.closed.Load() {
+		return nil, closedErr(op, "")
+	}
+	if !reserve(&d.nCQ, d.limits.MaxCQ) {
+		return nil, newErr(op, "", syscall.ENOMEM, "max_cq %d reached", d.limits.MaxCQ)
+	}
+	q, err := cq.New(cqe, d.limits.MaxCQE)
+	if err != nil {
+		d.nCQ.Add(-1)
+		return nil, wrapErr(op, "", -1, err)
+	}
+	c := &CQ{dev: d, q: q, id: d.ids.Add(1)}
+	c.obj = d.obj("cq", c.id)
+	d.objMu.Lock()
+	d.cqs[q] = c
+	d.objMu.Unlock()
+	return c, nil
+}
+
+// Handle returns the CQ's number, used in error messages and events.
+func (c *CQ) Handle() uint32 { return c.id }
+
+// CQE returns the number of completions the CQ can hold (ibv_cq.cqe).
+func (c *CQ) CQE() int { return c.q.Cap() }
+
+// Len returns the number of completions waiting to be polled.
+func (c *CQ) Len() int { return c.q.Len() }
+
+// Poll is ibv_poll_cq: it copies up to len(wc) completions, oldest first, and returns
+// how many. It never blocks; wait on Notify after ReqNotify instead. After a CQ
+// overrun (CQ_ERR) it returns the completions still held, then an error.
+func (c *CQ) Poll(wc []WC) (int, error) {
+	if c.dev.closed.Load() {
+		return 0, closedErr("ibv_poll_cq", c.obj)
+	}
+	n, err := c.q.Poll(wc)
+	if err != nil {
+		return n, wrapErr("ibv_poll_cq", c.obj, -1, err)
+	}
+	return n, nil
+}
+
+// ReqNotify is ibv_req_notify_cq: it arms the CQ once, so the next completion (the next
+// solicited or error completion when solicitedOnly) sends on Notify.
+func (c *CQ) ReqNotify(solicitedOnly bool) error {
+	if c.dev.closed.Load() {
+		return closedErr("ibv_req_notify_cq", c.obj)
+	}
+	return wrapErr("ibv_req_notify_cq", c.obj, -1, c.q.ReqNotify(solicitedOnly))
+}
+
+// Notify is the completion channel (ibv_comp_channel + ibv_get_cq_event): it receives
+// once per armed ReqNotify that fired. Events need no acknowledgement.
+func (c *CQ) Notify() <-chan struct{} { return c.q.Notify() }
+
+// Resize is ibv_resize_cq: it makes room for at least cqe completions and returns the
+// actual size. It keeps every completion held; cqe below their number or above
+// max_cqe is EINVAL and leaves the CQ unchanged.
+func (c *CQ) Resize(cqe int) (int, error) {
+	if c.dev.closed.Load() {
+		return 0, closedErr("ibv_resize_cq", c.obj)
+	}
+	n, err := c.q.Resize(cqe, c.dev.limits.MaxCQE)
+	return n, wrapErr("ibv_resize_cq", c.obj, -1, err)
+}
+
+// Close is ibv_destroy_cq. It fails with EBUSY, changing nothing, while a QP uses the
+// CQ.
+func (c *CQ) Close() error {
+	const op = "ibv_destroy_cq"
+	if err := c.q.Close(); err != nil {
+		return wrapErr(op, c.obj, -1, err)
+	}
+	c.dev.nCQ.Add(-1)
+	c.dev.objMu.Lock()
+	delete(c.dev.cqs, c.q)
+	c.dev.objMu.Unlock()
+	return nil
+}

@@ -1,0 +1,388 @@
+package roce
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/srq"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/link"
+)
+
+// RoCEv2Port is the IANA UDP port of RoCEv2, the port Open binds by default.
+const RoCEv2Port = 4791
+
+// DefaultEventBuffer is the capacity of the Events channel.
+const DefaultEventBuffer = 256
+
+// Option configures Open and OpenLink.
+type Option func(*options)
+
+type options struct {
+	port     uint16
+	mtu      MTU
+	shards   int
+	pcap     io.Writer
+	link     link.Link
+	limits   Limits
+	eventBuf int
+	linkCfg  link.Config
+	clock    transport.Clock
+}
+
+// WithPort binds a UDP port other than 4791. Both ends of a connection must use the
+// same port: RoCEv2 always sends to the port it listens on.
+func WithPort(port uint16) Option { return func(o *options) { o.port = port } }
+
+// WithMTU sets the port's active MTU instead of deriving it from the interface MTU.
+// QPs may still ask for any path MTU up to MTU4096 (max_mtu), as on rxe.
+func WithMTU(m MTU) Option { return func(o *options) { o.mtu = m } }
+
+// WithShards sets the number of engine goroutines that own QPs (0: GOMAXPROCS).
+func WithShards(n int) Option { return func(o *options) { o.shards = n } }
+
+// WithPcap writes every datagram the device sends and receives to w in pcap format
+// (Wireshark dissects UDP 4791 as InfiniBand).
+func WithPcap(w io.Writer) Option { return func(o *options) { o.pcap = w } }
+
+// WithLink makes Open use l instead of binding a UDP socket; the Device takes
+// ownership and closes it. Tests use it with linktest.Pipe.
+func WithLink(l link.Link) Option { return func(o *options) { o.link = l } }
+
+// WithLimits replaces the default device limits (see DefaultLimits); zero fields keep
+// their defaults.
+func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
+
+// WithEventBuffer sets the capacity of the Events channel. Events that do not fit are
+// dropped and counted (Device.DroppedEvents); the engine never waits for a reader.
+func WithEventBuffer(n int) Option { return func(o *options) { o.eventBuf = n } }
+
+// WithLinkConfig tunes the UDP socket Open binds (batch size, socket buffers).
+func WithLinkConfig(c link.Config) Option { return func(o *options) { o.linkCfg = c } }
+
+// WithClock runs the engine's timers on c instead of the real clock (tests with
+// virtual time).
+func WithClock(c transport.Clock) Option { return func(o *options) { o.clock = c } }
+
+// Device is an opened RoCEv2 device (struct ibv_context): one UDP socket on one local
+// IP address, the transport engine that runs its QPs, and the verbs objects created on
+// it. All methods are safe for concurrent use.
+type Device struct {
+	addr   netip.Addr
+	lport  uint16
+	guid   uint64
+	gids   []GID
+	gidIdx int // index of the RoCEv2 entry
+	attr   DeviceAttr
+	limits Limits
+	port   PortAttr
+
+	lnk   link.Link
+	eng   *transport.Engine
+	stats *transport.Stats
+	mem   *memory
+
+	closed atomic.Bool
+
+	// evMu guards: events (sends and close), evClosed.
+	evMu          sync.Mutex
+	events        chan AsyncEvent
+	evClosed      bool
+	droppedEvents atomic.Uint64
+
+	// objMu guards the handle tables the engine's event callback reads. It is never
+	// held while calling into the engine, so a shard that raises an event cannot
+	// deadlock against a verb.
+	objMu sync.RWMutex
+	qps   map[uint32]*QP
+	cqs   map[*cq.Queue]*CQ
+	srqs  map[*srq.Queue]*SRQ
+
+	// Resource counts against Limits; atomics so create/destroy stay cheap.
+	nPD, nMR, nCQ, nQP, nSRQ, nAH atomic.Int64
+	ids                           atomic.Uint32 // handle numbers for PD, CQ, SRQ, AH
+}
+
+// Open is ibv_open_device for a device on the local IP address addr: it binds UDP port
+// 4791 (or WithPort) on exactly that address and starts the engine. The port is
+// ACTIVE at once and a PORT_ACTIVE event is queued, as rxe reports when its netdev is
+// up.
+func Open(addr netip.Addr, opts ...Option) (*Device, error) {
+	o := options{port: RoCEv2Port}
+	for _, f := range opts {
+		f(&o)
+	}
+	addr = addr.Unmap()
+	if !addr.IsValid() || addr.IsUnspecified() || addr.IsMulticast() {
+		return nil, newErr("ibv_open_device", "", syscall.EINVAL, "need a specific unicast address, got %v", addr)
+	}
+	l := o.link
+	if l == nil {
+		u, err := link.ListenUDP(netip.AddrPortFrom(addr, o.port), o.linkCfg)
+		if err != nil {
+			return nil, wrapOpenErr(err)
+		}
+		l = u
+	}
+	d, err := newDevice(addr, l, &o)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// OpenLink is Open over an existing link (a fake link in tests, or a socket set up by
+// the caller). The device address is l.LocalAddr().Addr(). The Device owns l and
+// closes it on Close.
+func OpenLink(l link.Link, opts ...Option) (*Device, error) {
+	o := options{}
+	for _, f := range opts {
+		f(&o)
+	}
+	addr := l.LocalAddr().Addr().Unmap()
+	if !addr.IsValid() {
+		return nil, newErr("ibv_open_device", "", syscall.EINVAL, "link has no local address")
+	}
+	return newDevice(addr, l, &o)
+}
+
+func wrapOpenErr(err error) error {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		e := &Error{Op: "ibv_open_device", Index: -1, Err: en, Detail: err.Error()}
+		if en == syscall.EADDRINUSE {
+			e.Detail += " (is the rdma_rxe module loaded? it owns UDP 4791; use WithPort)"
+		}
+		return e
+	}
+	return &Error{Op: "ibv_open_device", Index: -1, Err: syscall.EIO, Detail: err.Error()}
+}
+
+func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
+	lim := o.limits.withDefaults()
+	d := &Device{
+		addr:   addr,
+		lport:  l.LocalAddr().Port(),
+		guid:   nodeGUID(addr),
+		limits: lim,
+		stats:  new(transport.Stats),
+		qps:    make(map[uint32]*QP),
+		cqs:    make(map[*cq.Queue]*CQ),
+		srqs:   make(map[*srq.Queue]*SRQ),
+	}
+	d.gids, d.gidIdx = buildGIDTable(addr, d.guid)
+	d.attr = lim.deviceAttr(d.guid)
+	active := o.mtu
+	if active == 0 {
+		active = activeMTU(addr)
+	}
+	if active < MTU256 || active > MTU4096 {
+		return nil, newErr("ibv_open_device", "", syscall.EINVAL, "active MTU %d out of range", active)
+	}
+	d.port = PortAttr{
+		State:        PortActive,
+		MaxMTU:       MTU4096,
+		ActiveMTU:    active,
+		GIDTblLen:    len(d.gids),
+		PortCapFlags: 0x00010000, // IB_PORT_CM_SUP, as rxe reports
+		MaxMsgSz:     maxMsgSize,
+		PKeyTblLen:   1,
+		LinkLayer:    LinkLayerEthernet,
+	}
+	n := o.eventBuf
+	if n <= 0 {
+		n = DefaultEventBuffer
+	}
+	d.events = make(chan AsyncEvent, n)
+	d.mem = newMemory()
+	if o.pcap != nil {
+		t, err := link.NewTap(l, o.pcap, link.LinkTypeEthernet)
+		if err != nil {
+			return nil, wrapErr("ibv_open_device", "", -1, err)
+		}
+		l = t
+	}
+	d.lnk = l
+	eng, err := transport.NewEngine(transport.Config{
+		Link:      l,
+		Memory:    d.mem,
+		Stats:     d.stats,
+		Shards:    o.shards,
+		Clock:     o.clock,
+		OnEvent:   d.onEngineEvent,
+		LocalAddr: addr,
+		MaxQPWR:   lim.MaxQPWR,
+		MaxSGE:    lim.MaxSGE,
+		MaxInline: lim.MaxInlineData,
+	})
+	if err != nil {
+		return nil, wrapErr("ibv_open_device", "", -1, err)
+	}
+	d.eng = eng
+	d.emit(AsyncEvent{Type: EventPortActive, Port: 1})
+	return d, nil
+}
+
+// activeMTU derives the port's active MTU from the MTU of the interface that holds
+// addr, the way rxe does from its netdev: the largest IB MTU that fits in the
+// interface MTU less the RoCEv2 headers. Without an interface it assumes Ethernet
+// (1500), which gives 1024, rxe's usual value.
+func activeMTU(addr netip.Addr) MTU {
+	ifMTU := 1500
+	if ifs, err := net.Interfaces(); err == nil {
+	search:
+		for _, ifi := range ifs {
+			as, err := ifi.Addrs()
+			if err != nil {
+				continue
+			}
+			for _, a := range as {
+				if p, ok := a.(*net.IPNet); ok {
+					if ip, ok := netip.AddrFromSlice(p.IP); ok && ip.Unmap() == addr.WithZone("") {
+						ifMTU = ifi.MTU
+						break search
+					}
+				}
+			}
+			if ifi.Flags&net.FlagLoopback != 0 && addr.IsLoopback() {
+				// 127.0.0.0/8 is all on lo even when only 127.0.0.1 is listed.
+				ifMTU = ifi.MTU
+			}
+		}
+	}
+	// IPv6 40 + UDP 8 + BTH 12 + largest extension (RETH 16 + ImmDt 4) + ICRC 4 = 84.
+	const hdr = 84
+	for m := MTU4096; m > MTU256; m-- {
+		if m.Bytes()+hdr <= ifMTU {
+			return m
+		}
+	}
+	return MTU256
+}
+
+// Addr returns the local IP address of the device.
+func (d *Device) Addr() netip.Addr { return d.addr }
+
+// LocalAddr returns the address and UDP port the device is bound to.
+func (d *Device) LocalAddr() netip.AddrPort { return netip.AddrPortFrom(d.addr, d.lport) }
+
+// Name returns a device name in the style of ibv_get_device_name, e.g.
+// "goroce(127.0.0.1)".
+func (d *Device) Name() string { return fmt.Sprintf("goroce(%v)", d.addr) }
+
+// Query is ibv_query_device: the device's attributes and limits.
+func (d *Device) Query() (DeviceAttr, error) {
+	if d.closed.Load() {
+		return DeviceAttr{}, closedErr("ibv_query_device", "")
+	}
+	return d.attr, nil
+}
+
+// QueryPort is ibv_query_port. The device has one port, number 1.
+func (d *Device) QueryPort(port int) (PortAttr, error) {
+	if d.closed.Load() {
+		return PortAttr{}, closedErr("ibv_query_port", "")
+	}
+	if port != 1 {
+		return PortAttr{}, newErr("ibv_query_port", fmt.Sprintf("port %d", port), syscall.EINVAL, "the device has only port 1")
+	}
+	return d.port, nil
+}
+
+// QueryGID is ibv_query_gid for port 1: the GID at index (see GIDIndexRoCEv2 for the
+// table layout).
+func (d *Device) QueryGID(index int) (GID, error) {
+	if d.closed.Load() {
+		return GID{}, closedErr("ibv_query_gid", "")
+	}
+	if index < 0 || index >= len(d.gids) {
+		return GID{}, newErr("ibv_query_gid", "", syscall.EINVAL, "index %d outside the GID table (%d entries)", index, len(d.gids))
+	}
+	return d.gids[index], nil
+}
+
+// GIDIndex returns the index of the RoCEv2 GID of the device address: 1, or 0 for a
+// device on an IPv6 link-local address. Pass it as SGIDIndex and exchange the GID
+// itself with the peer.
+func (d *Device) GIDIndex() int { return d.gidIdx }
+
+// GID returns the RoCEv2 GID of the device address (the entry at GIDIndex).
+func (d *Device) GID() GID { return d.gids[d.gidIdx] }
+
+// QueryPKey is ibv_query_pkey: the table holds only the default P_Key 0xffff.
+func (d *Device) QueryPKey(index int) (uint16, error) {
+	if d.closed.Load() {
+		return 0, closedErr("ibv_query_pkey", "")
+	}
+	if index != 0 {
+		return 0, newErr("ibv_query_pkey", "", syscall.EINVAL, "index %d outside the P_Key table (1 entry)", index)
+	}
+	return DefaultPKey, nil
+}
+
+// Stats returns a snapshot of the engine's wire counters.
+func (d *Device) Stats() transport.StatsSnapshot { return d.stats.Snapshot() }
+
+// DroppedEvents returns how many async events were dropped because the Events channel
+// was full.
+func (d *Device) DroppedEvents() uint64 { return d.droppedEvents.Load() }
+
+// Close is ibv_close_device. It stops the engine, closes the socket and the Events
+// channel, and makes every later verb on the device or its objects fail with an
+// error that matches net.ErrClosed (errno ENODEV). Objects need not be destroyed
+// first. Close is idempotent.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.eng.Close()
+	err := d.lnk.Close()
+	d.evMu.Lock()
+	d.evClosed = true
+	close(d.events)
+	d.evMu.Unlock()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return wrapErr("ibv_close_device", "", -1, err)
+	}
+	return nil
+}
+
+func (d *Device) obj(kind string, id uint32) string { return fmt.Sprintf("%s %#x", kind, id) }
+
+// reserve counts one more object against limit; false when the limit is reached.
+func reserve(n interface {
+	Add(int64) int64
+}, limit int) bool {
+	if n.Add(1) > int64(limit) {
+		n.Add(-1)
+		return false
+	}
+	return true
+}
+
+// barrier returns once every engine shard that owns a QP has finished the step it was
+// in when barrier was called. The engine resolves keys and copies data within one
+// step and keeps no region across steps, so after unregister plus barrier no access
+// through the old keys is in flight. It uses Engine.QPs, which runs a query on each
+// QP's owner shard and waits for it.
+func (d *Device) barrier() { d.eng.QPs() }
+
+// QPInfo is a debugging snapshot of one QP (state, PSNs, queue depth, counters).
+type QPInfo = transport.QPInfo
+
+// QPs returns a snapshot of every QP on the device, for debugging (roced serves it
+// as /debug/qps). Per-QP data is kept out of Stats to keep metrics low-cardinality.
+func (d *Device) QPs() []QPInfo {
+	if d.closed.Load() {
+		return nil
+	}
+	return d.eng.QPs()
+}

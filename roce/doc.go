@@ -1,0 +1,112 @@
+// Package roce is the verbs API of goroce: the objects an RDMA programmer knows from
+// libibverbs (device, PD, MR, AH, CQ, SRQ, QP, async events) over a user-space RoCEv2
+// engine that speaks UDP port 4791. It is what most programs import.
+//
+// roce is a facade. The objects' machinery lives below it: cq holds completion
+// queues, srq holds receive queues, transport runs the QPs on the wire, and
+// transport/link moves datagrams. The value types those packages store are
+// re-exported here as aliases (WC, SGE, RecvWR, SendWR, QPAttr, ...), so one import
+// is enough. roce itself owns registration (PD, MR keys and the lkey/rkey registry the
+// engine resolves through transport.Memory), address handles, reference counts
+// between objects, device attributes, the GID table, and async event delivery.
+//
+// # Data flow
+//
+//	user goroutines                      engine (transport)                  wire
+//	───────────────                      ──────────────────                  ────
+//	QP.PostSend ──► send queue ──kick──► shard: requester ──► link.WriteBatch ──► UDP 4791
+//	QP/SRQ.PostRecv ──► srq.Queue                                                 │
+//	                       ▲                                                      ▼
+//	                       └── Pop ◄── shard: responder ◄── demux by QPN ◄── link.ReadBatch
+//	                                     │   │ RDMA WRITE/READ/ATOMIC
+//	                                     │   └──► Memory (roce MR registry: rkey → []byte)
+//	CQ.Poll ◄── cq.Queue ◄── Push ◄──────┘   completer (ACK/NAK, retries)
+//	CQ.Notify ◄── one-shot, armed by ReqNotify
+//	Device.Events ◄── CQ_ERR, QP_FATAL, COMM_EST, LAST_WQE_REACHED, SRQ_LIMIT_REACHED, ...
+//
+// # Verbs
+//
+// Every method says in its doc comment which libibverbs call it mirrors:
+//
+//	libibverbs                   Go
+//	───────────────────────────  ───────────────────────────────────────────────
+//	ibv_open_device              Open(addr, opts...) / OpenLink(link, opts...)
+//	ibv_close_device             (*Device).Close()
+//	ibv_query_device             (*Device).Query() (DeviceAttr, error)
+//	ibv_query_port               (*Device).QueryPort(1) (PortAttr, error)
+//	ibv_query_gid                (*Device).QueryGID(index) (GID, error)
+//	ibv_query_pkey               (*Device).QueryPKey(index) (uint16, error)
+//	ibv_get_async_event          (*Device).Events() <-chan AsyncEvent
+//	ibv_ack_async_event          (none: nothing to acknowledge)
+//	ibv_alloc_pd                 (*Device).AllocPD() (*PD, error)
+//	ibv_dealloc_pd               (*PD).Close() error
+//	ibv_reg_mr                   (*PD).RegMR(buf, access) (*MR, error)
+//	ibv_dereg_mr                 (*MR).Close() error
+//	mr->lkey, mr->rkey, mr->addr (*MR).LKey(), RKey(), Addr(), Len()
+//	ibv_create_ah                (*PD).CreateAH(AHAttr) (*AH, error)
+//	ibv_destroy_ah               (*AH).Close() error
+//	ibv_create_cq                (*Device).CreateCQ(cqe) (*CQ, error)
+//	ibv_destroy_cq               (*CQ).Close() error
+//	ibv_poll_cq                  (*CQ).Poll(wc []WC) (int, error)
+//	ibv_req_notify_cq            (*CQ).ReqNotify(solicitedOnly) error
+//	ibv_get_cq_event             <-(*CQ).Notify()
+//	ibv_ack_cq_events            (none)
+//	ibv_resize_cq                (*CQ).Resize(cqe) (int, error)
+//	ibv_create_srq               (*PD).CreateSRQ(SRQInitAttr) (*SRQ, error)
+//	ibv_destroy_srq              (*SRQ).Close() error
+//	ibv_modify_srq               (*SRQ).Modify(*SRQAttr, SRQAttrMask) error
+//	ibv_query_srq                (*SRQ).Query() (SRQAttr, error)
+//	ibv_post_srq_recv            (*SRQ).PostRecv([]RecvWR) (int, error)
+//	ibv_create_qp                (*PD).CreateQP(QPInitAttr) (*QP, error)
+//	ibv_destroy_qp               (*QP).Close() error
+//	ibv_modify_qp                (*QP).Modify(*QPAttr, QPAttrMask) error
+//	ibv_query_qp                 (*QP).Query() (QPAttr, error), (*QP).InitAttr()
+//	ibv_post_send                (*QP).PostSend([]SendWR) (int, error)
+//	ibv_post_recv                (*QP).PostRecv([]RecvWR) (int, error)
+//	qp->qp_num                   (*QP).QPN()
+//	(rdma stat, per-QP dump)     (*Device).Stats(), (*Device).QPs()
+//
+// The linked lists of C (wr->next, sg_list/num_sge) are Go slices. bad_wr becomes the
+// io.Writer convention: post verbs return how many WRs were queued and an error whose
+// Index is the WR that was refused; the WRs before it stay queued.
+//
+// # GID table
+//
+// Index 0 is the default link-local GID (fe80::<node GUID>) and index 1 is the
+// RoCEv2 GID of the address the device was opened on (::ffff:a.b.c.d for IPv4), the
+// layout of rxe, so the usual "-g 1" (perftest "-x 1") selects RoCEv2 over IPv4 here
+// as it does on rxe. The socket is bound only to the address, so a QP or AH must use
+// index 1 (Device.GIDIndex); index 0 is refused with EINVAL. A device opened on an
+// IPv6 link-local address has that address alone, at index 0.
+//
+// # Errors
+//
+// Every verb returns *Error, whose cause is a syscall.Errno, so
+// errors.Is(err, syscall.EINVAL) works as an errno comparison does in C, and the
+// message names the verb and the object ("roce: ibv_modify_qp qp 0x11: invalid
+// argument: RTR requires DestQPN"). The errno choices are fixed:
+//
+//	EINVAL  the caller's mistake: bad attribute or mask, illegal QP transition,
+//	        missing or forbidden attribute for a transition, too many SGEs (not
+//	        ENOMEM, as mlx5 since linux 24be409b), an opcode the QP type does not
+//	        have, an SRQ limit above max_wr, a CQ resize below the completions held,
+//	        a QP with an SRQ given to PostRecv, a verb on a destroyed object (which
+//	        also matches net.ErrClosed).
+//	ENOMEM  a resource is exhausted: a full send, receive or shared receive queue;
+//	        max_qp, max_mr, max_cq, max_pd, max_ah or max_srq reached.
+//	ENOSYS  not implemented by this device: SRQ resize when WithLimits turned it off,
+//	        multicast, memory windows.
+//	EBUSY   destroying an object still in use: a PD with MRs, AHs, SRQs or QPs, a CQ
+//	        or SRQ attached to a QP.
+//	ENODEV  the Device was closed. Such errors also match net.ErrClosed, so shutdown
+//	        code can test one condition.
+//
+// Failures on the data path are not Go errors: they arrive as completion statuses
+// (WCRemAccessErr, WCRetryExcErr, ...), async events and counters (Device.Stats).
+//
+// # Concurrency
+//
+// All verbs are safe for concurrent use. The engine never waits for the program: the
+// Events channel is buffered and drops (and counts) what does not fit, and a CQ that
+// overflows raises CQ_ERR instead of blocking.
+package roce

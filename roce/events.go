@@ -1,0 +1,78 @@
+package roce
+
+import (
+	"fmt"
+
+	"github.com/goroce/goroce/transport"
+)
+
+// AsyncEvent is one affiliated or unaffiliated asynchronous event (struct
+// ibv_async_event), as ibv_get_async_event returns it. Exactly one of QP, CQ and SRQ is
+// set for an affiliated event; Port is set for a port event. There is nothing to
+// acknowledge: ibv_ack_async_event has no Go counterpart, the garbage collector keeps
+// the handles alive.
+type AsyncEvent struct {
+	Type EventType
+	QP   *QP  // QP events: COMM_EST, QP_FATAL, QP_LAST_WQE_REACHED, ...
+	CQ   *CQ  // CQ_ERR
+	SRQ  *SRQ // SRQ_ERR, SRQ_LIMIT_REACHED
+	Port int  // PORT_ACTIVE, PORT_ERR: the port number (1)
+}
+
+// String formats the event like ibv_asyncwatch: "SRQ_LIMIT_REACHED srq 0x3".
+func (e AsyncEvent) String() string {
+	switch {
+	case e.QP != nil:
+		return fmt.Sprintf("%v qp %#x", e.Type, e.QP.QPN())
+	case e.CQ != nil:
+		return fmt.Sprintf("%v cq %#x", e.Type, e.CQ.id)
+	case e.SRQ != nil:
+		return fmt.Sprintf("%v srq %#x", e.Type, e.SRQ.id)
+	}
+	return fmt.Sprintf("%v port %d", e.Type, e.Port)
+}
+
+// Events is ibv_get_async_event as a channel. The channel is buffered (see
+// WithEventBuffer); when it is full new events are dropped and counted in
+// DroppedEvents, so a slow reader can never stall the engine. Close closes the
+// channel.
+func (d *Device) Events() <-chan AsyncEvent { return d.events }
+
+// emit queues ev without blocking.
+func (d *Device) emit(ev AsyncEvent) {
+	d.evMu.Lock()
+	defer d.evMu.Unlock()
+	if d.evClosed {
+		return
+	}
+	select {
+	case d.events <- ev:
+	default:
+		d.droppedEvents.Add(1)
+	}
+}
+
+// onEngineEvent is the engine's OnEvent callback. It runs on a shard goroutine: it only
+// maps the engine's objects to their handles and queues the event.
+func (d *Device) onEngineEvent(ev transport.Event) {
+	out := AsyncEvent{Type: ev.Type}
+	d.objMu.RLock()
+	switch {
+	case ev.CQ != nil:
+		out.CQ = d.cqs[ev.CQ]
+	case ev.SRQ != nil:
+		out.SRQ = d.srqs[ev.SRQ]
+	default:
+		out.QP = d.qps[ev.QPN]
+	}
+	d.objMu.RUnlock()
+	if out.CQ == nil && out.SRQ == nil && out.QP == nil {
+		if ev.CQ != nil || ev.SRQ != nil || ev.QPN != 0 {
+			// The object was destroyed while its event was in flight; a C program
+			// could not have received it either.
+			return
+		}
+		out.Port = 1
+	}
+	d.emit(out)
+}

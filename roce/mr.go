@@ -1,0 +1,118 @@
+package roce
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/goroce/goroce/transport"
+)
+
+const accessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+
+// MR is a registered memory region (struct ibv_mr) over a Go byte slice. The engine
+// reads and writes the slice directly, the way a NIC does DMA: while a WR that names
+// the MR is outstanding, or while the peer may RDMA into it, the program must not
+// read or write the bytes concurrently (the same rule as in C; the race detector
+// cannot see engine accesses as synchronised with yours).
+type MR struct {
+	pd  *PD
+	reg *transport.Region
+
+	// mu guards: closed.
+	mu     sync.Mutex
+	closed bool
+}
+
+// RegMR is ibv_reg_mr. The MR's address (Addr) is the address of buf[0] in this
+// process, so SGEs and remote addresses are computed as in C: mr.Addr()+offset. Keys
+// are random 32-bit values from crypto/rand, never sequential, and the lkey and rkey
+// differ.
+//
+// Errors: EINVAL for an empty buf, a length above max_mr_size, unknown access bits,
+// or REMOTE_WRITE / REMOTE_ATOMIC without LOCAL_WRITE (the rule ibv_reg_mr(3)
+// states); ENOMEM when max_mr MRs exist.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	const op = "ibv_reg_mr"
+	obj := pd.dev.obj("pd", pd.id)
+	switch {
+	case len(buf) == 0:
+		return nil, newErr(op, obj, syscall.EINVAL, "empty buffer")
+	case uint64(len(buf)) > pd.dev.limits.MaxMRSize:
+		return nil, newErr(op, obj, syscall.EINVAL, "length %d above max_mr_size %d", len(buf), pd.dev.limits.MaxMRSize)
+	case access&^accessAll != 0:
+		return nil, newErr(op, obj, syscall.EINVAL, "unknown access flags %#x", uint32(access&^accessAll))
+	case access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0:
+		return nil, newErr(op, obj, syscall.EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE")
+	}
+	if err := pd.use(op); err != nil {
+		return nil, err
+	}
+	d := pd.dev
+	if !reserve(&d.nMR, d.limits.MaxMR) {
+		pd.release()
+		return nil, newErr(op, obj, syscall.ENOMEM, "max_mr %d reached", d.limits.MaxMR)
+	}
+	r := &transport.Region{
+		PD:     pd.id,
+		Addr:   uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))),
+		Buf:    buf,
+		Access: access,
+	}
+	if err := d.mem.register(r); err != nil {
+		d.nMR.Add(-1)
+		pd.release()
+		return nil, newErr(op, obj, syscall.ENOMEM, "no key: %v", err)
+	}
+	return &MR{pd: pd, reg: r}, nil
+}
+
+// LKey returns the local key, for SGEs.
+func (mr *MR) LKey() uint32 { return mr.reg.LKey }
+
+// RKey returns the remote key the peer puts in RDMA and atomic WRs.
+func (mr *MR) RKey() uint32 { return mr.reg.RKey }
+
+// Addr returns the address of the first byte of the region.
+func (mr *MR) Addr() uint64 { return mr.reg.Addr }
+
+// Len returns the length of the region in bytes.
+func (mr *MR) Len() int { return len(mr.reg.Buf) }
+
+// Buf returns the registered slice.
+func (mr *MR) Buf() []byte { return mr.reg.Buf }
+
+// Access returns the access flags the MR was registered with.
+func (mr *MR) Access() Access { return mr.reg.Access }
+
+// PD returns the protection domain of the MR.
+func (mr *MR) PD() *PD { return mr.pd }
+
+// String formats the MR as "mr lkey 0x… rkey 0x… len N".
+func (mr *MR) String() string {
+	return fmt.Sprintf("mr lkey %#x rkey %#x len %d", mr.reg.LKey, mr.reg.RKey, len(mr.reg.Buf))
+}
+
+// Close is ibv_dereg_mr. Once it returns, the keys resolve to nothing, and no
+// access the engine started through them is still running: it waits for every engine
+// shard that owns a QP to finish the step it was in, so no remote write lands in the
+// buffer after Close returns. WRs that still name the keys complete with
+// an error, as in C.
+func (mr *MR) Close() error {
+	const op = "ibv_dereg_mr"
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if mr.closed {
+		return newClosedObjErr(op, fmt.Sprintf("mr %#x", mr.reg.LKey), "mr")
+	}
+	mr.closed = true
+	d := mr.pd.dev
+	d.mem.unregister(mr.reg)
+	if !d.closed.Load() {
+		d.barrier()
+	}
+	d.nMR.Add(-1)
+	mr.pd.release()
+	return nil
+}

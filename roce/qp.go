@@ -1,0 +1,248 @@
+package roce
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+
+	"github.com/goroce/goroce/transport"
+)
+
+// QPInitAttr holds the creation attributes of a QP (struct ibv_qp_init_attr).
+type QPInitAttr struct {
+	Type     QPType
+	SendCQ   *CQ
+	RecvCQ   *CQ
+	SRQ      *SRQ // optional: receive from this SRQ instead of an own receive queue
+	Cap      QPCap
+	SQSigAll bool // every send WR completes signaled, whatever its flags
+}
+
+// QP is a queue pair (struct ibv_qp): a thin handle on the engine's QP. Its state and
+// queues live in the transport engine; the handle keeps the CQ, SRQ and PD references
+// that make destroying them fail with EBUSY while the QP lives.
+type QP struct {
+	pd   *PD
+	qp   *transport.QP
+	qpn  uint32
+	obj  string
+	init QPInitAttr
+
+	// mu guards: closed.
+	mu     sync.Mutex
+	closed bool
+}
+
+// CreateQP is ibv_create_qp. The QP starts in RESET. EINVAL for a missing CQ, a CQ or
+// SRQ of another device or PD, a type other than RC, UC and UD, or caps above the
+// device limits (max_qp_wr, max_sge, max_inline_data); ENOMEM when max_qp QPs exist.
+// The actual caps are available from Query.
+func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
+	const op = "ibv_create_qp"
+	d := pd.dev
+	obj := d.obj("pd", pd.id)
+	if err := d.checkQPInit(op, obj, pd, &attr); err != nil {
+		return nil, err
+	}
+	if err := pd.use(op); err != nil {
+		return nil, err
+	}
+	if !reserve(&d.nQP, d.limits.MaxQP) {
+		pd.release()
+		return nil, newErr(op, obj, syscall.ENOMEM, "max_qp %d reached", d.limits.MaxQP)
+	}
+	ti := transport.QPInitAttr{
+		Type:     attr.Type,
+		SendCQ:   attr.SendCQ.q,
+		RecvCQ:   attr.RecvCQ.q,
+		Cap:      attr.Cap,
+		SQSigAll: attr.SQSigAll,
+		PD:       pd.id,
+	}
+	if attr.SRQ != nil {
+		ti.SRQ = attr.SRQ.q
+	}
+	// The engine attaches the QP to its CQs and SRQ (their Close is EBUSY from
+	// then on) and detaches on Destroy.
+	tq, err := d.eng.CreateQP(&ti)
+	if err != nil {
+		d.nQP.Add(-1)
+		pd.release()
+		return nil, wrapErr(op, obj, -1, err)
+	}
+	q := &QP{pd: pd, qp: tq, qpn: tq.QPN(), init: attr}
+	q.obj = fmt.Sprintf("qp %#x", q.qpn)
+	d.objMu.Lock()
+	d.qps[q.qpn] = q
+	d.objMu.Unlock()
+	return q, nil
+}
+
+func (d *Device) checkQPInit(op, obj string, pd *PD, a *QPInitAttr) error {
+	switch {
+	case a.SendCQ == nil || a.RecvCQ == nil:
+		return newErr(op, obj, syscall.EINVAL, "send_cq and recv_cq are required")
+	case a.SendCQ.dev != d || a.RecvCQ.dev != d:
+		return newErr(op, obj, syscall.EINVAL, "CQ belongs to another device")
+	case a.SRQ != nil && a.SRQ.pd != pd:
+		return newErr(op, obj, syscall.EINVAL, "SRQ belongs to another PD")
+	}
+	switch a.Type {
+	case QPTypeRC, QPTypeUD, QPTypeUC:
+	default:
+		return newErr(op, obj, syscall.EINVAL, "QP type %v not supported", a.Type)
+	}
+	c := a.Cap
+	l := d.limits
+	switch {
+	case int64(c.MaxSendWR) > int64(l.MaxQPWR):
+		return newErr(op, obj, syscall.EINVAL, "max_send_wr %d above max_qp_wr %d", c.MaxSendWR, l.MaxQPWR)
+	case a.SRQ == nil && int64(c.MaxRecvWR) > int64(l.MaxQPWR):
+		return newErr(op, obj, syscall.EINVAL, "max_recv_wr %d above max_qp_wr %d", c.MaxRecvWR, l.MaxQPWR)
+	case int64(c.MaxSendSGE) > int64(l.MaxSGE):
+		return newErr(op, obj, syscall.EINVAL, "max_send_sge %d above max_sge %d", c.MaxSendSGE, l.MaxSGE)
+	case a.SRQ == nil && int64(c.MaxRecvSGE) > int64(l.MaxSGE):
+		return newErr(op, obj, syscall.EINVAL, "max_recv_sge %d above max_sge %d", c.MaxRecvSGE, l.MaxSGE)
+	case int64(c.MaxInlineData) > int64(l.MaxInlineData):
+		return newErr(op, obj, syscall.EINVAL, "max_inline_data %d above %d", c.MaxInlineData, l.MaxInlineData)
+	}
+	return nil
+}
+
+// QPN returns the QP number, which the peer needs as its DestQPN (or RemoteQPN for UD).
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// Type returns the QP's transport service.
+func (q *QP) Type() QPType { return q.init.Type }
+
+// InitAttr returns the attributes the QP was created with.
+func (q *QP) InitAttr() QPInitAttr { return q.init }
+
+// PD returns the protection domain of the QP.
+func (q *QP) PD() *PD { return q.pd }
+
+// Modify is ibv_modify_qp. It validates everything first and changes nothing on
+// failure: EINVAL for an illegal transition, a missing required or a forbidden
+// attribute for the transition and QP type (IBA 11.2.4.2, as libibverbs and rxe),
+// or an attribute out of range (path MTU above max_mtu, max_rd_atomic or
+// max_dest_rd_atomic above the device's, a P_Key index other than 0, a port other
+// than 1, an address vector that checkAV refuses).
+func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+	const op = "ibv_modify_qp"
+	d := q.pd.dev
+	if d.closed.Load() {
+		return closedErr(op, q.obj)
+	}
+	if attr == nil {
+		return newErr(op, q.obj, syscall.EINVAL, "nil attr")
+	}
+	a := *attr
+	if err := d.checkQPAttr(op, q.obj, &a, mask); err != nil {
+		return err
+	}
+	return wrapErr(op, q.obj, -1, q.qp.Modify(&a, mask))
+}
+
+func (d *Device) checkQPAttr(op, obj string, a *QPAttr, mask QPAttrMask) error {
+	if mask&QPAttrAV != 0 {
+		if err := d.checkAV(op, obj, &a.AV); err != nil {
+			return err
+		}
+	}
+	if mask&QPAttrPathMTU != 0 && (a.PathMTU < MTU256 || a.PathMTU > d.port.MaxMTU) {
+		return newErr(op, obj, syscall.EINVAL, "path_mtu %d outside [%d, %d]", a.PathMTU, MTU256, d.port.MaxMTU)
+	}
+	if mask&QPAttrMaxQPRDAtomic != 0 && int(a.MaxRDAtomic) > d.limits.MaxQPInitRdAtom {
+		return newErr(op, obj, syscall.EINVAL, "max_rd_atomic %d above max_qp_init_rd_atom %d", a.MaxRDAtomic, d.limits.MaxQPInitRdAtom)
+	}
+	if mask&QPAttrMaxDestRDAtomic != 0 && int(a.MaxDestRDAtomic) > d.limits.MaxQPRdAtom {
+		return newErr(op, obj, syscall.EINVAL, "max_dest_rd_atomic %d above max_qp_rd_atom %d", a.MaxDestRDAtomic, d.limits.MaxQPRdAtom)
+	}
+	if mask&QPAttrPKeyIndex != 0 && a.PKeyIndex != 0 {
+		return newErr(op, obj, syscall.EINVAL, "pkey_index %d outside the P_Key table (1 entry)", a.PKeyIndex)
+	}
+	if mask&QPAttrPort != 0 && a.PortNum != 1 {
+		return newErr(op, obj, syscall.EINVAL, "port %d: the device has only port 1", a.PortNum)
+	}
+	if mask&QPAttrAccessFlags != 0 && a.AccessFlags&^accessAll != 0 {
+		return newErr(op, obj, syscall.EINVAL, "unknown access flags %#x", uint32(a.AccessFlags&^accessAll))
+	}
+	return nil
+}
+
+// Query is ibv_query_qp: the QP's current attributes, including its state and caps.
+func (q *QP) Query() (QPAttr, error) {
+	const op = "ibv_query_qp"
+	if q.pd.dev.closed.Load() {
+		return QPAttr{}, closedErr(op, q.obj)
+	}
+	a, _ := q.qp.Query()
+	return a, nil
+}
+
+// State returns the QP's current state (Query().State).
+func (q *QP) State() (QPState, error) {
+	a, err := q.Query()
+	return a.State, err
+}
+
+// PostSend is ibv_post_send. It checks and queues the WRs in order and stops at the
+// first bad one: it returns how many were queued and an error whose Index names the
+// bad WR (bad_wr). EINVAL for an opcode the QP type does not allow, too many SGEs, an
+// inline WR above max_inline_data, or a QP not in RTS (or SQD/SQE, which queue);
+// ENOMEM when the send queue is full. Data-path failures arrive as completions.
+func (q *QP) PostSend(wrs []SendWR) (int, error) {
+	if q.pd.dev.closed.Load() {
+		return 0, closedErr("ibv_post_send", q.obj)
+	}
+	n, err := q.qp.PostSend(wrs)
+	if err != nil {
+		return n, wrapErr("ibv_post_send", q.obj, n, err)
+	}
+	return n, nil
+}
+
+// PostRecv is ibv_post_recv, with the same (n, error) convention as PostSend. A QP
+// created with an SRQ has no receive queue of its own: posting to it is EINVAL (post
+// to the SRQ). EINVAL for too many SGEs, ENOMEM when the receive queue is full.
+func (q *QP) PostRecv(wrs []RecvWR) (int, error) {
+	const op = "ibv_post_recv"
+	if q.pd.dev.closed.Load() {
+		return 0, closedErr(op, q.obj)
+	}
+	if q.init.SRQ != nil {
+		if len(wrs) == 0 {
+			return 0, nil
+		}
+		e := newErr(op, q.obj, syscall.EINVAL, "QP receives from an SRQ; use SRQ.PostRecv")
+		e.Index = 0
+		return 0, e
+	}
+	n, err := q.qp.PostRecv(wrs)
+	if err != nil {
+		return n, wrapErr(op, q.obj, n, err)
+	}
+	return n, nil
+}
+
+// Close is ibv_destroy_qp. Outstanding WRs are discarded without completions, as in
+// C; afterwards the QP's CQs, SRQ and PD may be destroyed.
+func (q *QP) Close() error {
+	const op = "ibv_destroy_qp"
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return newClosedObjErr(op, q.obj, "qp")
+	}
+	d := q.pd.dev
+	if err := q.qp.Destroy(); err != nil && !d.closed.Load() {
+		return wrapErr(op, q.obj, -1, err)
+	}
+	q.closed = true
+	d.objMu.Lock()
+	delete(d.qps, q.qpn)
+	d.objMu.Unlock()
+	d.nQP.Add(-1)
+	q.pd.release()
+	return nil
+}

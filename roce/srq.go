@@ -1,0 +1,126 @@
+package roce
+
+import (
+	"syscall"
+
+	"github.com/goroce/goroce/srq"
+)
+
+// SRQInitAttr holds the creation attributes of an SRQ (struct ibv_srq_init_attr).
+// Attr.Limit is ignored at creation, as ibv_create_srq(3) says; arm with Modify.
+type SRQInitAttr struct {
+	Attr SRQAttr
+}
+
+// SRQ is a shared receive queue (struct ibv_srq). Any number of QPs of the same PD
+// take receive WRs from it, whichever QP a message arrives on.
+type SRQ struct {
+	pd  *PD
+	q   *srq.Queue
+	id  uint32
+	obj string
+}
+
+// CreateSRQ is ibv_create_srq. MaxWR must be in [1, max_srq_wr] and MaxSGE in
+// [1, max_srq_sge] (EINVAL); ENOMEM when max_srq SRQs exist. The actual sizes are
+// available from Query.
+func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
+	const op = "ibv_create_srq"
+	d := pd.dev
+	obj := d.obj("pd", pd.id)
+	if attr.Attr.MaxSGE == 0 {
+		return nil, newErr(op, obj, syscall.EINVAL, "max_sge 0")
+	}
+	if err := pd.use(op); err != nil {
+		return nil, err
+	}
+	if !reserve(&d.nSRQ, d.limits.MaxSRQ) {
+		pd.release()
+		return nil, newErr(op, obj, syscall.ENOMEM, "max_srq %d reached", d.limits.MaxSRQ)
+	}
+	a := attr.Attr
+	q, err := srq.New(&a, d.srqCaps())
+	if err != nil {
+		d.nSRQ.Add(-1)
+		pd.release()
+		return nil, wrapErr(op, obj, -1, err)
+	}
+	s := &SRQ{pd: pd, q: q, id: d.ids.Add(1)}
+	s.obj = d.obj("srq", s.id)
+	q.SetLimitHandler(s.limitReached)
+	d.objMu.Lock()
+	d.srqs[q] = s
+	d.objMu.Unlock()
+	return s, nil
+}
+
+func (d *Device) srqCaps() srq.Caps {
+	return srq.Caps{MaxWR: uint32(d.limits.MaxSRQWR), MaxSGE: uint32(d.limits.MaxSRQSGE), Resize: !d.limits.NoSRQResize}
+}
+
+// limitReached is the queue's limit handler: it raises SRQ_LIMIT_REACHED. It may run
+// on an engine shard or on the goroutine calling Modify; it only queues an event.
+func (s *SRQ) limitReached() {
+	s.pd.dev.stats.SRQLimitEvents.Add(1)
+	s.pd.dev.emit(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
+}
+
+// Handle returns the SRQ's number (srq_num), used in error messages and events.
+func (s *SRQ) Handle() uint32 { return s.id }
+
+// PostRecv is ibv_post_srq_recv. It checks and queues the WRs in order and stops at
+// the first bad one: it returns how many were queued, and an error whose Index is
+// that WR (the Go form of bad_wr). EINVAL for more SGEs than max_sge, ENOMEM when the
+// SRQ is full. WRs before the bad one stay posted.
+func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
+	const op = "ibv_post_srq_recv"
+	if s.pd.dev.closed.Load() {
+		return 0, closedErr(op, s.obj)
+	}
+	n, err := s.q.PostRecv(wrs)
+	if err != nil {
+		return n, wrapErr(op, s.obj, n, err)
+	}
+	return n, nil
+}
+
+// Modify is ibv_modify_srq. SRQMaxWR resizes the queue (ENOSYS without
+// IBV_DEVICE_SRQ_RESIZE; EINVAL below the WRs outstanding or above max_srq_wr);
+// SRQLimit arms the limit event (EINVAL above max_wr; 0 disarms). If any attribute is
+// invalid nothing changes. The actual values are written back into attr.
+func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
+	const op = "ibv_modify_srq"
+	if s.pd.dev.closed.Load() {
+		return closedErr(op, s.obj)
+	}
+	if attr == nil {
+		return newErr(op, s.obj, syscall.EINVAL, "nil attr")
+	}
+	return wrapErr(op, s.obj, -1, s.q.Modify(attr, mask))
+}
+
+// Query is ibv_query_srq: max_wr, max_sge and the armed limit (0 when disarmed).
+func (s *SRQ) Query() (SRQAttr, error) {
+	const op = "ibv_query_srq"
+	if s.pd.dev.closed.Load() {
+		return SRQAttr{}, closedErr(op, s.obj)
+	}
+	a, err := s.q.Query()
+	return a, wrapErr(op, s.obj, -1, err)
+}
+
+// Close is ibv_destroy_srq. It fails with EBUSY, changing nothing, while a QP uses the
+// SRQ.
+func (s *SRQ) Close() error {
+	const op = "ibv_destroy_srq"
+	if err := s.q.Close(); err != nil {
+		return wrapErr(op, s.obj, -1, err)
+	}
+	d := s.pd.dev
+	d.nSRQ.Add(-1)
+	d.objMu.Lock()
+	delete(d.srqs, s.q)
+	d.objMu.Unlock()
+	s.pd.release()
+	return nil
+}
