@@ -1,0 +1,236 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of the embedded configuration: what `go run ./cmd/roced` serves on a fresh
+// machine. Loopback only, so starting it never exposes anything.
+const (
+	defaultBind         = "127.0.0.1"
+	defaultPort         = 4791
+	defaultMTU          = 1024
+	defaultMetrics      = "127.0.0.1:9464"
+	defaultPingpongPort = 18515
+	defaultUDPingpong   = 18516
+	defaultPingpongMax  = 64 << 10
+	defaultPingpongIdle = 30 * time.Second
+	defaultDrainTimeout = 5 * time.Second
+)
+
+// config is the daemon's validated configuration.
+type config struct {
+	binds        []netip.Addr
+	port         uint16
+	mtu          int
+	metrics      string // host:port, or "" for no HTTP endpoint
+	logLevel     slog.Level
+	logJSON      bool
+	logFile      string // "" logs to stderr
+	pcapFile     string // "" captures nothing
+	pingpong     bool   // ibv_rc_pingpong and ibv_srq_pingpong
+	pingpongPort uint16
+	udPingpong   bool
+	udPingPort   uint16
+	ppMaxSize    int
+	ppIdle       time.Duration
+	drainTimeout time.Duration
+}
+
+// addrList is a repeatable flag of IP addresses; "-bind a,b" and "-bind a -bind b"
+// both work.
+type addrList struct {
+	addrs []netip.Addr
+	set   bool
+}
+
+func (l *addrList) String() string {
+	if l == nil {
+		return ""
+	}
+	s := make([]string, len(l.addrs))
+	for i, a := range l.addrs {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *addrList) Set(v string) error {
+	if !l.set {
+		l.addrs, l.set = nil, true // the first -bind replaces the default
+	}
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		a, err := netip.ParseAddr(f)
+		if err != nil || a.Zone() != "" {
+			return fmt.Errorf("%q is not an IP address", f)
+		}
+		a = a.Unmap()
+		if a.IsUnspecified() || a.IsMulticast() {
+			return fmt.Errorf("%s: bind a unicast address of this host (RoCE derives the GID from it)", a)
+		}
+		for _, b := range l.addrs {
+			if b == a {
+				return fmt.Errorf("%s given twice", a)
+			}
+		}
+		l.addrs = append(l.addrs, a)
+	}
+	return nil
+}
+
+// usageError is a command-line mistake; run exits 2 for it, as the flag package does.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// parseFlags turns args into a config. Every error is one line that names the flag.
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("roced", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // we print one line ourselves; -h prints usage below
+	binds := &addrList{addrs: []netip.Addr{netip.MustParseAddr(defaultBind)}}
+	fs.Var(binds, "bind", "IP `address` to serve RoCEv2 on; repeat or comma-separate for several)")
+	port := fs.Int("port", defaultPort, "UDP `port` for RoCEv2 (IANA: 4791; peers only talk to 4791)")
+	mtu := fs.Int("mtu", defaultMTU, "path MTU in `bytes`: 256, 512, 1024, 2048 or 4096")
+	metrics := fs.String("metrics", defaultMetrics, "`host:port` for /metrics, /healthz and /debug/qps; empty disables")
+	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log `format`: text or json")
+	logFile := fs.String("log-file", "", "append logs to `file` instead of stderr; SIGHUP reopens it")
+	pcapFile := fs.String("pcap", "", "write every RoCEv2 packet in and out to `file` (pcap); SIGHUP reopens it")
+	pingpong := fs.Bool("pingpong", true, "serve ibv_rc_pingpong and ibv_srq_pingpong clients on -pingpong-port")
+	pingpongPort := fs.Int("pingpong-port", defaultPingpongPort, "TCP `port` of the rc/srq pingpong exchange")
+	udPingpong := fs.Bool("ud-pingpong", true, "serve ibv_ud_pingpong clients on -ud-pingpong-port (they need -p)")
+	udPingPort := fs.Int("ud-pingpong-port", defaultUDPingpong, "TCP `port` of the ud pingpong exchange")
+	ppMax := fs.Int("pingpong-max-size", defaultPingpongMax, "largest message in `bytes` a pingpong client may send (its -s)")
+	ppIdle := fs.Duration("pingpong-idle", defaultPingpongIdle, "end a pingpong session after this long without a message")
+	drain := fs.Duration("drain-timeout", defaultDrainTimeout, "on SIGINT/SIGTERM, how long to wait for sessions to finish")
+	fs.Usage = func() {} // a mistake gets one line, not the whole usage
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "Usage: roced [flags]\n\nroced serves RoCEv2 on UDP 4791 without an RDMA NIC and exports its counters to Prometheus.\n\nFlags:\n")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, &usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, &usageError{fmt.Sprintf("unexpected argument %q (roced takes only flags)", fs.Arg(0))}
+	}
+	c := &config{
+		binds:        binds.addrs,
+		metrics:      *metrics,
+		logFile:      *logFile,
+		pcapFile:     *pcapFile,
+		pingpong:     *pingpong,
+		udPingpong:   *udPingpong,
+		ppMaxSize:    *ppMax,
+		ppIdle:       *ppIdle,
+		drainTimeout: *drain,
+	}
+	if *port < 1 || *port > 65535 {
+		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -port: want 1..65535", *port)}
+	}
+	c.port = uint16(*port)
+	switch *mtu {
+	case 256, 512, 1024, 2048, 4096:
+		c.mtu = *mtu
+	default:
+		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -mtu: want 256, 512, 1024, 2048 or 4096", *mtu)}
+	}
+	if *pingpongPort < 1 || *pingpongPort > 65535 {
+		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -pingpong-port: want 1..65535", *pingpongPort)}
+	}
+	c.pingpongPort = uint16(*pingpongPort)
+	if *udPingPort < 1 || *udPingPort > 65535 {
+		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -ud-pingpong-port: want 1..65535", *udPingPort)}
+	}
+	c.udPingPort = uint16(*udPingPort)
+	if c.pingpong && c.udPingpong && c.pingpongPort == c.udPingPort {
+		return nil, &usageError{fmt.Sprintf("-pingpong-port and -ud-pingpong-port are both %d: the exchanges look alike, so each needs its own port", c.udPingPort)}
+	}
+	if c.ppMaxSize < 1 || c.ppMaxSize > 16<<20 {
+		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -pingpong-max-size: want 1..16777216", c.ppMaxSize)}
+	}
+	if c.ppIdle <= 0 {
+		return nil, &usageError{fmt.Sprintf("invalid value %s for flag -pingpong-idle: want > 0", c.ppIdle)}
+	}
+	if c.metrics != "" {
+		_, p, err := net.SplitHostPort(c.metrics)
+		if err != nil {
+			return nil, &usageError{fmt.Sprintf("invalid value %q for flag -metrics: want host:port", c.metrics)}
+		}
+		if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
+			return nil, &usageError{fmt.Sprintf("invalid value %q for flag -metrics: bad port %q", c.metrics, p)}
+		}
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return nil, &usageError{fmt.Sprintf("invalid value %q for flag -log-level: want debug, info, warn or error", *logLevel)}
+	}
+	switch *logFormat {
+	case "text":
+	case "json":
+		c.logJSON = true
+	default:
+		return nil, &usageError{fmt.Sprintf("invalid value %q for flag -log-format: want text or json", *logFormat)}
+	}
+	if c.drainTimeout <= 0 {
+		return nil, &usageError{fmt.Sprintf("invalid value %s for flag -drain-timeout: want > 0", c.drainTimeout)}
+	}
+	return c, nil
+}
+
+// checkLocal reports an error for the first bind address that no interface of this
+// host carries. Every 127/8 address is local on Linux even though only 127.0.0.1/8 is
+// listed, so loopback addresses pass when an up loopback interface exists.
+func checkLocal(binds []netip.Addr) error {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return fmt.Errorf("listing network interfaces: %w", err)
+	}
+	type pfx struct {
+		p        netip.Prefix
+		loopback bool
+	}
+	var have []pfx
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagUp == 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok {
+				continue
+			}
+			ones, _ := ipn.Mask.Size()
+			have = append(have, pfx{netip.PrefixFrom(ip.Unmap(), ones), ifc.Flags&net.FlagLoopback != 0})
+		}
+	}
+next:
+	for _, b := range binds {
+		for _, h := range have {
+			if h.p.Addr() == b || (h.loopback && b.IsLoopback() && h.p.Contains(b)) {
+				continue next
+			}
+		}
+		return fmt.Errorf("-bind %s: no interface of this host has that address (see `ip -brief addr`)", b)
+	}
+	return nil
+}

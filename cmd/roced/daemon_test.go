@@ -1,0 +1,311 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/goroce/goroce/bth"
+)
+
+// TestStartupErrors: every bad start exits non-zero with exactly one clear line.
+func TestStartupErrors(t *testing.T) {
+	addrs := testAddrs(1)
+	port := freeUDPPort(t, addrs...)
+	busy, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrs[0], port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyTCP, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busyTCP.Close()
+	okPort := freeUDPPort(t, addrs...)
+
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{"bad mtu", []string{"-mtu", "1500"}, 2, "roced: invalid value 1500 for flag -mtu: want 256, 512, 1024, 2048 or 4096"},
+		{"unknown flag", []string{"-frobnicate"}, 2, "roced: flag provided but not defined: -frobnicate"},
+		{"bad port", []string{"-port", "0"}, 2, "roced: invalid value 0 for flag -port: want 1..65535"},
+		{"bad log format", []string{"-log-format", "yaml"}, 2, `roced: invalid value "yaml" for flag -log-format: want text or json`},
+		{"not an address", []string{"-bind", "roce0"}, 2, `roced: invalid value "roce0" for flag -bind: "roce0" is not an IP address`},
+		{"address not on host", []string{"-bind", "192.0.2.55"}, 1,
+			"roced: -bind 192.0.2.55: no interface of this host has that address (see `ip -brief addr`)"},
+		{"udp port busy", []string{"-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-metrics", ""}, 1,
+			fmt.Sprintf("roced: -bind %s: UDP %d is in use — a loaded rdma_rxe module (soft-RoCE) or another roced usually holds it", addrs[0], port)},
+		{"metrics port busy", []string{"-bind", addrs[0].String(), "-port", strconv.Itoa(int(okPort)), "-pingpong=false", "-metrics", busyTCP.Addr().String()}, 1,
+			fmt.Sprintf("roced: -metrics %s: TCP port in use (another roced, or a Prometheus exporter, may hold it); pick another with -metrics", busyTCP.Addr())},
+		{"pcap dir missing", []string{"-bind", addrs[0].String(), "-port", strconv.Itoa(int(okPort)), "-metrics", "", "-pingpong=false", "-pcap", "/nonexistent/dir/x.pcap"}, 1,
+			"roced: -pcap: open /nonexistent/dir/x.pcap: no such file or directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runRoced(t, tt.args...)
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d", code, tt.wantCode)
+			}
+			if stderr != tt.want+"\n" {
+				t.Errorf("stderr:\n%q\nwant one line:\n%q", stderr, tt.want+"\n")
+			}
+			if stdout != "" {
+				t.Errorf("stdout = %q, want nothing", stdout)
+			}
+		})
+	}
+}
+
+// TestServeAndStop: the endpoints answer, and SIGTERM exits 0 quickly.
+func TestServeAndStop(t *testing.T) {
+	addrs := testAddrs(1)
+	port := freeUDPPort(t, addrs...)
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-pingpong=false")
+
+	if !strings.Contains(p.stdout.String(), fmt.Sprintf("roced: serving RoCEv2 on %s UDP %d", addrs[0], port)) {
+		t.Errorf("stdout does not say what it serves:\n%s", p.stdout.String())
+	}
+	if code, body := httpGet(t, "http://"+p.metrics+"/healthz"); code != http.StatusOK || string(body) != "ok\n" {
+		t.Errorf("/healthz = %d %q, want 200 ok", code, body)
+	}
+	code, body := httpGet(t, "http://"+p.metrics+"/debug/qps")
+	var qps []map[string]any
+	if err := json.Unmarshal(body, &qps); code != http.StatusOK || err != nil {
+		t.Errorf("/debug/qps = %d %q (%v), want 200 and a JSON list", code, body, err)
+	}
+	mfs := p.scrape(t)
+	for _, name := range []string{"roce_packets_total", "roce_bytes_total", "roce_icrc_errors_total", "roce_naks_total",
+		"roce_qps", "roce_ack_latency_seconds", "go_goroutines", "process_resident_memory_bytes", "go_build_info"} {
+		if _, ok := mfs[name]; !ok {
+			t.Errorf("%s not exported", name)
+		}
+	}
+	if v := value(t, mfs, "roce_packets_total", "direction", "rx", "op_class", "send"); v != 0 {
+		t.Errorf("idle daemon: rx send packets = %v", v)
+	}
+	code, took := p.stop(10 * time.Second)
+	if code != 0 {
+		t.Errorf("exit code after SIGTERM = %d, want 0; stderr:\n%s", code, p.stderr.String())
+	}
+	if took > 3*time.Second {
+		t.Errorf("SIGTERM to exit took %v", took)
+	}
+}
+
+// sendDatagrams sends every datagram in pkts from from to the daemon, pacing so that
+// loopback does not drop any (a drop would make the exact counts below wrong).
+func sendDatagrams(t *testing.T, from netip.Addr, to netip.AddrPort, pkts [][]byte) {
+	t.Helper()
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(from, to.Port())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dst := net.UDPAddrFromAddrPort(to)
+	for i, p := range pkts {
+		if _, err := c.WriteToUDP(p, dst); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		if i%200 == 199 {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+}
+
+// junk returns n datagrams of three kinds: random bytes, truncated headers (shorter
+// than a BTH) and well-formed SEND ONLY packets to a QPN nobody has, with a wrong
+// ICRC. It returns how many are truncated and how many have a bad ICRC.
+func junk(r *rand.Rand, n int) (pkts [][]byte, truncated, badICRC int) {
+	for i := range n {
+		switch i % 3 {
+		case 0:
+			b := make([]byte, 1+r.IntN(1500))
+			for j := range b {
+				b[j] = byte(r.Uint32())
+			}
+			pkts = append(pkts, b)
+		case 1:
+			b := make([]byte, r.IntN(bth.BTHLen))
+			for j := range b {
+				b[j] = byte(r.Uint32())
+			}
+			pkts = append(pkts, b)
+			truncated++
+		case 2:
+			f := bth.Fields{Opcode: bth.RCSendOnly, PKey: 0xffff, DestQP: 0xabcde, PSN: bth.PSN(i), AckReq: true}
+			b := bth.Append(nil, &f, make([]byte, 64))
+			binary.BigEndian.PutUint32(b[len(b)-4:], r.Uint32()|1) // a nonzero, almost surely wrong ICRC
+			pkts = append(pkts, b)
+			badICRC++
+		}
+	}
+	return pkts, truncated, badICRC
+}
+
+func dropped(t *testing.T, mfs map[string]*dto.MetricFamily) float64 {
+	return value(t, mfs, "roce_malformed_packets_total") + value(t, mfs, "roce_icrc_errors_total") + value(t, mfs, "roce_unknown_qp_total")
+}
+
+// TestMalformedFlood: junk is counted and dropped, the daemon keeps serving, and its
+// memory stays flat.
+func TestMalformedFlood(t *testing.T) {
+	addrs := testAddrs(2)
+	port := freeUDPPort(t, addrs...)
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-pingpong=false")
+	to := netip.AddrPortFrom(addrs[0], port)
+	r := rand.New(rand.NewPCG(1, 2))
+
+	waitDropped := func(want float64) map[string]*dto.MetricFamily {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mfs := p.scrape(t)
+			got := dropped(t, mfs)
+			if got == want {
+				return mfs
+			}
+			if got > want || time.Now().After(deadline) {
+				t.Fatalf("malformed+icrc+unknown_qp = %v, want %v", got, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	// Warm up: the first rounds grow pools and buffers to their working size.
+	const round = 3000
+	total := 0
+	var truncated, badICRC int
+	for range 2 {
+		pkts, tr, bi := junk(r, round)
+		sendDatagrams(t, addrs[1], to, pkts)
+		total += len(pkts)
+		truncated += tr
+		badICRC += bi
+	}
+	mfs := waitDropped(float64(total))
+	rss0 := value(t, mfs, "process_resident_memory_bytes")
+	heap0 := value(t, mfs, "go_memstats_heap_inuse_bytes")
+
+	for range 8 {
+		pkts, tr, bi := junk(r, round)
+		sendDatagrams(t, addrs[1], to, pkts)
+		total += len(pkts)
+		truncated += tr
+		badICRC += bi
+	}
+	mfs = waitDropped(float64(total))
+	if m := value(t, mfs, "roce_malformed_packets_total"); m < float64(truncated) {
+		t.Errorf("malformed = %v, want >= %d truncated datagrams", m, truncated)
+	}
+	if v := value(t, mfs, "roce_packets_total", "direction", "tx", "op_class", "ack"); v != 0 {
+		t.Errorf("the daemon answered junk with %v ACK/NAK packets", v)
+	}
+	rss1 := value(t, mfs, "process_resident_memory_bytes")
+	heap1 := value(t, mfs, "go_memstats_heap_inuse_bytes")
+	t.Logf("%d datagrams (%d truncated, %d bad ICRC): RSS %.1f -> %.1f MiB, heap in use %.1f -> %.1f MiB",
+		total, truncated, badICRC, rss0/(1<<20), rss1/(1<<20), heap0/(1<<20), heap1/(1<<20))
+	if rss1-rss0 > 16<<20 {
+		t.Errorf("RSS grew by %.1f MiB over %d junk datagrams", (rss1-rss0)/(1<<20), 8*round)
+	}
+	if heap1-heap0 > 8<<20 {
+		t.Errorf("heap in use grew by %.1f MiB over %d junk datagrams", (heap1-heap0)/(1<<20), 8*round)
+	}
+	if code, _ := httpGet(t, "http://"+p.metrics+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d after the flood", code)
+	}
+	if code, _ := p.stop(10 * time.Second); code != 0 {
+		t.Errorf("exit code %d after the flood; stderr:\n%s", code, p.stderr.String())
+	}
+}
+
+// TestSIGHUPReopens: after the files are moved away, SIGHUP makes roced write fresh
+// ones: a pcap with its own header and a log file.
+func TestSIGHUPReopens(t *testing.T) {
+	addrs := testAddrs(2)
+	port := freeUDPPort(t, addrs...)
+	dir := t.TempDir()
+	pcap, logf := filepath.Join(dir, "roce.pcap"), filepath.Join(dir, "roced.log")
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-pingpong=false",
+		"-pcap", pcap, "-log-file", logf, "-log-format", "json")
+	to := netip.AddrPortFrom(addrs[0], port)
+	pkts, _, _ := junk(rand.New(rand.NewPCG(3, 4)), 9)
+
+	sendDatagrams(t, addrs[1], to, pkts[:3])
+	waitFor(t, "3 records in the first pcap", func() bool { return pcapRecords(t, pcap) == 3 })
+	for _, f := range []string{pcap, logf} {
+		if err := os.Rename(f, f+".1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a new log file", func() bool {
+		b, err := os.ReadFile(logf)
+		return err == nil && strings.Contains(string(b), "SIGHUP: reopened")
+	})
+	sendDatagrams(t, addrs[1], to, pkts[3:])
+	waitFor(t, "6 records in the new pcap", func() bool { return pcapRecords(t, pcap) == 6 })
+	if n := pcapRecords(t, pcap+".1"); n != 3 {
+		t.Errorf("old pcap has %d records after SIGHUP, want 3", n)
+	}
+	if code, _ := p.stop(10 * time.Second); code != 0 {
+		t.Errorf("exit code %d; stderr:\n%s", code, p.stderr.String())
+	}
+	b, err := os.ReadFile(logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("log line is not JSON: %q", line)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pcapRecords counts the records of a classic pcap file; -1 if it is not one.
+func pcapRecords(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 24 || binary.LittleEndian.Uint32(b) != 0xa1b2c3d4 {
+		return -1
+	}
+	n := 0
+	for off := 24; off+16 <= len(b); n++ {
+		incl := int(binary.LittleEndian.Uint32(b[off+8:]))
+		off += 16 + incl
+		if off > len(b) {
+			return n // a record still being written
+		}
+	}
+	return n
+}

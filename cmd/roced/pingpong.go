@@ -1,0 +1,541 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/oob"
+	"github.com/goroce/goroce/roce"
+)
+
+// pingpongKind is which stock tool a session serves.
+type pingpongKind uint8
+
+const (
+	kindRC  pingpongKind = iota // ibv_rc_pingpong: one RC QP
+	kindSRQ                     // ibv_srq_pingpong: num_qp RC QPs on one SRQ
+	kindUD                      // ibv_ud_pingpong: one UD QP
+)
+
+func (k pingpongKind) String() string {
+	return [...]string{"rc", "srq", "ud"}[k]
+}
+
+// Pingpong responder tuning. The stock clients keep one message in flight per QP (they
+// send the next ping only after the pong arrived), so a few receive slots per QP are
+// plenty; when all are busy the client gets an RNR NAK and retries (rnr_retry 7).
+const (
+	ppSlotsPerQP      = 4
+	ppExchangeTimeout = 10 * time.Second
+	// ppSRQDetect is how long a session waits after the first 52-byte record for more
+	// bytes: ibv_srq_pingpong writes its 256 records back to back, ibv_rc_pingpong
+	// writes one and waits for the answer.
+	ppSRQDetect = 250 * time.Millisecond
+	ppQKey      = 0x11111111 // ud_pingpong's Q_Key
+	ppGRH       = 40         // UD receive buffers start with a GRH slot
+	// ppMaxSessions bounds memory: each session registers slots × max message size.
+	ppMaxSessions = 64
+)
+
+// pingpongConfig configures a pingpongResponder.
+type pingpongConfig struct {
+	kinds   []pingpongKind // what the port serves: {kindRC, kindSRQ} or {kindUD}
+	mtu     roce.MTU
+	maxSize int           // largest message a client may send (ibv_*_pingpong -s)
+	idle    time.Duration // a session without a message for this long ends
+}
+
+// pingpongResponder is the server side of ibv_rc_pingpong, ibv_srq_pingpong or
+// ibv_ud_pingpong: for each TCP connection it creates the QPs, swaps addresses with
+// the oob package and then echoes every message it receives back to the sender, which
+// is what the stock server's loop amounts to (it answers each receive with one send
+// of the same size). The stock tools never send their iteration count, so echoing is
+// the only server behaviour that works for any -n.
+type pingpongResponder struct {
+	name string
+	dev  *roce.Device
+	ln   net.Listener
+	cfg  pingpongConfig
+	log  *slog.Logger
+
+	ctx    context.Context // cancelled by Close: ends exchanges in progress
+	cancel context.CancelFunc
+
+	// mu guards: sessions, closed.
+	mu       sync.Mutex
+	sessions map[*ppSession]struct{}
+	closed   bool
+	wg       sync.WaitGroup // one per session goroutine
+}
+
+func newPingpongResponder(name string, dev *roce.Device, tcp netip.AddrPort, cfg pingpongConfig, log *slog.Logger) (*pingpongResponder, error) {
+	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(tcp))
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("%s responder: TCP %s is in use (a stock pingpong server or another roced?); pick another port or switch the responder off", name, tcp)
+		}
+		return nil, fmt.Errorf("%s responder: TCP %s: %w", name, tcp, unwrapOp(err))
+	}
+	r := &pingpongResponder{
+		name:     name,
+		dev:      dev,
+		ln:       ln,
+		cfg:      cfg,
+		log:      log.With("responder", name),
+		sessions: make(map[*ppSession]struct{}),
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	return r, nil
+}
+
+// Name implements responder.
+func (r *pingpongResponder) Name() string { return r.name }
+
+// Addr implements responder.
+func (r *pingpongResponder) Addr() net.Addr { return r.ln.Addr() }
+
+// Serve implements responder: it accepts connections until Close.
+func (r *pingpongResponder) Serve() error {
+	var backoff time.Duration
+	for {
+		conn, err := r.ln.Accept()
+		if err != nil {
+			if r.ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				r.log.Warn("accept failed; retrying", "err", err, "in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			conn.Close()
+			return nil
+		}
+		if len(r.sessions) >= ppMaxSessions {
+			r.mu.Unlock()
+			r.log.Warn("too many sessions; refusing a client", "client", conn.RemoteAddr(), "max", ppMaxSessions)
+			conn.Close()
+			continue
+		}
+		s := &ppSession{r: r, conn: conn, stop: make(chan struct{})}
+		r.sessions[s] = struct{}{}
+		r.wg.Add(1)
+		r.mu.Unlock()
+		go s.run()
+	}
+}
+
+// Close implements responder: stop accepting, move every session's QPs to ERR so the
+// peers see their work flushed, and wait for the sessions to clean up.
+func (r *pingpongResponder) Close(deadline time.Time) {
+	r.mu.Lock()
+	r.closed = true
+	sessions := make([]*ppSession, 0, len(r.sessions))
+	for s := range r.sessions {
+		sessions = append(sessions, s)
+	}
+	r.mu.Unlock()
+	r.cancel()
+	r.ln.Close()
+	for _, s := range sessions {
+		s.abort()
+	}
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Until(deadline)):
+		r.log.Warn("sessions still running at the drain deadline", "count", len(sessions))
+	}
+}
+
+// ppSession is one client: its QPs, CQ, optional SRQ, and one registered buffer cut
+// into receive slots.
+type ppSession struct {
+	r    *pingpongResponder
+	conn net.Conn
+	kind pingpongKind
+	log  *slog.Logger
+
+	pd   *roce.PD
+	cq   *roce.CQ
+	srq  *roce.SRQ
+	qps  []*roce.QP
+	byQP map[uint32]*ppQP
+	mr   *roce.MR
+	buf  []byte
+	slot int // bytes per slot
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	msgs     uint64
+}
+
+// ppQP is one QP of a session and where its echoes go.
+type ppQP struct {
+	qp     *roce.QP
+	remote oob.Dest
+	ah     *roce.AH // UD only
+}
+
+// WRIDs: the slot index, with the top bit set for sends (an echo sent from a slot).
+const wridSend = 1 << 63
+
+func (s *ppSession) run() {
+	defer s.r.wg.Done()
+	defer func() {
+		s.r.mu.Lock()
+		delete(s.r.sessions, s)
+		s.r.mu.Unlock()
+	}()
+	s.log = s.r.log.With("client", s.conn.RemoteAddr().String())
+	defer s.destroy()
+
+	conn, n, err := s.detect()
+	if err != nil {
+		s.conn.Close()
+		s.log.Info("pingpong exchange failed", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.r.ctx, ppExchangeTimeout)
+	remote, err := oob.ServerExchange(ctx, conn, n, s.connect)
+	cancel()
+	s.conn.Close() // the stock tools close the socket after the exchange
+	if err != nil {
+		s.log.Info("pingpong exchange failed", "kind", s.kind.String(), "err", err)
+		return
+	}
+	s.log.Info("session started", "kind", s.kind.String(), "qps", len(s.qps), "peer", remote[0].String())
+	start := time.Now()
+	reason := s.serve()
+	s.log.Info("session ended", "kind", s.kind.String(), "messages", s.msgs, "reason", reason, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+// detect decides the session kind. On a UD port every client is ibv_ud_pingpong; on
+// the RC port a client that sends more than one record right away is ibv_srq_pingpong.
+// It returns a conn that replays the bytes it peeked and the record count.
+func (s *ppSession) detect() (net.Conn, int, error) {
+	if len(s.r.cfg.kinds) == 1 {
+		s.kind = s.r.cfg.kinds[0]
+		return s.conn, 1, nil
+	}
+	br := bufio.NewReaderSize(s.conn, oob.RecordLen*oob.SRQRecords)
+	s.conn.SetReadDeadline(time.Now().Add(ppExchangeTimeout))
+	if _, err := br.Peek(oob.RecordLen); err != nil {
+		return nil, 0, fmt.Errorf("reading the first record: %w", err)
+	}
+	s.conn.SetReadDeadline(time.Now().Add(ppSRQDetect))
+	_, err := br.Peek(oob.RecordLen + 1)
+	s.conn.SetReadDeadline(time.Time{})
+	c := &peekedConn{Conn: s.conn, r: br}
+	if err == nil {
+		s.kind = kindSRQ
+		return c, oob.SRQRecords, nil
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return nil, 0, err
+	}
+	s.kind = kindRC
+	return c, 1, nil
+}
+
+// peekedConn reads through the bufio.Reader that detect peeked with.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// connect is the ServerExchange callback: create the QPs for the client's records,
+// post the receives, move the QPs to RTR and RTS, and return our records.
+func (s *ppSession) connect(remote []oob.Dest) ([]oob.Dest, error) {
+	real := remote
+	if s.kind == kindSRQ {
+		real = nil
+		for _, d := range remote {
+			if d.IsZero() {
+				break
+			}
+			real = append(real, d)
+		}
+		if len(real) == 0 {
+			return nil, fmt.Errorf("ibv_srq_pingpong client sent no QP: %w", syscall.EINVAL)
+		}
+	}
+	// A client run without -g sends a zero GID; use its TCP address instead, the only
+	// address RoCEv2 can reach it at.
+	peerTCP, _ := netip.ParseAddrPort(s.conn.RemoteAddr().String())
+	for i := range real {
+		if real[i].GID == ([16]byte{}) {
+			real[i].GID = peerTCP.Addr().As16()
+		}
+	}
+	if err := s.create(len(real)); err != nil {
+		return nil, err
+	}
+	local := make([]oob.Dest, len(real))
+	for i, d := range real {
+		q := s.byQP[s.qps[i].QPN()]
+		q.remote = d
+		psn := rand.Uint32() & 0xffffff
+		if err := s.connectQP(q, psn); err != nil {
+			return nil, err
+		}
+		local[i] = oob.Dest{QPN: q.qp.QPN(), PSN: psn, GID: s.r.dev.GID()}
+	}
+	return local, nil
+}
+
+// create allocates the session's verbs objects and posts every receive slot.
+func (s *ppSession) create(nqp int) error {
+	dev := s.r.dev
+	var err error
+	if s.pd, err = dev.AllocPD(); err != nil {
+		return err
+	}
+	s.slot = s.r.cfg.maxSize
+	if s.kind == kindUD {
+		s.slot = s.r.cfg.mtu.Bytes() + ppGRH
+	}
+	nslots := ppSlotsPerQP * nqp
+	s.buf = make([]byte, nslots*s.slot)
+	if s.mr, err = s.pd.RegMR(s.buf, roce.AccessLocalWrite); err != nil {
+		return err
+	}
+	// Every slot is either a posted receive or an echo in flight, so nslots
+	// completions can be outstanding at once.
+	if s.cq, err = dev.CreateCQ(nslots + 1); err != nil {
+		return err
+	}
+	init := roce.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: roce.QPCap{MaxSendWR: ppSlotsPerQP, MaxRecvWR: ppSlotsPerQP, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	switch s.kind {
+	case kindRC:
+		init.Type = roce.QPTypeRC
+	case kindUD:
+		init.Type = roce.QPTypeUD
+	case kindSRQ:
+		init.Type = roce.QPTypeRC
+		if s.srq, err = s.pd.CreateSRQ(roce.SRQInitAttr{Attr: roce.SRQAttr{MaxWR: uint32(nslots), MaxSGE: 1}}); err != nil {
+			return err
+		}
+		init.SRQ = s.srq
+		init.Cap.MaxRecvWR = 0
+	}
+	s.byQP = make(map[uint32]*ppQP, nqp)
+	for range nqp {
+		qp, err := s.pd.CreateQP(init)
+		if err != nil {
+			return err
+		}
+		s.qps = append(s.qps, qp)
+		s.byQP[qp.QPN()] = &ppQP{qp: qp}
+		attr := roce.QPAttr{State: roce.QPSInit, PKeyIndex: 0, PortNum: 1}
+		mask := roce.QPAttrState | roce.QPAttrPKeyIndex | roce.QPAttrPort
+		if s.kind == kindUD {
+			attr.QKey = ppQKey
+			mask |= roce.QPAttrQKey
+		} else {
+			mask |= roce.QPAttrAccessFlags
+		}
+		if err := qp.Modify(&attr, mask); err != nil {
+			return err
+		}
+	}
+	for i := range nslots {
+		if err := s.postRecv(i, s.qps[i%nqp]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *ppSession) connectQP(q *ppQP, psn uint32) error {
+	dev := s.r.dev
+	av := roce.AddressVector{IsGlobal: true, DGID: netip.AddrFrom16(q.remote.GID).Unmap(),
+		SGIDIndex: uint8(dev.GIDIndex()), HopLimit: 64}
+	if s.kind == kindUD {
+		if err := q.qp.Modify(&roce.QPAttr{State: roce.QPSRTR}, roce.QPAttrState); err != nil {
+			return err
+		}
+		if err := q.qp.Modify(&roce.QPAttr{State: roce.QPSRTS, SQPSN: psn}, roce.QPAttrState|roce.QPAttrSQPSN); err != nil {
+			return err
+		}
+		var err error
+		q.ah, err = s.pd.CreateAH(av)
+		return err
+	}
+	err := q.qp.Modify(&roce.QPAttr{State: roce.QPSRTR, PathMTU: s.r.cfg.mtu, DestQPN: q.remote.QPN, RQPSN: q.remote.PSN,
+		MaxDestRDAtomic: 1, MinRNRTimer: 12, AV: av},
+		roce.QPAttrState|roce.QPAttrAV|roce.QPAttrPathMTU|roce.QPAttrDestQPN|roce.QPAttrRQPSN|
+			roce.QPAttrMaxDestRDAtomic|roce.QPAttrMinRNRTimer)
+	if err != nil {
+		return err
+	}
+	return q.qp.Modify(&roce.QPAttr{State: roce.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: psn, MaxRDAtomic: 1},
+		roce.QPAttrState|roce.QPAttrTimeout|roce.QPAttrRetryCnt|roce.QPAttrRNRRetry|roce.QPAttrSQPSN|roce.QPAttrMaxQPRDAtomic)
+}
+
+func (s *ppSession) slotSGE(i, off, n int) roce.SGE {
+	return roce.SGE{Addr: s.mr.Addr() + uint64(i*s.slot+off), Length: uint32(n), LKey: s.mr.LKey()}
+}
+
+// postRecv gives slot i back to the receive queue (the SRQ, or qp's own).
+func (s *ppSession) postRecv(i int, qp *roce.QP) error {
+	wr := []roce.RecvWR{{WRID: uint64(i), SGL: []roce.SGE{s.slotSGE(i, 0, s.slot)}}}
+	var err error
+	if s.srq != nil {
+		_, err = s.srq.PostRecv(wr)
+	} else {
+		_, err = qp.PostRecv(wr)
+	}
+	return err
+}
+
+// serve echoes until the client goes quiet, a completion fails, or the responder
+// closes. It returns why it stopped.
+func (s *ppSession) serve() string {
+	wc := make([]roce.WC, 16)
+	idle := time.NewTimer(s.r.cfg.idle)
+	defer idle.Stop()
+	for {
+		n, err := s.cq.Poll(wc)
+		if err != nil {
+			return "poll: " + err.Error()
+		}
+		if n == 0 {
+			if err := s.cq.ReqNotify(false); err != nil {
+				return "notify: " + err.Error()
+			}
+			if n, _ = s.cq.Poll(wc); n == 0 {
+				select {
+				case <-s.cq.Notify():
+					continue
+				case <-idle.C:
+					return fmt.Sprintf("idle for %v", s.r.cfg.idle)
+				case <-s.stop:
+					return "shutting down"
+				}
+			}
+		}
+		for i := range wc[:n] {
+			if reason := s.complete(&wc[i]); reason != "" {
+				return reason
+			}
+		}
+		if !idle.Stop() {
+			select {
+			case <-idle.C:
+			default:
+			}
+		}
+		idle.Reset(s.r.cfg.idle)
+	}
+}
+
+// complete handles one completion: a receive is echoed from its slot; a finished echo
+// gives its slot back to the receive queue.
+func (s *ppSession) complete(wc *roce.WC) string {
+	if wc.Status != roce.WCSuccess {
+		select {
+		case <-s.stop:
+			return "shutting down"
+		default:
+		}
+		if wc.Status == roce.WCLocLenErr {
+			return fmt.Sprintf("qp %#x: message larger than the %d-byte receive slot (client -s too big)", wc.QPNum, s.slot)
+		}
+		return fmt.Sprintf("qp %#x wr %#x: %v", wc.QPNum, wc.WRID, wc.Status)
+	}
+	q := s.byQP[wc.QPNum]
+	if q == nil {
+		return fmt.Sprintf("completion for unknown qp %#x", wc.QPNum)
+	}
+	slot := int(wc.WRID &^ wridSend)
+	if wc.WRID&wridSend != 0 {
+		if err := s.postRecv(slot, q.qp); err != nil {
+			return "post recv: " + err.Error()
+		}
+		return ""
+	}
+	s.msgs++
+	off, length := 0, int(wc.ByteLen)
+	wr := roce.SendWR{WRID: uint64(slot) | wridSend, Opcode: roce.WRSend, Flags: roce.SendSignaled}
+	if s.kind == kindUD {
+		off, length = ppGRH, length-ppGRH
+		wr.AH = q.ah.AV()
+		wr.RemoteQPN = q.remote.QPN
+		wr.RemoteQKey = ppQKey
+	}
+	if length > 0 {
+		wr.SGL = []roce.SGE{s.slotSGE(slot, off, length)}
+	}
+	if _, err := q.qp.PostSend([]roce.SendWR{wr}); err != nil {
+		return "post send: " + err.Error()
+	}
+	return ""
+}
+
+// abort ends the session from outside its goroutine: it wakes the loop (or fails the
+// exchange in progress), and the goroutine then moves the QPs to ERR in destroy.
+func (s *ppSession) abort() {
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		s.conn.Close()
+	})
+}
+
+// destroy moves the QPs to ERR and releases every verbs object, in reverse order of
+// creation.
+func (s *ppSession) destroy() {
+	s.abort()
+	for _, qp := range s.qps {
+		_ = qp.Modify(&roce.QPAttr{State: roce.QPSErr}, roce.QPAttrState)
+	}
+	for _, q := range s.byQP {
+		if q.ah != nil {
+			q.ah.Close()
+		}
+	}
+	for _, qp := range s.qps {
+		if err := qp.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			s.log.Warn("destroying QP", "err", err)
+		}
+	}
+	release := func(what string, close func() error) {
+		if err := close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			s.log.Warn("releasing session resources", "object", what, "err", err)
+		}
+	}
+	if s.srq != nil {
+		release("srq", s.srq.Close)
+	}
+	if s.cq != nil {
+		release("cq", s.cq.Close)
+	}
+	if s.mr != nil {
+		release("mr", s.mr.Close)
+	}
+	if s.pd != nil {
+		release("pd", s.pd.Close)
+	}
+}

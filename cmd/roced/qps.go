@@ -1,0 +1,74 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/goroce/goroce/roce"
+)
+
+// qpJSON is one row of /debug/qps: a roce.QPInfo with names instead of enum numbers,
+// so the output reads without the verbs headers at hand.
+type qpJSON struct {
+	Device      string `json:"device"`
+	QPN         uint32 `json:"qpn"`
+	Type        string `json:"type"`
+	State       string `json:"state"`
+	DestQPN     uint32 `json:"dest_qpn"`
+	Peer        string `json:"peer,omitempty"`
+	SrcPort     uint16 `json:"src_port"`
+	NextPSN     uint32 `json:"next_psn"`
+	AckedPSN    uint32 `json:"acked_psn"`
+	ExpectedPSN uint32 `json:"expected_psn"`
+	MSN         uint32 `json:"msn"`
+	SendQueued  int    `json:"send_queued"`
+	TxPackets   uint64 `json:"tx_packets"`
+	RxPackets   uint64 `json:"rx_packets"`
+	Retransmits uint64 `json:"retransmits"`
+	Timeouts    uint64 `json:"timeouts"`
+}
+
+// debugQPs lists every QP of every device, for /debug/qps.
+func (d *daemon) debugQPs() any {
+	out := []qpJSON{} // an empty list, not null, when there are none
+	for _, s := range d.devs {
+		for _, q := range s.dev.QPs() {
+			out = append(out, qpRow(s.dev, q))
+		}
+	}
+	return out
+}
+
+func qpRow(dev *roce.Device, q roce.QPInfo) qpJSON {
+	r := qpJSON{
+		Device:      dev.Addr().String(),
+		QPN:         q.QPN,
+		Type:        q.Type.String(),
+		State:       q.State.String(),
+		DestQPN:     q.DestQPN,
+		SrcPort:     q.SrcPort,
+		NextPSN:     uint32(q.NextPSN),
+		AckedPSN:    uint32(q.AckedPSN),
+		ExpectedPSN: uint32(q.ExpectedPSN),
+		MSN:         q.MSN,
+		SendQueued:  q.SendQueued,
+		TxPackets:   q.TxPackets,
+		RxPackets:   q.RxPackets,
+		Retransmits: q.Retransmits,
+		Timeouts:    q.Timeouts,
+	}
+	if q.Peer.IsValid() {
+		r.Peer = q.Peer.String()
+	}
+	return r
+}
+
+// qpStates counts QPs by state over every device, keyed by the roce_qps label value.
+func (d *daemon) qpStates() map[string]int {
+	m := make(map[string]int, len(qpStateNames))
+	for _, s := range d.devs {
+		for _, q := range s.dev.QPs() {
+			m[strings.ToLower(q.State.String())]++
+		}
+	}
+	return m
+}

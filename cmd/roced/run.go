@@ -1,0 +1,431 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/link"
+)
+
+// Exit codes of run.
+const (
+	exitOK    = 0
+	exitError = 1 // could not start: address, port, file
+	exitUsage = 2 // bad command line, as the flag package uses
+)
+
+// run is the whole daemon: it parses args, serves until ctx is done, then shuts down
+// and returns the process exit code. Start-up errors print one line to stderr.
+// stdout gets the human-readable "serving" lines; logs go to stderr or -log-file.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "roced: %v\n", err)
+		return exitUsage
+	}
+	if err := checkLocal(cfg.binds); err != nil {
+		fmt.Fprintf(stderr, "roced: %v\n", err)
+		return exitError
+	}
+	d, err := start(cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "roced: %v\n", err)
+		return exitError
+	}
+	d.announce(stdout)
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			d.reopen()
+			continue
+		case err := <-d.fatal:
+			d.log.Error("stopping after a fatal error", "err", err)
+			d.shutdown()
+			fmt.Fprintf(stderr, "roced: %v\n", err)
+			return exitError
+		case <-ctx.Done():
+		}
+		break
+	}
+	d.log.Info("shutting down", "drain_timeout", cfg.drainTimeout)
+	d.shutdown()
+	d.log.Info("stopped")
+	return exitOK
+}
+
+// served is one bound device and what belongs to it.
+type served struct {
+	dev      *roce.Device
+	tap      *link.Tap // nil without -pcap
+	pcapPath string
+	pcap     *os.File
+}
+
+// daemon holds everything run starts, so shutdown can stop it in order.
+type daemon struct {
+	cfg     *config
+	log     *slog.Logger
+	logFile *reopenFile // nil when logging to stderr
+
+	devs       []*served
+	responders []responder
+	metrics    net.Listener
+	http       *http.Server
+	ready      atomic.Bool
+	fatal      chan error
+
+	wg sync.WaitGroup // server goroutines: HTTP and responders
+}
+
+// responder is a built-in service that remote RDMA tools talk to (the pingpong
+// responder; rping and perftest later). Serve runs until Close; Close stops accepting
+// new sessions, moves the QPs of running sessions to ERR (so their peers see flushes)
+// and waits up to the drain deadline for the sessions to finish.
+type responder interface {
+	// Name is a short label for logs, e.g. "pingpong".
+	Name() string
+	// Addr is the TCP address clients connect to.
+	Addr() net.Addr
+	// Serve accepts sessions until Close; it returns nil after Close.
+	Serve() error
+	// Close stops the responder; sessions still running at deadline are abandoned.
+	Close(deadline time.Time)
+}
+
+// start opens the log, the devices, the metrics listener and the responders. On error
+// everything opened so far is closed again.
+func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
+	d := &daemon{cfg: cfg, fatal: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			d.closeAll()
+		}
+	}()
+	var logw io.Writer = stderr
+	if cfg.logFile != "" {
+		d.logFile, err = openReopenFile(cfg.logFile, os.O_APPEND)
+		if err != nil {
+			return nil, fmt.Errorf("-log-file: %w", err)
+		}
+		logw = d.logFile
+	}
+	d.log = newLogger(logw, cfg)
+
+	for _, a := range cfg.binds {
+		s, err := d.openDevice(a)
+		if err != nil {
+			return nil, err
+		}
+		d.devs = append(d.devs, s)
+	}
+
+	if cfg.metrics != "" {
+		d.metrics, err = net.Listen("tcp", cfg.metrics)
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return nil, fmt.Errorf("-metrics %s: TCP port in use (another roced, or a Prometheus exporter, may hold it); pick another with -metrics", cfg.metrics)
+			}
+			return nil, fmt.Errorf("-metrics %s: %w", cfg.metrics, unwrapOp(err))
+		}
+		reg := newRegistry(newCollector(source{stats: d.stats, qpStates: d.qpStates}))
+		d.http = &http.Server{
+			Handler:           newMux(reg, &d.ready, d.debugQPs, d.log),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+		}
+	}
+
+	for _, s := range d.devs {
+		pp := pingpongConfig{mtu: roce.MTU(mtuCode(cfg.mtu)), maxSize: cfg.ppMaxSize, idle: cfg.ppIdle}
+		if cfg.pingpong {
+			pp.kinds = []pingpongKind{kindRC, kindSRQ}
+			r, err := newPingpongResponder("ibv_rc_pingpong/ibv_srq_pingpong", s.dev, netip.AddrPortFrom(s.dev.Addr(), cfg.pingpongPort), pp, d.log)
+			if err != nil {
+				return nil, err
+			}
+			d.responders = append(d.responders, r)
+		}
+		if cfg.udPingpong {
+			pp.kinds = []pingpongKind{kindUD}
+			r, err := newPingpongResponder("ibv_ud_pingpong", s.dev, netip.AddrPortFrom(s.dev.Addr(), cfg.udPingPort), pp, d.log)
+			if err != nil {
+				return nil, err
+			}
+			d.responders = append(d.responders, r)
+		}
+	}
+
+	// Everything is bound: start serving.
+	d.ready.Store(true)
+	if d.http != nil {
+		d.goServe("metrics", func() error {
+			if err := d.http.Serve(d.metrics); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	for _, r := range d.responders {
+		d.goServe(r.Name(), r.Serve)
+	}
+	return d, nil
+}
+
+// openDevice binds one address. With -pcap it builds the socket and the capture tap
+// itself, so SIGHUP can point the tap at a new file.
+func (d *daemon) openDevice(a netip.Addr) (*served, error) {
+	cfg := d.cfg
+	ap := netip.AddrPortFrom(a, cfg.port)
+	u, err := link.ListenUDP(ap, link.Config{})
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("-bind %s: UDP %d is in use — a loaded rdma_rxe module (soft-RoCE) or another roced usually holds it", a, cfg.port)
+		}
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return nil, fmt.Errorf("-bind %s: no interface of this host has that address", a)
+		}
+		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+			return nil, fmt.Errorf("-bind %s: UDP %d: permission denied", a, cfg.port)
+		}
+		return nil, fmt.Errorf("-bind %s: UDP %d: %w", a, cfg.port, unwrapOp(err))
+	}
+	s := &served{}
+	var l link.Link = u
+	if cfg.pcapFile != "" {
+		s.pcapPath = pcapPath(cfg.pcapFile, a, len(cfg.binds))
+		s.pcap, err = os.OpenFile(s.pcapPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+		if err != nil {
+			u.Close()
+			return nil, fmt.Errorf("-pcap: %w", err)
+		}
+		s.tap, err = link.NewTap(u, s.pcap, link.LinkTypeEthernet)
+		if err != nil {
+			u.Close()
+			s.pcap.Close()
+			return nil, fmt.Errorf("-pcap %s: %w", s.pcapPath, err)
+		}
+		l = s.tap
+	}
+	s.dev, err = roce.OpenLink(l, roce.WithMTU(roce.MTU(mtuCode(cfg.mtu))))
+	if err != nil {
+		l.Close()
+		if s.pcap != nil {
+			s.pcap.Close()
+		}
+		return nil, fmt.Errorf("-bind %s: %w", a, err)
+	}
+	return s, nil
+}
+
+// pcapPath is the capture file of address a: the -pcap path itself with one bind
+// address, or the path with the address inserted before the extension with several
+// (a pcap file holds one stream, and each device has its own tap).
+func pcapPath(p string, a netip.Addr, nbinds int) string {
+	if nbinds == 1 {
+		return p
+	}
+	ext := filepath.Ext(p)
+	return strings.TrimSuffix(p, ext) + "-" + strings.ReplaceAll(a.String(), ":", "_") + ext
+}
+
+// mtuCode converts a validated path MTU in bytes to its ibv_mtu code.
+func mtuCode(bytes int) uint8 {
+	code := uint8(1)
+	for b := 256; b < bytes; b <<= 1 {
+		code++
+	}
+	return code
+}
+
+// unwrapOp drops the *net.OpError wrapping, whose text repeats the address we print.
+func unwrapOp(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err
+	}
+	return err
+}
+
+func (d *daemon) goServe(name string, serve func() error) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := serve(); err != nil {
+			select {
+			case d.fatal <- fmt.Errorf("%s: %w", name, err):
+			default:
+			}
+		}
+	}()
+}
+
+// announce prints what the daemon serves, one line per endpoint.
+func (d *daemon) announce(w io.Writer) {
+	for _, s := range d.devs {
+		fmt.Fprintf(w, "roced: serving RoCEv2 on %s UDP %d (GID index %d %s, active MTU %d)\n",
+			s.dev.Addr(), s.dev.LocalAddr().Port(), s.dev.GIDIndex(), s.dev.GID(), d.cfg.mtu)
+		if s.pcap != nil {
+			fmt.Fprintf(w, "roced: capturing %s packets to %s\n", s.dev.Addr(), s.pcapPath)
+		}
+	}
+	for _, r := range d.responders {
+		fmt.Fprintf(w, "roced: %s responder on TCP %s\n", r.Name(), r.Addr())
+	}
+	if d.metrics != nil {
+		fmt.Fprintf(w, "roced: metrics on http://%s/metrics (also /healthz, /debug/qps)\n", d.metrics.Addr())
+	}
+	d.log.Info("started", "binds", d.cfg.binds, "port", d.cfg.port, "mtu", d.cfg.mtu, "metrics", d.cfg.metrics)
+}
+
+// reopen handles SIGHUP: the log file and the pcap files start afresh at their paths.
+func (d *daemon) reopen() {
+	if d.logFile != nil {
+		if err := d.logFile.Reopen(); err != nil {
+			d.log.Error("SIGHUP: reopening the log file failed; still writing the old one", "err", err)
+		}
+	}
+	for _, s := range d.devs {
+		if s.tap == nil {
+			continue
+		}
+		f, err := os.OpenFile(s.pcapPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+		if err != nil {
+			d.log.Error("SIGHUP: reopening the pcap file failed; still writing the old one", "path", s.pcapPath, "err", err)
+			continue
+		}
+		if err := s.tap.Reopen(f); err != nil {
+			f.Close()
+			d.log.Error("SIGHUP: restarting the capture failed", "path", s.pcapPath, "err", err)
+			continue
+		}
+		old := s.pcap
+		s.pcap = f
+		old.Close() // the tap switched under its lock; nothing writes old any more
+	}
+	d.log.Info("SIGHUP: reopened log and capture files")
+}
+
+// shutdown stops in dependency order: health goes red, responders stop accepting and
+// drain (their QPs go to ERR so peers see flushes), devices close, HTTP stops last so
+// scrapes work while draining.
+func (d *daemon) shutdown() {
+	d.ready.Store(false)
+	deadline := time.Now().Add(d.cfg.drainTimeout)
+	var wg sync.WaitGroup
+	for _, r := range d.responders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Close(deadline)
+		}()
+	}
+	wg.Wait()
+	d.closeDevices()
+	if d.http != nil {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(time.Second))
+		if err := d.http.Shutdown(ctx); err != nil {
+			d.http.Close()
+		}
+		cancel()
+	}
+	d.wg.Wait()
+	d.closeFiles()
+}
+
+// closeAll releases whatever start managed to open, after a start-up failure.
+func (d *daemon) closeAll() {
+	for _, r := range d.responders {
+		r.Close(time.Now())
+	}
+	d.closeDevices()
+	if d.metrics != nil {
+		d.metrics.Close()
+	}
+	d.closeFiles()
+}
+
+func (d *daemon) closeDevices() {
+	for _, s := range d.devs {
+		if err := s.dev.Close(); err != nil && d.log != nil {
+			d.log.Warn("closing device", "addr", s.dev.Addr(), "err", err)
+		}
+	}
+}
+
+func (d *daemon) closeFiles() {
+	for _, s := range d.devs {
+		if s.pcap != nil {
+			s.pcap.Close()
+		}
+	}
+	if d.logFile != nil {
+		d.logFile.Close()
+	}
+}
+
+// stats sums the counters of every device.
+func (d *daemon) stats() transport.StatsSnapshot {
+	if len(d.devs) == 1 {
+		return d.devs[0].dev.Stats()
+	}
+	var sum transport.StatsSnapshot
+	for _, s := range d.devs {
+		addSnapshot(&sum, s.dev.Stats())
+	}
+	return sum
+}
+
+// addSnapshot adds every counter of b to a.
+func addSnapshot(a *transport.StatsSnapshot, b transport.StatsSnapshot) {
+	for i := range a.SentPackets {
+		a.SentPackets[i] += b.SentPackets[i]
+		a.SentBytes[i] += b.SentBytes[i]
+		a.RcvdPackets[i] += b.RcvdPackets[i]
+		a.RcvdBytes[i] += b.RcvdBytes[i]
+	}
+	for i := range a.NAKsSent {
+		a.NAKsSent[i] += b.NAKsSent[i]
+		a.NAKsRcvd[i] += b.NAKsRcvd[i]
+	}
+	for i := range a.LatencyBuckets {
+		a.LatencyBuckets[i] += b.LatencyBuckets[i]
+	}
+	a.ICRCErrors += b.ICRCErrors
+	a.Malformed += b.Malformed
+	a.UnknownQP += b.UnknownQP
+	a.OutOfSequence += b.OutOfSequence
+	a.DuplicateRequests += b.DuplicateRequests
+	a.Retransmits += b.Retransmits
+	a.Timeouts += b.Timeouts
+	a.RetryExceeded += b.RetryExceeded
+	a.RNRRetryExceeded += b.RNRRetryExceeded
+	a.RxQueueDrops += b.RxQueueDrops
+	a.TxErrors += b.TxErrors
+	a.CQOverruns += b.CQOverruns
+	a.SRQLimitEvents += b.SRQLimitEvents
+	a.LatencySumNanos += b.LatencySumNanos
+}
