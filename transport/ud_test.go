@@ -35,53 +35,59 @@ func TestUDSendAndImm(t *testing.T) {
 		a, b := pair(t, nil)
 		defer a.close(t)
 		defer b.close(t)
-		qa, qb := udQP(t, a, 0x1111), udQP(t, b, 0x2222)
-		src := a.mem.reg(1, pattern(1024, 3), AccessLocalWrite)
-		dst := b.mem.reg(1, make([]byte, 4*1100), AccessLocalWrite)
-		for i := 0; i < 4; i++ {
-			qb.PostRecv([]srq.RecvWR{{WRID: uint64(10 + i), SGL: []srq.SGE{dst.sge(i*1100, 1100)}}})
-		}
-		ah := &AddressVector{DGID: b.addr}
-		wrs := []SendWR{
-			{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 1024)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222},
-			{WRID: 2, Opcode: WRSendWithImm, Flags: SendSignaled, Imm: 0x5a5a, SGL: []srq.SGE{src.sge(0, 100)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222},
-			{WRID: 3, Opcode: WRSend, Flags: SendSignaled, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x3333}, // wrong Q_Key: dropped
-			{WRID: 4, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 1)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x80000000}, // takes QP's Q_Key 0x1111: dropped
-		}
-		if _, err := qa.PostSend(wrs); err != nil {
-			t.Fatal(err)
-		}
-		for i, w := range waitWC(t, a.scq, 4, time.Second) {
-			if w.WRID != uint64(i+1) || w.Status != cq.Success {
-				t.Fatalf("send completion %s", wcString(w))
-			}
-		}
-		rwc := waitWC(t, b.rcq, 2, time.Second)
-		noMoreWC(t, b.rcq, 10*time.Millisecond)
-		for i, want := range []int{1024, 100} {
-			w := rwc[i]
-			if w.Status != cq.Success || w.ByteLen != uint32(grhLen+want) || w.SrcQP != qa.QPN() || w.Flags&cq.FlagGRH == 0 {
-				t.Fatalf("recv %d: %s src %#x flags %v", i, wcString(w), w.SrcQP, w.Flags)
-			}
-			buf := dst.Buf[i*1100:]
-			if !bytes.Equal(buf[grhLen:grhLen+want], src.Buf[:want]) {
-				t.Fatalf("recv %d: payload differs", i)
-			}
-			ip := buf[20:40]
-			if ip[0] != 0x45 || ip[9] != 17 || !bytes.Equal(ip[12:16], a.addr.AsSlice()) || !bytes.Equal(ip[16:20], b.addr.AsSlice()) {
-				t.Fatalf("recv %d: GRH area % x", i, buf[:40])
-			}
-			if got := binary.BigEndian.Uint16(ip[2:]); int(got) != 20+8+12+8+want+(-want&3)+4+map[int]int{0: 0, 1: 4}[i] {
-				t.Fatalf("recv %d: IPv4 total length %d", i, got)
-			}
-		}
-		if rwc[1].Flags&cq.FlagWithImm == 0 || rwc[1].ImmData != 0x5a5a {
-			t.Fatalf("imm %#x flags %v", rwc[1].ImmData, rwc[1].Flags)
-		}
-		if n := b.e.Stats().Snapshot().Malformed; n != 2 {
-			t.Fatalf("Q_Key violations counted %d, want 2", n)
-		}
+		udExchange(t, a, b)
 	})
+}
+
+// udExchange sends UD SEND and SEND_IMM (and two with wrong Q_Keys) from a
+// to b and checks the GRH area, payloads, completions and Q_Key drops.
+func udExchange(t *testing.T, a, b *node) {
+	qa, qb := udQP(t, a, 0x1111), udQP(t, b, 0x2222)
+	src := a.mem.reg(1, pattern(1024, 3), AccessLocalWrite)
+	dst := b.mem.reg(1, make([]byte, 4*1100), AccessLocalWrite)
+	for i := 0; i < 4; i++ {
+		qb.PostRecv([]srq.RecvWR{{WRID: uint64(10 + i), SGL: []srq.SGE{dst.sge(i*1100, 1100)}}})
+	}
+	ah := &AddressVector{DGID: b.addr}
+	wrs := []SendWR{
+		{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 1024)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222},
+		{WRID: 2, Opcode: WRSendWithImm, Flags: SendSignaled, Imm: 0x5a5a, SGL: []srq.SGE{src.sge(0, 100)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222},
+		{WRID: 3, Opcode: WRSend, Flags: SendSignaled, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x3333},                                    // wrong Q_Key: dropped
+		{WRID: 4, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 1)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x80000000}, // takes QP's Q_Key 0x1111: dropped
+	}
+	if _, err := qa.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range waitWC(t, a.scq, 4, time.Second) {
+		if w.WRID != uint64(i+1) || w.Status != cq.Success {
+			t.Fatalf("send completion %s", wcString(w))
+		}
+	}
+	rwc := waitWC(t, b.rcq, 2, time.Second)
+	noMoreWC(t, b.rcq, 10*time.Millisecond)
+	for i, want := range []int{1024, 100} {
+		w := rwc[i]
+		if w.Status != cq.Success || w.ByteLen != uint32(grhLen+want) || w.SrcQP != qa.QPN() || w.Flags&cq.FlagGRH == 0 {
+			t.Fatalf("recv %d: %s src %#x flags %v", i, wcString(w), w.SrcQP, w.Flags)
+		}
+		buf := dst.Buf[i*1100:]
+		if !bytes.Equal(buf[grhLen:grhLen+want], src.Buf[:want]) {
+			t.Fatalf("recv %d: payload differs", i)
+		}
+		ip := buf[20:40]
+		if ip[0] != 0x45 || ip[9] != 17 || !bytes.Equal(ip[12:16], a.addr.AsSlice()) || !bytes.Equal(ip[16:20], b.addr.AsSlice()) {
+			t.Fatalf("recv %d: GRH area % x", i, buf[:40])
+		}
+		if got := binary.BigEndian.Uint16(ip[2:]); int(got) != 20+8+12+8+want+(-want&3)+4+map[int]int{0: 0, 1: 4}[i] {
+			t.Fatalf("recv %d: IPv4 total length %d", i, got)
+		}
+	}
+	if rwc[1].Flags&cq.FlagWithImm == 0 || rwc[1].ImmData != 0x5a5a {
+		t.Fatalf("imm %#x flags %v", rwc[1].ImmData, rwc[1].Flags)
+	}
+	if n := b.e.Stats().Snapshot().Malformed; n != 2 {
+		t.Fatalf("Q_Key violations counted %d, want 2", n)
+	}
 }
 
 func TestSharedSRQManyQPs(t *testing.T) {
