@@ -23,13 +23,42 @@ type AsyncEvent struct {
 func (e AsyncEvent) String() string {
 	switch {
 	case e.QP != nil:
-		return fmt.Sprintf("%v qp %#x", e.Type, e.QP.QPN())
+		return fmt.Sprintf("%s qp %#x", eventName(e.Type), e.QP.QPN())
 	case e.CQ != nil:
-		return fmt.Sprintf("%v cq %#x", e.Type, e.CQ.id)
+		return fmt.Sprintf("%s cq %#x", eventName(e.Type), e.CQ.id)
 	case e.SRQ != nil:
-		return fmt.Sprintf("%v srq %#x", e.Type, e.SRQ.id)
+		return fmt.Sprintf("%s srq %#x", eventName(e.Type), e.SRQ.id)
 	}
-	return fmt.Sprintf("%v port %d", e.Type, e.Port)
+	return fmt.Sprintf("%s port %d", eventName(e.Type), e.Port)
+}
+
+// eventName is ibv_event_type_str without the "IBV_EVENT_" prefix.
+func eventName(t EventType) string {
+	switch t {
+	case EventCQErr:
+		return "CQ_ERR"
+	case EventQPFatal:
+		return "QP_FATAL"
+	case EventQPReqErr:
+		return "QP_REQ_ERR"
+	case EventQPAccessErr:
+		return "QP_ACCESS_ERR"
+	case EventCommEst:
+		return "COMM_EST"
+	case EventSQDrained:
+		return "SQ_DRAINED"
+	case EventPortActive:
+		return "PORT_ACTIVE"
+	case EventPortErr:
+		return "PORT_ERR"
+	case EventSRQErr:
+		return "SRQ_ERR"
+	case EventSRQLimitReached:
+		return "SRQ_LIMIT_REACHED"
+	case EventQPLastWQEReached:
+		return "QP_LAST_WQE_REACHED"
+	}
+	return fmt.Sprintf("EVENT(%d)", uint8(t))
 }
 
 // Events is ibv_get_async_event as a channel. The channel is buffered (see
@@ -56,23 +85,24 @@ func (d *Device) emit(ev AsyncEvent) {
 // maps the engine's objects to their handles and queues the event.
 func (d *Device) onEngineEvent(ev transport.Event) {
 	out := AsyncEvent{Type: ev.Type}
+	// The type decides which object the event is about; the engine may fill in
+	// more than one (LAST_WQE_REACHED carries the QP and its SRQ).
 	d.objMu.RLock()
-	switch {
-	case ev.CQ != nil:
+	switch ev.Type {
+	case EventCQErr:
 		out.CQ = d.cqs[ev.CQ]
-	case ev.SRQ != nil:
+	case EventSRQErr, EventSRQLimitReached:
 		out.SRQ = d.srqs[ev.SRQ]
+	case EventPortActive, EventPortErr:
+		out.Port = 1
 	default:
 		out.QP = d.qps[ev.QPN]
 	}
 	d.objMu.RUnlock()
-	if out.CQ == nil && out.SRQ == nil && out.QP == nil {
-		if ev.CQ != nil || ev.SRQ != nil || ev.QPN != 0 {
-			// The object was destroyed while its event was in flight; a C program
-			// could not have received it either.
-			return
-		}
-		out.Port = 1
+	if out.CQ == nil && out.SRQ == nil && out.QP == nil && out.Port == 0 {
+		// The object was destroyed while its event was in flight (or is not one of
+		// ours, such as a QP the connection manager made on the engine directly).
+		return
 	}
 	d.emit(out)
 }
