@@ -55,6 +55,7 @@ func transfer(t *testing.T, a, b *node, qa, qb *QP, op WROpcode, size int, id ui
 			t.Fatal(err)
 		}
 	}
+	qb.Query() // orders our writes to b's memory before b's shard reads them
 	if _, err := qa.PostSend([]SendWR{wr}); err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +79,10 @@ func transfer(t *testing.T, a, b *node, qa, qb *QP, op WROpcode, size int, id ui
 			t.Fatalf("recv completion qp %#x src %#x", rwc.QPNum, rwc.SrcQP)
 		}
 	}
+	// The responder wrote remote memory on b's shard; a command on that
+	// shard orders those writes before our reads (over a real socket the
+	// kernel gives the race detector no happens-before edge).
+	qb.Query()
 	switch op {
 	case WRRDMARead:
 		if !bytes.Equal(local.Buf, src) {
