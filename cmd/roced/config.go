@@ -93,6 +93,17 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
+// oneLine escapes control characters, so an error that quotes user input (the flag
+// package echoes flag names verbatim) stays on one line.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
 // parseFlags turns args into a config. Every error is one line that names the flag.
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("roced", flag.ContinueOnError)
@@ -121,7 +132,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 			fs.PrintDefaults()
 			return nil, err
 		}
-		return nil, &usageError{err.Error()}
+		return nil, &usageError{oneLine(err.Error())}
 	}
 	if fs.NArg() > 0 {
 		return nil, &usageError{fmt.Sprintf("unexpected argument %q (roced takes only flags)", fs.Arg(0))}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/transport"
+)
+
+// TestAddSnapshot fails when a StatsSnapshot field is added without being summed:
+// every numeric field of a snapshot of ones must come out as two.
+func TestAddSnapshot(t *testing.T) {
+	var ones transport.StatsSnapshot
+	setAll(reflect.ValueOf(&ones).Elem(), 1)
+	var sum transport.StatsSnapshot
+	addSnapshot(&sum, ones)
+	addSnapshot(&sum, ones)
+	checkAll(t, reflect.ValueOf(sum), "StatsSnapshot", 2)
+}
+
+func setAll(v reflect.Value, n uint64) {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			setAll(v.Field(i), n)
+		}
+	case reflect.Array:
+		for i := range v.Len() {
+			setAll(v.Index(i), n)
+		}
+	case reflect.Uint64:
+		v.SetUint(n)
+	}
+}
+
+func checkAll(t *testing.T, v reflect.Value, path string, want uint64) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			checkAll(t, v.Field(i), path+"."+v.Type().Field(i).Name, want)
+		}
+	case reflect.Array:
+		for i := range v.Len() {
+			checkAll(t, v.Index(i), path+"["+strconv.Itoa(i)+"]", want)
+		}
+	case reflect.Uint64:
+		if v.Uint() != want {
+			t.Errorf("%s = %d, want %d: addSnapshot misses it", path, v.Uint(), want)
+		}
+	default:
+		t.Errorf("%s: unexpected kind %v; teach addSnapshot and this test about it", path, v.Kind())
+	}
+}
+
+func TestMTUCode(t *testing.T) {
+	for bytes, want := range map[int]uint8{256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5} {
+		if got := mtuCode(bytes); got != want {
+			t.Errorf("mtuCode(%d) = %d, want %d", bytes, got, want)
+		}
+	}
+}
+
+func TestPcapPath(t *testing.T) {
+	tests := []struct {
+		path  string
+		addr  string
+		binds int
+		want  string
+	}{
+		{"/var/log/roce.pcap", "192.0.2.1", 1, "/var/log/roce.pcap"},
+		{"/var/log/roce.pcap", "192.0.2.1", 2, "/var/log/roce-192.0.2.1.pcap"},
+		{"cap", "2001:db8::1", 2, "cap-2001_db8__1"},
+	}
+	for _, tt := range tests {
+		if got := pcapPath(tt.path, netip.MustParseAddr(tt.addr), tt.binds); got != tt.want {
+			t.Errorf("pcapPath(%q, %s, %d) = %q, want %q", tt.path, tt.addr, tt.binds, got, tt.want)
+		}
+	}
+}
+
+func TestReopenFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "x.log")
+	f, err := openReopenFile(p, os.O_APPEND)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(f, "one\n")
+	if err := os.Rename(p, p+".1"); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(f, "two\n") // still the old file
+	if err := f.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(f, "three\n")
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("x")); err == nil {
+		t.Error("write after Close succeeded")
+	}
+	old, _ := os.ReadFile(p + ".1")
+	cur, _ := os.ReadFile(p)
+	if string(old) != "one\ntwo\n" || string(cur) != "three\n" {
+		t.Errorf("old = %q, new = %q", old, cur)
+	}
+	if _, err := openReopenFile(filepath.Join(dir, "no", "such", "dir"), os.O_APPEND); err == nil {
+		t.Error("opening a file in a missing directory succeeded")
+	}
+}
+
+// TestHealthz: 200 only while ready.
+func TestHealthz(t *testing.T) {
+	var ready atomic.Bool
+	var st transport.Stats
+	reg := newRegistry(newCollector(fakeSource(&st, nil)))
+	mux := newMux(reg, &ready, func() any { return []qpJSON{} }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, _ := get("/healthz"); code != http.StatusServiceUnavailable {
+		t.Errorf("not ready: /healthz = %d, want 503", code)
+	}
+	ready.Store(true)
+	if code, body := get("/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("ready: /healthz = %d %q", code, body)
+	}
+	if code, body := get("/debug/qps"); code != http.StatusOK || strings.TrimSpace(body) != "[]" {
+		t.Errorf("/debug/qps = %d %q, want []", code, body)
+	}
+	if code, _ := get("/"); code != http.StatusOK {
+		t.Errorf("/ = %d", code)
+	}
+	if code, _ := get("/nope"); code != http.StatusNotFound {
+		t.Errorf("/nope = %d, want 404", code)
+	}
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "roce_packets_total") {
+		t.Errorf("/metrics = %d, no roce_packets_total", code)
+	}
+}
+
+// TestRunInProcess runs the daemon function itself: it serves until the context ends,
+// /healthz is 503 once shutdown starts, and it returns 0.
+func TestRunInProcess(t *testing.T) {
+	addrs := testAddrs(1)
+	port := freeUDPPort(t, addrs...)
+	metrics := freeTCPAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-metrics", metrics,
+			"-pingpong=false", "-ud-pingpong=false"}, &stdout, &stderr)
+	}()
+	waitFor(t, "the metrics endpoint", func() bool {
+		code, _ := tryGet("http://" + metrics + "/healthz")
+		return code == http.StatusOK
+	})
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("run returned %d; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after the context ended")
+	}
+	if code, _ := tryGet("http://" + metrics + "/healthz"); code != 0 {
+		t.Errorf("/healthz answers %d after run returned", code)
+	}
+	if !bytes.Contains([]byte(stdout.String()), []byte("serving RoCEv2 on "+addrs[0].String())) {
+		t.Errorf("stdout:\n%s", stdout.String())
+	}
+}
+
+// FuzzParseFlags: any command line either parses or fails with one line; never a
+// panic, never a multi-line error.
+func FuzzParseFlags(f *testing.F) {
+	f.Add("-bind\x00127.0.0.1\x00-mtu\x004096")
+	f.Add("-metrics\x00[::1]:9464\x00-log-level\x00debug")
+	f.Add("-bind\x00::ffff:10.0.0.1,fe80::1\x00-port\x0065535")
+	f.Add("-pingpong-max-size\x00-1\x00-drain-timeout\x001h")
+	f.Fuzz(func(t *testing.T, s string) {
+		args := strings.Split(s, "\x00")
+		c, err := parseFlags(args, io.Discard)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("multi-line error %q", err)
+			}
+			return
+		}
+		if len(c.binds) == 0 || c.port == 0 || mtuCode(c.mtu) < 1 || mtuCode(c.mtu) > 5 || c.ppMaxSize < 1 {
+			t.Errorf("accepted an invalid config %+v", *c)
+		}
+	})
+}
