@@ -1,0 +1,184 @@
+// Command roce-pingpong is ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong and
+// ibv_srq_pingpong on goroce: it speaks their TCP out-of-band exchange and their RoCEv2
+// traffic, so either side can be the stock rdma-core tool.
+//
+// Usage:
+//
+//	roce-pingpong MODE -d ADDR [flags]           serve (wait for a client)
+//	roce-pingpong MODE -d ADDR [flags] SERVER    connect to SERVER
+//
+// MODE is rc, uc, ud or srq. The flags are the stock tools' where they make sense:
+//
+//	-p PORT    TCP port of the exchange (18515)
+//	-d ADDR    local IP address the device binds (UDP 4791); the stock -d names a device
+//	-s SIZE    message size (4096; ud 2048, at most the active MTU)
+//	-m MTU     path MTU, 256..4096 (1024; not ud)
+//	-r DEPTH   receives posted at a time (500)
+//	-n ITERS   exchanges (1000; srq: in total over all QPs)
+//	-l SL      service level (accepted; RoCEv2 without VLANs has no use for it)
+//	-e         wait for completion events (always done: see below)
+//	-g INDEX   local GID index (default: the device's RoCEv2 GID, 1 for IPv4)
+//	-q NUM     srq: number of QPs (16, at most 256)
+//	-c         validate every received buffer
+//
+// and some of its own: -timeout (give up after this long), -loss P (drop a share P of
+// the datagrams this side sends, for loss tests), -seed, -pcap FILE, -roce-port.
+//
+// Unlike the stock tools it never busy-polls the CQ: it sleeps on the completion
+// channel between polls, with or without -e, so a run does not burn a CPU. It prints
+// the stock summary lines ("N bytes in S seconds = X Mbit/sec", "N iters in S seconds =
+// U usec/iter") and exits 1 on any failure.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/oob"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// config is the parsed command line.
+type config struct {
+	mode     string
+	server   string // empty: serve
+	tcpPort  int
+	addr     netip.Addr
+	size     int
+	mtu      int
+	rxDepth  int
+	iters    int
+	sl       int
+	events   bool
+	gidIndex int // -1: the device's RoCEv2 index
+	numQP    int
+	validate bool
+	timeout  time.Duration
+	loss     float64
+	seed     int64
+	pcap     string
+	rocePort int
+	linger   time.Duration
+}
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: roce-pingpong rc|uc|ud|srq -d ADDR [flags] [SERVER]\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// parseArgs parses MODE, the flags and the optional SERVER.
+func parseArgs(args []string, stderr io.Writer) (*config, error) {
+	c := &config{gidIndex: -1}
+	fs := flag.NewFlagSet("roce-pingpong", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var addr string
+	fs.IntVar(&c.tcpPort, "p", oob.DefaultPort, "TCP `port` of the address exchange")
+	fs.StringVar(&addr, "d", "", "local IP `address` the device binds (required)")
+	fs.IntVar(&c.size, "s", 0, "message `size` (default 4096; ud 2048)")
+	fs.IntVar(&c.mtu, "m", 1024, "path `MTU` in bytes: 256, 512, 1024, 2048 or 4096")
+	fs.IntVar(&c.rxDepth, "r", 500, "receives posted at a time")
+	fs.IntVar(&c.iters, "n", 1000, "number of exchanges")
+	fs.IntVar(&c.sl, "l", 0, "service level (accepted, unused on RoCEv2)")
+	fs.BoolVar(&c.events, "e", false, "sleep on completion events (always done)")
+	fs.IntVar(&c.gidIndex, "g", -1, "local GID `index` (default: the device's RoCEv2 GID)")
+	fs.IntVar(&c.numQP, "q", 16, "srq: number of QPs")
+	fs.BoolVar(&c.validate, "c", false, "validate received buffers")
+	fs.DurationVar(&c.timeout, "timeout", 0, "fail after this long (0: never)")
+	fs.Float64Var(&c.loss, "loss", 0, "drop this share of the datagrams we send (0..1)")
+	fs.Int64Var(&c.seed, "seed", 0, "seed of -loss (0: from the clock)")
+	fs.StringVar(&c.pcap, "pcap", "", "write our RoCEv2 datagrams to this pcap `file`")
+	fs.IntVar(&c.rocePort, "roce-port", 4791, "UDP port of RoCEv2 (both sides must agree)")
+	fs.DurationVar(&c.linger, "linger", 500*time.Millisecond, "keep answering retransmissions this long after the last completion")
+	if len(args) == 0 {
+		usage(stderr, fs)
+		return nil, fmt.Errorf("missing MODE")
+	}
+	c.mode = args[0]
+	switch c.mode {
+	case "rc", "uc", "ud", "srq":
+	case "-h", "-help", "--help":
+		usage(stderr, fs)
+		return nil, fmt.Errorf("help requested")
+	default:
+		usage(stderr, fs)
+		return nil, fmt.Errorf("unknown MODE %q (rc, uc, ud, srq)", c.mode)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		usage(stderr, fs)
+		return nil, err
+	}
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		c.server = fs.Arg(0)
+	default:
+		usage(stderr, fs)
+		return nil, fmt.Errorf("too many arguments: %q", fs.Args())
+	}
+	var err error
+	if c.addr, err = netip.ParseAddr(addr); err != nil {
+		return nil, fmt.Errorf("-d: need the local IP address the device binds: %v", err)
+	}
+	if c.size == 0 {
+		c.size = 4096
+		if c.mode == "ud" {
+			c.size = 2048
+		}
+	}
+	switch {
+	case c.size < 1:
+		return nil, fmt.Errorf("-s %d: size must be positive", c.size)
+	case mtuCode(c.mtu) == 0:
+		return nil, fmt.Errorf("-m %d: MTU must be 256, 512, 1024, 2048 or 4096", c.mtu)
+	case c.rxDepth < 1:
+		return nil, fmt.Errorf("-r %d: rx depth must be positive", c.rxDepth)
+	case c.iters < 1:
+		return nil, fmt.Errorf("-n %d: iterations must be positive", c.iters)
+	case c.tcpPort < 1 || c.tcpPort > 65535:
+		return nil, fmt.Errorf("-p %d: not a TCP port", c.tcpPort)
+	case c.rocePort < 1 || c.rocePort > 65535:
+		return nil, fmt.Errorf("-roce-port %d: not a UDP port", c.rocePort)
+	case c.mode == "srq" && (c.numQP < 1 || c.numQP > oob.SRQRecords):
+		return nil, fmt.Errorf("-q %d: between 1 and %d QPs", c.numQP, oob.SRQRecords)
+	case c.mode == "srq" && c.rxDepth <= c.numQP:
+		return nil, fmt.Errorf("-r %d: srq needs more receives than QPs (%d)", c.rxDepth, c.numQP)
+	case c.loss < 0 || c.loss >= 1:
+		return nil, fmt.Errorf("-loss %v: must be in [0, 1)", c.loss)
+	}
+	if c.mode != "srq" {
+		c.numQP = 1
+	}
+	return c, nil
+}
+
+// run is main without the exit, for tests.
+func run(args []string, stdout, stderr io.Writer) int {
+	c, err := parseArgs(args, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "roce-pingpong: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	if err := pingpong(ctx, c, stdout); err != nil {
+		fmt.Fprintf(stderr, "roce-pingpong: %v\n", err)
+		return 1
+	}
+	return 0
+}
