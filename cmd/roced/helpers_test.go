@@ -92,7 +92,8 @@ func freeUDPPort(t *testing.T, addrs ...netip.Addr) uint16 {
 type daemonProc struct {
 	t       *testing.T
 	cmd     *exec.Cmd
-	metrics string // host:port of the HTTP endpoint, from the announce line
+	metrics string       // host:port of the HTTP endpoint, from the announce line
+	client  *http.Client // reaches metrics (inside a lab namespace for rxe tests)
 	stdout  *syncBuffer
 	stderr  *syncBuffer
 	exited  chan struct{}
@@ -121,6 +122,13 @@ func (s *syncBuffer) String() string {
 // SIGTERM (then SIGKILL by PID) at cleanup.
 func startDaemon(t *testing.T, args ...string) *daemonProc {
 	t.Helper()
+	return startDaemonCmd(t, func(args []string) *exec.Cmd { return exec.Command(rocedBin, args...) }, http.DefaultClient, args...)
+}
+
+// startDaemonCmd is startDaemon with the command built by mk (to run roced in a network
+// namespace) and the HTTP endpoint reached through client.
+func startDaemonCmd(t *testing.T, mk func(args []string) *exec.Cmd, client *http.Client, args ...string) *daemonProc {
+	t.Helper()
 	hasMetrics := false
 	for _, a := range args {
 		if a == "-metrics" || strings.HasPrefix(a, "-metrics=") {
@@ -130,8 +138,8 @@ func startDaemon(t *testing.T, args ...string) *daemonProc {
 	if !hasMetrics {
 		args = append(args, "-metrics", "127.0.0.1:0")
 	}
-	p := &daemonProc{t: t, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(rocedBin, args...)
+	p := &daemonProc{t: t, client: client, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd = mk(args)
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -191,13 +199,18 @@ func (p *daemonProc) stop(d time.Duration) (int, time.Duration) {
 
 func httpGet(t *testing.T, url string) (int, []byte) {
 	t.Helper()
+	return httpGetWith(t, http.DefaultClient, url)
+}
+
+func httpGetWith(t *testing.T, client *http.Client, url string) (int, []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
@@ -212,7 +225,7 @@ func httpGet(t *testing.T, url string) (int, []byte) {
 // scrape fetches /metrics in the text format and parses it with expfmt.
 func (p *daemonProc) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	code, body := httpGet(t, "http://"+p.metrics+"/metrics")
+	code, body := httpGetWith(t, p.client, "http://"+p.metrics+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: HTTP %d: %s", code, body)
 	}
