@@ -17,6 +17,8 @@ type source struct {
 	stats func() transport.StatsSnapshot
 	// qpStates returns how many QPs are in each state, keyed by a qpStateNames value.
 	qpStates func() map[string]int
+	// pingpong holds the responder's session counters; nil exports none.
+	pingpong *ppStats
 }
 
 // collector is a prometheus.Collector over the engine's transport.Stats. It builds
@@ -31,6 +33,8 @@ type collector struct {
 	ackLatency            *prometheus.Desc
 	scalars               []scalarCounter
 	latencyBucketsSeconds []float64
+
+	ppActive, ppStarted, ppMessages, ppFailed, ppRefused *prometheus.Desc
 }
 
 // scalarCounter is one label-free counter and the snapshot field it reads.
@@ -58,6 +62,16 @@ func newCollector(src source) *collector {
 			"Time from sending an RC request to the ACK that covers it.",
 			nil, nil),
 	}
+	c.ppActive = prometheus.NewDesc("roced_pingpong_sessions",
+		"Pingpong responder sessions serving messages now, by client tool (rc, srq, ud).", []string{"kind"}, nil)
+	c.ppStarted = prometheus.NewDesc("roced_pingpong_sessions_total",
+		"Pingpong responder sessions that completed the TCP exchange, by client tool.", []string{"kind"}, nil)
+	c.ppMessages = prometheus.NewDesc("roced_pingpong_messages_total",
+		"Messages the pingpong responder echoed, by client tool.", []string{"kind"}, nil)
+	c.ppFailed = prometheus.NewDesc("roced_pingpong_exchange_errors_total",
+		"Pingpong connections whose TCP exchange failed (malformed records, timeouts, QP setup).", nil, nil)
+	c.ppRefused = prometheus.NewDesc("roced_pingpong_refused_total",
+		"Pingpong connections refused because the session limit was reached.", nil, nil)
 	sc := func(name, help string, get func(*transport.StatsSnapshot) uint64) {
 		c.scalars = append(c.scalars, scalarCounter{prometheus.NewDesc(name, help, nil, nil), get})
 	}
@@ -106,6 +120,13 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, s := range c.scalars {
 		ch <- s.desc
 	}
+	if c.src.pingpong != nil {
+		ch <- c.ppActive
+		ch <- c.ppStarted
+		ch <- c.ppMessages
+		ch <- c.ppFailed
+		ch <- c.ppRefused
+	}
 }
 
 // Collect implements prometheus.Collector: one snapshot, then const metrics from it.
@@ -130,6 +151,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.qps, prometheus.GaugeValue, float64(states[st]), st)
 	}
 	ch <- c.latencyHistogram(&s)
+	if pp := c.src.pingpong; pp != nil {
+		for k := kindRC; k <= kindUD; k++ {
+			ch <- prometheus.MustNewConstMetric(c.ppActive, prometheus.GaugeValue, float64(pp.active[k].Load()), k.String())
+			ch <- prometheus.MustNewConstMetric(c.ppStarted, prometheus.CounterValue, float64(pp.started[k].Load()), k.String())
+			ch <- prometheus.MustNewConstMetric(c.ppMessages, prometheus.CounterValue, float64(pp.messages[k].Load()), k.String())
+		}
+		ch <- prometheus.MustNewConstMetric(c.ppFailed, prometheus.CounterValue, float64(pp.failed.Load()))
+		ch <- prometheus.MustNewConstMetric(c.ppRefused, prometheus.CounterValue, float64(pp.refused.Load()))
+	}
 }
 
 // latencyHistogram converts the engine's per-bucket counts into Prometheus's cumulative

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,8 +47,19 @@ const (
 	ppMaxSessions = 64
 )
 
+// ppStats counts pingpong sessions for the metrics. One instance is shared by every
+// responder of the daemon; the collector reads it at scrape time.
+type ppStats struct {
+	active   [3]atomic.Int64  // sessions serving messages now, by kind
+	started  [3]atomic.Uint64 // sessions that completed the exchange, by kind
+	messages [3]atomic.Uint64 // messages echoed, by kind
+	failed   atomic.Uint64    // connections whose exchange failed (bad records, timeouts)
+	refused  atomic.Uint64    // connections refused at the session limit
+}
+
 // pingpongConfig configures a pingpongResponder.
 type pingpongConfig struct {
+	stats   *ppStats
 	kinds   []pingpongKind // what the port serves: {kindRC, kindSRQ} or {kindUD}
 	mtu     roce.MTU
 	maxSize int           // largest message a client may send (ibv_*_pingpong -s)
@@ -130,6 +142,7 @@ func (r *pingpongResponder) Serve() error {
 		}
 		if len(r.sessions) >= ppMaxSessions {
 			r.mu.Unlock()
+			r.cfg.stats.refused.Add(1)
 			r.log.Warn("too many sessions; refusing a client", "client", conn.RemoteAddr(), "max", ppMaxSessions)
 			conn.Close()
 			continue
@@ -211,6 +224,7 @@ func (s *ppSession) run() {
 	conn, n, err := s.detect()
 	if err != nil {
 		s.conn.Close()
+		s.r.cfg.stats.failed.Add(1)
 		s.log.Info("pingpong exchange failed", "err", err)
 		return
 	}
@@ -219,9 +233,14 @@ func (s *ppSession) run() {
 	cancel()
 	s.conn.Close() // the stock tools close the socket after the exchange
 	if err != nil {
+		s.r.cfg.stats.failed.Add(1)
 		s.log.Info("pingpong exchange failed", "kind", s.kind.String(), "err", err)
 		return
 	}
+	st := s.r.cfg.stats
+	st.started[s.kind].Add(1)
+	st.active[s.kind].Add(1)
+	defer st.active[s.kind].Add(-1)
 	s.log.Info("session started", "kind", s.kind.String(), "qps", len(s.qps), "peer", remote[0].String())
 	start := time.Now()
 	reason := s.serve()
@@ -478,6 +497,7 @@ func (s *ppSession) complete(wc *roce.WC) string {
 		return ""
 	}
 	s.msgs++
+	s.r.cfg.stats.messages[s.kind].Add(1)
 	off, length := 0, int(wc.ByteLen)
 	wr := roce.SendWR{WRID: uint64(slot) | wridSend, Opcode: roce.WRSend, Flags: roce.SendSignaled}
 	if s.kind == kindUD {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -362,6 +364,10 @@ func TestPingpongExchange(t *testing.T) {
 				{"roce_unknown_qp_total", nil, 0},
 				{"roce_duplicate_requests_total", nil, 0},
 				{"roce_qps", []string{"state", "rts"}, float64(tt.wantQPsAfter)},
+				{"roced_pingpong_sessions", []string{"kind", tt.kind.String()}, 1},
+				{"roced_pingpong_sessions_total", []string{"kind", tt.kind.String()}, 1},
+				{"roced_pingpong_messages_total", []string{"kind", tt.kind.String()}, float64(msgs)},
+				{"roced_pingpong_exchange_errors_total", nil, 0},
 			})
 			if tt.kind != kindUD {
 				// Every pong is an RC request the daemon times until its ACK.
@@ -392,7 +398,8 @@ func TestPingpongExchange(t *testing.T) {
 			// After -pingpong-idle the session ends and its QPs are destroyed.
 			waitFor(t, "the idle session to end", func() bool {
 				m := p.scrape(t)
-				return value(t, m, "roce_qps", "state", "rts") == 0 && value(t, m, "roce_qps", "state", "err") == 0
+				return value(t, m, "roce_qps", "state", "rts") == 0 && value(t, m, "roce_qps", "state", "err") == 0 &&
+					value(t, m, "roced_pingpong_sessions", "kind", tt.kind.String()) == 0
 			})
 		})
 	}
@@ -463,5 +470,49 @@ func TestShutdownWithSessions(t *testing.T) {
 	}
 	if took > 3*time.Second {
 		t.Errorf("shutdown with an open session took %v", took)
+	}
+}
+
+// TestPingpongBadExchange: a client that sends garbage instead of a record is counted
+// and dropped, and the responder keeps serving real clients.
+func TestPingpongBadExchange(t *testing.T) {
+	addrs := testAddrs(2)
+	port := freeUDPPort(t, addrs...)
+	tcp := freeTCPAddr(t)
+	_, tcpPort, _ := net.SplitHostPort(tcp)
+	srv := net.JoinHostPort(addrs[0].String(), tcpPort)
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-ud-pingpong=false", "-pingpong-port", tcpPort)
+
+	for _, junk := range []string{
+		strings.Repeat("z", oob.RecordLen),                     // not hex
+		"0000:000011:000022:" + strings.Repeat("0", 32) + "\n", // 52 bytes, but a newline where the NUL goes
+		"short", // then EOF
+	} {
+		conn, err := net.Dial("tcp", srv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write([]byte(junk))
+		conn.(*net.TCPConn).CloseWrite()
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, _ := io.ReadAll(conn); len(n) != 0 {
+			t.Errorf("responder answered junk %q with %q", junk, n)
+		}
+		conn.Close()
+	}
+	waitFor(t, "3 exchange errors", func() bool {
+		return value(t, p.scrape(t), "roced_pingpong_exchange_errors_total") == 3
+	})
+
+	dev, err := roce.Open(addrs[1], roce.WithPort(port), roce.WithMTU(roce.MTU1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	c := newPPClient(t, dev, kindRC, 1, 100)
+	c.exchange(srv)
+	c.run(5)
+	if v := value(t, p.scrape(t), "roce_qps", "state", "rts"); v != 1 {
+		t.Errorf("roce_qps{rts} = %v after the good client, want 1 (the junk sessions left QPs behind?)", v)
 	}
 }

@@ -97,6 +97,7 @@ type daemon struct {
 	http       *http.Server
 	ready      atomic.Bool
 	fatal      chan error
+	pingpong   ppStats
 
 	wg sync.WaitGroup // server goroutines: HTTP and responders
 }
@@ -151,7 +152,7 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 			}
 			return nil, fmt.Errorf("-metrics %s: %w", cfg.metrics, unwrapOp(err))
 		}
-		reg := newRegistry(newCollector(source{stats: d.stats, qpStates: d.qpStates}))
+		reg := newRegistry(newCollector(source{stats: d.stats, qpStates: d.qpStates, pingpong: &d.pingpong}))
 		d.http = &http.Server{
 			Handler:           newMux(reg, &d.ready, d.debugQPs, d.log),
 			ReadHeaderTimeout: 10 * time.Second,
@@ -160,10 +161,10 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 	}
 
 	for _, s := range d.devs {
-		pp := pingpongConfig{mtu: roce.MTU(mtuCode(cfg.mtu)), maxSize: cfg.ppMaxSize, idle: cfg.ppIdle}
+		pp := pingpongConfig{stats: &d.pingpong, mtu: roce.MTU(mtuCode(cfg.mtu)), maxSize: cfg.ppMaxSize, idle: cfg.ppIdle}
 		if cfg.pingpong {
 			pp.kinds = []pingpongKind{kindRC, kindSRQ}
-			r, err := newPingpongResponder("ibv_rc_pingpong/ibv_srq_pingpong", s.dev, netip.AddrPortFrom(s.dev.Addr(), cfg.pingpongPort), pp, d.log)
+			r, err := newPingpongResponder("pingpong (ibv_rc_pingpong, ibv_srq_pingpong)", s.dev, netip.AddrPortFrom(s.dev.Addr(), cfg.pingpongPort), pp, d.log)
 			if err != nil {
 				return nil, err
 			}
@@ -171,7 +172,7 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 		}
 		if cfg.udPingpong {
 			pp.kinds = []pingpongKind{kindUD}
-			r, err := newPingpongResponder("ibv_ud_pingpong", s.dev, netip.AddrPortFrom(s.dev.Addr(), cfg.udPingPort), pp, d.log)
+			r, err := newPingpongResponder("ud_pingpong (ibv_ud_pingpong)", s.dev, netip.AddrPortFrom(s.dev.Addr(), cfg.udPingPort), pp, d.log)
 			if err != nil {
 				return nil, err
 			}
