@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/roce"
 )
 
 // needTool returns the path of a Prometheus tool (from the Debian package
@@ -168,14 +170,38 @@ func (s *prometheusServer) query(t *testing.T, q string) queryResult {
 	return r
 }
 
+// waitValue polls the query until it returns exactly one series with value want (from
+// instance inst), for up to 30 s: scrapes run every second.
+func (s *prometheusServer) waitValue(t *testing.T, q string, want int, inst string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last queryResult
+	for {
+		last = s.query(t, q)
+		if last.Status == "success" && len(last.Data.Result) == 1 {
+			if v, _ := last.Data.Result[0].Value[1].(string); v == strconv.Itoa(want) {
+				if got := last.Data.Result[0].Metric["instance"]; got != inst {
+					t.Errorf("%s: instance label = %q, want %q", q, got, inst)
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("query %s never returned %d; last answer: %+v", q, want, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // TestPrometheusEndToEnd: a real Prometheus server scrapes roced and answers PromQL
-// with the exact number of datagrams the test sent; every query of the Grafana
+// with the exact number of datagrams and RC packets the test sent; every query of the Grafana
 // dashboard is valid PromQL against real data.
 func TestPrometheusEndToEnd(t *testing.T) {
 	needTool(t, "prometheus")
 	addrs := testAddrs(2)
 	port := freeUDPPort(t, addrs...)
-	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-pingpong=false")
+	_, tcpPort, _ := net.SplitHostPort(freeTCPAddr(t))
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-ud-pingpong=false", "-pingpong-port", tcpPort)
 	prom := startPrometheus(t, p.metrics)
 
 	const n = 37
@@ -185,24 +211,21 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	}
 	sendDatagrams(t, addrs[1], netip.AddrPortFrom(addrs[0], port), pkts)
 
-	q := `roce_malformed_packets_total{job="roced"}`
-	deadline := time.Now().Add(30 * time.Second)
-	var last queryResult
-	for {
-		last = prom.query(t, q)
-		if last.Status == "success" && len(last.Data.Result) == 1 {
-			if v, _ := last.Data.Result[0].Value[1].(string); v == strconv.Itoa(n) {
-				if inst := last.Data.Result[0].Metric["instance"]; inst != p.metrics {
-					t.Errorf("instance label = %q, want %q", inst, p.metrics)
-				}
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("query %s never returned %d; last answer: %+v", q, n, last)
-		}
-		time.Sleep(250 * time.Millisecond)
+	prom.waitValue(t, `roce_malformed_packets_total{job="roced"}`, n, p.metrics)
+
+	// A known RC exchange through the pingpong responder: 20 messages of 4096 bytes
+	// each way, 4 packets each at MTU 1024.
+	dev, err := roce.Open(addrs[1], roce.WithPort(port), roce.WithMTU(roce.MTU1024))
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { dev.Close() })
+	c := newPPClient(t, dev, kindRC, 1, 4096)
+	c.exchange(net.JoinHostPort(addrs[0].String(), tcpPort))
+	c.run(20)
+	prom.waitValue(t, `roce_packets_total{job="roced",direction="rx",op_class="send"}`, 80, p.metrics)
+	prom.waitValue(t, `roce_packets_total{job="roced",direction="tx",op_class="send"}`, 80, p.metrics)
+	prom.waitValue(t, `roced_pingpong_messages_total{job="roced",kind="rc"}`, 20, p.metrics)
 
 	up := prom.query(t, `up{job="roced"}`)
 	if len(up.Data.Result) != 1 || up.Data.Result[0].Value[1] != "1" {
