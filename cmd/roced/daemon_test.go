@@ -309,3 +309,31 @@ func pcapRecords(t *testing.T, path string) int {
 	}
 	return n
 }
+
+// TestMultipleBinds: two addresses, one device each, each with its own pcap file; the
+// metrics are the sum over both.
+func TestMultipleBinds(t *testing.T) {
+	addrs := testAddrs(3)
+	port := freeUDPPort(t, addrs...)
+	dir := t.TempDir()
+	pcap := filepath.Join(dir, "roce.pcap")
+	p := startDaemon(t, "-bind", addrs[0].String()+","+addrs[1].String(), "-port", strconv.Itoa(int(port)),
+		"-pingpong=false", "-ud-pingpong=false", "-pcap", pcap)
+	for _, a := range addrs[:2] {
+		if !strings.Contains(p.stdout.String(), fmt.Sprintf("serving RoCEv2 on %s UDP %d", a, port)) {
+			t.Errorf("stdout does not announce %s:\n%s", a, p.stdout.String())
+		}
+	}
+	short := [][]byte{{1}, {2}, {3}}
+	sendDatagrams(t, addrs[2], netip.AddrPortFrom(addrs[0], port), short[:1])
+	sendDatagrams(t, addrs[2], netip.AddrPortFrom(addrs[1], port), short[1:])
+	waitFor(t, "3 malformed datagrams over both devices", func() bool {
+		return value(t, p.scrape(t), "roce_malformed_packets_total") == 3
+	})
+	for i, a := range addrs[:2] {
+		f := filepath.Join(dir, "roce-"+a.String()+".pcap")
+		if n := pcapRecords(t, f); n != i+1 {
+			t.Errorf("%s: %d records, want %d", f, n, i+1)
+		}
+	}
+}

@@ -47,16 +47,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roced: %v\n", err)
 		return exitError
 	}
+	// Catch SIGHUP before anything is open: its default action would kill us.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	d, err := start(cfg, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "roced: %v\n", err)
 		return exitError
 	}
 	d.announce(stdout)
-
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	for {
 		select {
 		case <-hup:
@@ -72,10 +72,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		break
 	}
 	d.log.Info("shutting down", "drain_timeout", cfg.drainTimeout)
-	d.shutdown()
+	// shutdown is bounded by the drain deadline at every step that waits for peers;
+	// the watchdog only fires if something below us hangs, and then exiting (non-zero,
+	// so a supervisor notices) beats hanging.
+	done := make(chan struct{})
+	go func() { d.shutdown(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(cfg.drainTimeout + shutdownGrace):
+		d.log.Error("shutdown did not finish; exiting anyway", "after", cfg.drainTimeout+shutdownGrace)
+		fmt.Fprintf(stderr, "roced: shutdown did not finish within %v; exiting anyway\n", cfg.drainTimeout+shutdownGrace)
+		return exitError
+	}
 	d.log.Info("stopped")
 	return exitOK
 }
+
+// shutdownGrace is how long past the drain deadline closing devices and the HTTP
+// server may take before run gives up on them.
+const shutdownGrace = 5 * time.Second
 
 // served is one bound device and what belongs to it.
 type served struct {
