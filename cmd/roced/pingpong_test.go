@@ -516,3 +516,46 @@ func TestPingpongBadExchange(t *testing.T) {
 		t.Errorf("roce_qps{rts} = %v after the good client, want 1 (the junk sessions left QPs behind?)", v)
 	}
 }
+
+// TestBadICRCToLiveQP: packets for a live QP with a wrong ICRC are counted as ICRC
+// errors and dropped; the session carries on undisturbed.
+func TestBadICRCToLiveQP(t *testing.T) {
+	addrs := testAddrs(2)
+	port := freeUDPPort(t, addrs...)
+	_, tcpPort, _ := net.SplitHostPort(freeTCPAddr(t))
+	srv := net.JoinHostPort(addrs[0].String(), tcpPort)
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-ud-pingpong=false", "-pingpong-port", tcpPort)
+	dev, err := roce.Open(addrs[1], roce.WithPort(port), roce.WithMTU(roce.MTU1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	c := newPPClient(t, dev, kindRC, 1, 256)
+	c.exchange(srv)
+	c.run(5)
+
+	// The ICRC is checked before anything in the packet is acted on, so the forged
+	// packets come from a third address of the same /24.
+	const n = 25
+	pkts := make([][]byte, n)
+	for i := range pkts {
+		f := bth.Fields{Opcode: bth.RCSendOnly, PKey: 0xffff, DestQP: c.rem[0].QPN, PSN: bth.PSN(i), AckReq: true}
+		b := bth.Append(nil, &f, make([]byte, 64))
+		b[len(b)-1] ^= 0xff // whatever the right ICRC is, this is not it
+		pkts[i] = b
+	}
+	third := netip.AddrFrom4([4]byte{127, addrs[0].As4()[1], addrs[0].As4()[2], 200})
+	sendDatagrams(t, third, netip.AddrPortFrom(addrs[0], port), pkts)
+	waitFor(t, "25 ICRC errors", func() bool {
+		return value(t, p.scrape(t), "roce_icrc_errors_total") == n
+	})
+	c.run(5)
+	mfs := p.scrape(t)
+	checkCounters(t, mfs, []counterDelta{
+		{"roce_icrc_errors_total", nil, n},
+		{"roce_duplicate_requests_total", nil, 0},
+		{"roce_out_of_sequence_total", nil, 0},
+		{"roce_naks_total", []string{"direction", "tx", "kind", "psn_sequence_error"}, 0},
+		{"roced_pingpong_messages_total", []string{"kind", "rc"}, 10},
+	})
+}
