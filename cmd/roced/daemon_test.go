@@ -36,6 +36,11 @@ func TestStartupErrors(t *testing.T) {
 	}
 	defer busyTCP.Close()
 	okPort := freeUDPPort(t, addrs...)
+	busyPP, err := net.Listen("tcp", net.JoinHostPort(addrs[0].String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busyPP.Close()
 
 	tests := []struct {
 		name     string
@@ -54,6 +59,8 @@ func TestStartupErrors(t *testing.T) {
 			fmt.Sprintf("roced: -bind %s: UDP %d is in use — a loaded rdma_rxe module (soft-RoCE) or another roced usually holds it", addrs[0], port)},
 		{"metrics port busy", []string{"-bind", addrs[0].String(), "-port", strconv.Itoa(int(okPort)), "-pingpong=false", "-metrics", busyTCP.Addr().String()}, 1,
 			fmt.Sprintf("roced: -metrics %s: TCP port in use (another roced, or a Prometheus exporter, may hold it); pick another with -metrics", busyTCP.Addr())},
+		{"pingpong port busy", []string{"-bind", addrs[0].String(), "-port", strconv.Itoa(int(okPort)), "-metrics", "", "-ud-pingpong=false", "-pingpong-port", tcpPort(busyPP)}, 1,
+			fmt.Sprintf("roced: pingpong (ibv_rc_pingpong, ibv_srq_pingpong) responder: TCP %s is in use (a stock pingpong server or another roced?); pick another port or switch the responder off", busyPP.Addr())},
 		{"pcap dir missing", []string{"-bind", addrs[0].String(), "-port", strconv.Itoa(int(okPort)), "-metrics", "", "-pingpong=false", "-pcap", "/nonexistent/dir/x.pcap"}, 1,
 			"roced: -pcap: open /nonexistent/dir/x.pcap: no such file or directory"},
 	}
@@ -341,3 +348,5 @@ func TestMultipleBinds(t *testing.T) {
 		}
 	}
 }
+
+func tcpPort(l net.Listener) string { return strconv.Itoa(l.Addr().(*net.TCPAddr).Port) }

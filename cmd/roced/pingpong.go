@@ -287,32 +287,32 @@ func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 // connect is the ServerExchange callback: create the QPs for the client's records,
 // post the receives, move the QPs to RTR and RTS, and return our records.
 func (s *ppSession) connect(remote []oob.Dest) ([]oob.Dest, error) {
-	real := remote
+	dests := remote
 	if s.kind == kindSRQ {
-		real = nil
+		dests = nil
 		for _, d := range remote {
 			if d.IsZero() {
 				break
 			}
-			real = append(real, d)
+			dests = append(dests, d)
 		}
-		if len(real) == 0 {
+		if len(dests) == 0 {
 			return nil, fmt.Errorf("ibv_srq_pingpong client sent no QP: %w", syscall.EINVAL)
 		}
 	}
 	// A client run without -g sends a zero GID; use its TCP address instead, the only
 	// address RoCEv2 can reach it at.
 	peerTCP, _ := netip.ParseAddrPort(s.conn.RemoteAddr().String())
-	for i := range real {
-		if real[i].GID == ([16]byte{}) {
-			real[i].GID = peerTCP.Addr().As16()
+	for i := range dests {
+		if dests[i].GID == ([16]byte{}) {
+			dests[i].GID = peerTCP.Addr().As16()
 		}
 	}
-	if err := s.create(len(real)); err != nil {
+	if err := s.create(len(dests)); err != nil {
 		return nil, err
 	}
-	local := make([]oob.Dest, len(real))
-	for i, d := range real {
+	local := make([]oob.Dest, len(dests))
+	for i, d := range dests {
 		q := s.byQP[s.qps[i].QPN()]
 		q.remote = d
 		psn := rand.Uint32() & 0xffffff
