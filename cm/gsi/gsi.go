@@ -1,0 +1,203 @@
+// Package gsi carries CM MADs for a goroce device: it is the GSI QP (QP1)
+// as a link-level agent. Link wraps the device's link.Link, takes every
+// datagram addressed to QPN 1 out of the stream before the transport engine
+// sees it, checks it the way rxe does (UD SEND ONLY, P_Key 0xFFFF, Q_Key
+// 0x80010000, a 256-byte MAD, the ICRC) and hands the MAD to Conn, a
+// cm.MADConn. Conn sends MADs as UD SENDs from QPN 1 to QPN 1.
+//
+// Why at the link and not as an engine QP: the MAD path needs no receive
+// queue, memory registration or completion queue, and it works with any
+// engine. The engine never allocates QPN 1 (its QPNs start at 0x11), so the
+// split is clean.
+package gsi
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport/link"
+)
+
+// Stats counts the GSI agent's datagrams.
+type Stats struct {
+	RxMADs    uint64 // MADs delivered to ReadMAD
+	TxMADs    uint64 // MADs sent
+	Malformed uint64 // QPN-1 datagrams that failed the checks (opcode, keys, length)
+	BadICRC   uint64 // QPN-1 datagrams whose ICRC did not verify
+	Overflow  uint64 // MADs dropped because the reader was too slow
+}
+
+// Link is a link.Link that diverts QP1 datagrams to its Conn.
+type Link struct {
+	link.Link
+	conn *Conn
+}
+
+// Conn sends and receives CM MADs on QP1; it implements cm.MADConn.
+type Conn struct {
+	l    link.Link
+	addr netip.Addr
+	port uint16 // the RoCEv2 UDP port: ours, and the one peers listen on
+
+	in        chan rxMAD
+	done      chan struct{}
+	closeOnce sync.Once
+	psn       atomic.Uint32
+	wmu       sync.Mutex // serialises WriteMAD's buffer
+	wbuf      []byte
+
+	rx, tx, malformed, badICRC, overflow atomic.Uint64
+}
+
+type rxMAD struct {
+	mad  []byte
+	from netip.Addr
+}
+
+// Wrap returns l with QP1 diverted, and the Conn that receives it. Give the
+// Link to the engine (roce.OpenLink) and the Conn to cm.NewManager.
+func Wrap(l link.Link) (*Link, *Conn) {
+	c := &Conn{l: l, addr: l.LocalAddr().Addr().Unmap(), port: l.LocalAddr().Port(),
+		in: make(chan rxMAD, 128), done: make(chan struct{})}
+	return &Link{Link: l, conn: c}, c
+}
+
+// Open binds a UDP socket on addr:port (port 0 means 4791), diverts QP1,
+// and opens a roce Device on the rest. Closing the Device closes the Conn.
+func Open(addr netip.Addr, port uint16, opts ...roce.Option) (*roce.Device, *Conn, error) {
+	if port == 0 {
+		port = link.RoCEv2Port
+	}
+	u, err := link.ListenUDP(netip.AddrPortFrom(addr.Unmap(), port), link.Config{})
+	if err != nil {
+		return nil, nil, err
+	}
+	l, c := Wrap(u)
+	d, err := roce.OpenLink(l, opts...)
+	if err != nil {
+		u.Close()
+		return nil, nil, err
+	}
+	return d, c, nil
+}
+
+// ReadBatch reads from the wrapped link and returns only the datagrams that
+// are not for QP1, compacting msgs (buffers are swapped, never lost).
+func (g *Link) ReadBatch(msgs []link.Message) (int, error) {
+	for {
+		n, err := g.Link.ReadBatch(msgs)
+		k := 0
+		for i := 0; i < n; i++ {
+			if g.conn.divert(&msgs[i]) {
+				continue
+			}
+			msgs[k], msgs[i] = msgs[i], msgs[k]
+			k++
+		}
+		if k > 0 || err != nil {
+			return k, err
+		}
+	}
+}
+
+// Close closes the wrapped link and the Conn.
+func (g *Link) Close() error {
+	g.conn.Close()
+	return g.Link.Close()
+}
+
+// divert reports whether m is a QP1 datagram, and if so checks and queues it.
+func (c *Conn) divert(m *link.Message) bool {
+	b := m.Buf
+	if len(b) < bth.BTHLen || uint32(b[5])<<16|uint32(b[6])<<8|uint32(b[7]) != cm.GSIQPN {
+		return false
+	}
+	pkt, err := bth.Parse(b)
+	if err != nil || pkt.Opcode() != bth.UDSendOnly || pkt.PKey() != cm.GSIPKey ||
+		pkt.DETH().QKey != cm.GSIQKey || len(pkt.Payload()) != cm.MADLen {
+		c.malformed.Add(1)
+		return true
+	}
+	src := m.Addr.Addr().Unmap()
+	dst := m.Local.Unmap()
+	if !dst.IsValid() {
+		dst = c.addr
+	}
+	env := bth.Envelope{Src: src, Dst: dst, DF: true, SrcPort: m.Addr.Port(), DstPort: c.port}
+	ok := false
+	if src.Is4() {
+		_, ok = bth.SolveIPv4ID(&env, b)
+	} else {
+		ok = bth.CheckICRC(&env, b)
+	}
+	if !ok {
+		c.badICRC.Add(1)
+		return true
+	}
+	select {
+	case c.in <- rxMAD{append([]byte(nil), pkt.Payload()...), src}:
+	default:
+		c.overflow.Add(1)
+	}
+	return true
+}
+
+// ReadMAD implements cm.MADConn.
+func (c *Conn) ReadMAD(b []byte) (int, netip.Addr, error) {
+	select {
+	case m := <-c.in:
+		c.rx.Add(1)
+		return copy(b, m.mad), m.from, nil
+	case <-c.done:
+		return 0, netip.Addr{}, net.ErrClosed
+	}
+}
+
+// WriteMAD implements cm.MADConn: a UD SEND ONLY from QPN 1 to QPN 1 at to,
+// AckReq set and one PSN per MAD as rxe's QP1 sends, to the RoCEv2 port.
+func (c *Conn) WriteMAD(mad []byte, to netip.Addr) error {
+	select {
+	case <-c.done:
+		return net.ErrClosed
+	default:
+	}
+	if len(mad) != cm.MADLen {
+		return errors.New("gsi: a MAD is 256 bytes")
+	}
+	to = to.Unmap()
+	f := bth.Fields{Opcode: bth.UDSendOnly, PKey: cm.GSIPKey, DestQP: cm.GSIQPN, AckReq: true,
+		PSN: bth.PSN(c.psn.Add(1) - 1), DETH: bth.DETH{QKey: cm.GSIQKey, SrcQP: cm.GSIQPN}}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf = bth.Append(c.wbuf[:0], &f, mad)
+	// A link sends IPv4 with ID 0 and DF (see package link).
+	env := bth.Envelope{Src: c.addr, Dst: to, DF: true, SrcPort: c.port, DstPort: c.port}
+	bth.PutICRC(&env, c.wbuf)
+	msgs := []link.Message{{Buf: c.wbuf, Addr: netip.AddrPortFrom(to, c.port)}}
+	if _, err := c.l.WriteBatch(msgs); err != nil {
+		return err
+	}
+	c.tx.Add(1)
+	return nil
+}
+
+// LocalAddr implements cm.MADConn.
+func (c *Conn) LocalAddr() netip.Addr { return c.addr }
+
+// Close unblocks ReadMAD; it does not close the link (the Device does).
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() { close(c.done) })
+	return nil
+}
+
+// Stats returns the counters.
+func (c *Conn) Stats() Stats {
+	return Stats{RxMADs: c.rx.Load(), TxMADs: c.tx.Load(), Malformed: c.malformed.Load(),
+		BadICRC: c.badICRC.Load(), Overflow: c.overflow.Load()}
+}

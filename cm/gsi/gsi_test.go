@@ -1,0 +1,222 @@
+package gsi
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/transport/link"
+)
+
+// fakeLink replays datagrams to ReadBatch, then blocks until Close.
+type fakeLink struct {
+	local netip.AddrPort
+	rx    []link.Message
+	sent  []link.Message
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (f *fakeLink) ReadBatch(msgs []link.Message) (int, error) {
+	n := 0
+	for n < len(msgs) && len(f.rx) > 0 {
+		msgs[n].Buf = append(msgs[n].Buf[:0], f.rx[0].Buf...)
+		msgs[n].Addr, msgs[n].Local = f.rx[0].Addr, f.rx[0].Local
+		f.rx = f.rx[1:]
+		n++
+	}
+	if n > 0 {
+		return n, nil
+	}
+	if f.done == nil {
+		return 0, net.ErrClosed // replay finished
+	}
+	<-f.done
+	return 0, net.ErrClosed
+}
+
+func (f *fakeLink) WriteBatch(msgs []link.Message) (int, error) {
+	for _, m := range msgs {
+		f.sent = append(f.sent, link.Message{Buf: append([]byte(nil), m.Buf...), Addr: m.Addr})
+	}
+	return len(msgs), nil
+}
+func (f *fakeLink) LocalAddr() netip.AddrPort { return f.local }
+func (f *fakeLink) BatchSize() int            { return 8 }
+func (f *fakeLink) Close() error              { f.once.Do(func() { close(f.done) }); return nil }
+
+// captured returns every RoCEv2 datagram of testdata/rping.pcap to 198.18.0.11.
+func captured(t *testing.T) []link.Message {
+	d, err := os.ReadFile("testdata/rping.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []link.Message
+	for off := 24; off+16 <= len(d); {
+		incl := int(binary.LittleEndian.Uint32(d[off+8:]))
+		p := d[off+16 : off+16+incl]
+		off += 16 + incl
+		if len(p) < 42 || binary.BigEndian.Uint16(p[12:]) != 0x0800 || p[23] != 17 {
+			continue
+		}
+		ip, udp := p[14:], p[34:]
+		if binary.BigEndian.Uint16(udp[2:]) != 4791 || netip.AddrFrom4([4]byte(ip[16:20])).String() != "198.18.0.11" {
+			continue
+		}
+		out = append(out, link.Message{Buf: udp[8:binary.BigEndian.Uint16(udp[4:])],
+			Addr:  netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[12:16])), binary.BigEndian.Uint16(udp[0:])),
+			Local: netip.AddrFrom4([4]byte(ip[16:20]))})
+	}
+	return out
+}
+
+// TestDivertCapture feeds the server side of a real rxe rping exchange: the
+// CM MADs (REQ, RTU, DREQ from rxe's QP1, hashed IPv4 IDs) go to ReadMAD,
+// everything else to the engine untouched.
+func TestDivertCapture(t *testing.T) {
+	rx := captured(t)
+	bad := link.Message{Buf: append([]byte(nil), rx[0].Buf...), Addr: rx[0].Addr, Local: rx[0].Local}
+	bad.Buf[100] ^= 1 // corrupt a MAD byte: the ICRC must catch it
+	fl := &fakeLink{local: netip.MustParseAddrPort("198.18.0.11:4791"), rx: append(rx, bad)}
+	l, c := Wrap(fl)
+	var engine []link.Message
+	msgs := make([]link.Message, 8)
+	for {
+		for i := range msgs {
+			msgs[i].Buf = make([]byte, 0, link.MaxDatagram)
+		}
+		n, err := l.ReadBatch(msgs)
+		engine = append(engine, msgs[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	if len(engine) != len(rx)-3 {
+		t.Errorf("%d datagrams reached the engine, want %d", len(engine), len(rx)-3)
+	}
+	for _, m := range engine {
+		if qpn := uint32(m.Buf[5])<<16 | uint32(m.Buf[6])<<8 | uint32(m.Buf[7]); qpn == 1 {
+			t.Fatalf("QP1 datagram reached the engine")
+		}
+	}
+	want := []cm.AttrID{cm.AttrREQ, cm.AttrRTU, cm.AttrDREQ}
+	if len(c.in) != len(want) {
+		t.Fatalf("%d MADs diverted, want %d; stats %+v", len(c.in), len(want), c.Stats())
+	}
+	buf := make([]byte, 512)
+	for _, w := range want {
+		n, from, err := c.ReadMAD(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _, err := cm.Parse(buf[:n])
+		if err != nil || h.AttrID != w || from != netip.MustParseAddr("198.18.0.12") {
+			t.Errorf("MAD %v from %v (%v), want %v", h.AttrID, from, err, w)
+		}
+	}
+	c.Close()
+	if s := c.Stats(); s.RxMADs != 3 || s.BadICRC != 1 || s.Malformed != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	if _, _, err := c.ReadMAD(buf); err == nil {
+		t.Error("ReadMAD after Close")
+	}
+}
+
+// TestWriteMAD checks the datagram a MAD goes out in: what rxe's QP1 sends.
+func TestWriteMAD(t *testing.T) {
+	fl := &fakeLink{local: netip.MustParseAddrPort("10.0.0.1:4791"), done: make(chan struct{})}
+	_, c := Wrap(fl)
+	mad, _ := cm.Marshal(1, &cm.RTU{LocalCommID: 5})
+	for i := 0; i < 2; i++ {
+		if err := c.WriteMAD(mad, netip.MustParseAddr("10.0.0.2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Feed our own output to a receiver as if it came from 10.0.0.1.
+	var rx []link.Message
+	for _, m := range fl.sent {
+		if m.Addr != netip.MustParseAddrPort("10.0.0.2:4791") || len(m.Buf) != 12+8+256+4 {
+			t.Fatalf("sent %v, %d bytes", m.Addr, len(m.Buf))
+		}
+		rx = append(rx, link.Message{Buf: m.Buf, Addr: netip.MustParseAddrPort("10.0.0.1:4791"), Local: netip.MustParseAddr("10.0.0.2")})
+	}
+	if fl.sent[0].Buf[8]&0x80 == 0 || fl.sent[1].Buf[11] != 1 {
+		t.Errorf("AckReq/PSN: % x", fl.sent[1].Buf[:12])
+	}
+	fr := &fakeLink{local: netip.MustParseAddrPort("10.0.0.2:4791"), rx: rx, done: make(chan struct{})}
+	lr, cr := Wrap(fr)
+	go lr.ReadBatch(make([]link.Message, 4))
+	buf := make([]byte, 256)
+	for i := 0; i < 2; i++ {
+		n, from, err := cr.ReadMAD(buf)
+		if err != nil || n != 256 || from != netip.MustParseAddr("10.0.0.1") {
+			t.Fatalf("ReadMAD %d %v %v", n, from, err)
+		}
+	}
+	lr.Close()
+	if err := c.WriteMAD(mad[:10], netip.MustParseAddr("10.0.0.2")); err == nil {
+		t.Error("short MAD accepted")
+	}
+}
+
+// TestManagersOverUDP connects two CMs through two roce devices on loopback
+// UDP (127.0.0.1 and 127.0.0.2, one port), MADs going through QP1.
+func TestManagersOverUDP(t *testing.T) {
+	var da, db interface{ Close() error }
+	var ca, cb *Conn
+	for i := 0; ; i++ {
+		port := uint16(20000 + rand.IntN(40000))
+		d1, c1, err1 := Open(netip.MustParseAddr("127.0.0.1"), port)
+		if err1 != nil {
+			continue
+		}
+		d2, c2, err2 := Open(netip.MustParseAddr("127.0.0.2"), port)
+		if err2 != nil {
+			d1.Close()
+			if i > 20 {
+				t.Skip("no free UDP port on 127.0.0.1 and 127.0.0.2")
+			}
+			continue
+		}
+		da, db, ca, cb = d1, d2, c1, c2
+		break
+	}
+	defer da.Close()
+	defer db.Close()
+	ma := cm.NewManager(ca, cm.ManagerConfig{})
+	mb := cm.NewManager(cb, cm.ManagerConfig{})
+	defer ma.Close()
+	defer mb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := mb.Listen(netip.MustParseAddrPort("127.0.0.2:7174"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if r, err := l.GetRequest(ctx); err == nil {
+			r.Accept(ctx, cm.ConnParam{QPN: 0x12})
+		}
+	}()
+	c, err := ma.Dial(ctx, netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.2:7174"), cm.ConnParam{QPN: 0x11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.QP.RemoteQPN != 0x12 {
+		t.Errorf("remote QPN %#x", c.QP.RemoteQPN)
+	}
+	if err := c.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := ca.Stats(); s.TxMADs != 3 || s.RxMADs != 2 || s.BadICRC+s.Malformed != 0 {
+		t.Errorf("client GSI stats %+v (REQ, RTU, DREQ out; REP, DREP in)", s)
+	}
+}
