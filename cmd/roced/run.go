@@ -57,19 +57,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	d.announce(stdout)
-	for {
-		select {
-		case <-hup:
-			d.reopen()
-			continue
-		case err := <-d.fatal:
-			d.log.Error("stopping after a fatal error", "err", err)
-			d.shutdown()
-			fmt.Fprintf(stderr, "roced: %v\n", err)
-			return exitError
-		case <-ctx.Done():
-		}
-		break
+	if err := d.wait(ctx, hup); err != nil {
+		d.log.Error("stopping after a fatal error", "err", err)
+		d.shutdown()
+		fmt.Fprintf(stderr, "roced: %v\n", err)
+		return exitError
 	}
 	d.log.Info("shutting down", "drain_timeout", cfg.drainTimeout)
 	// shutdown is bounded by the drain deadline at every step that waits for peers;
@@ -91,6 +83,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // shutdownGrace is how long past the drain deadline closing devices and the HTTP
 // server may take before run gives up on them.
 const shutdownGrace = 5 * time.Second
+
+// wait serves SIGHUPs until ctx is done (nil) or a server fails (its error).
+func (d *daemon) wait(ctx context.Context, hup <-chan os.Signal) error {
+	for {
+		select {
+		case <-hup:
+			d.reopen()
+		case err := <-d.fatal:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
 
 // served is one bound device and what belongs to it.
 type served struct {
