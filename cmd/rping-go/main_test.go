@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+
+	"context"
+	"fmt"
+	"github.com/goroce/goroce/cm"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestPingDataMatchesRping checks fillPing and the -v format against what
+// the stock rping printed in testdata/rping.client.txt (rping -C 5 -v).
+func TestPingDataMatchesRping(t *testing.T) {
+	want := verboseLines(t, "testdata/rping.client.txt", "ping data: ")
+	var got bytes.Buffer
+	buf := make([]byte, 64)
+	start := byte(65)
+	for i := 0; i < 5; i++ {
+		start = fillPing(buf, i, start)
+		fmt.Fprintf(&got, "ping data: %s\n", cstr(buf))
+	}
+	if got.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", got.String(), want)
+	}
+	// The server side prints the same data with a prefix.
+	if sw := verboseLines(t, "testdata/rping.server.txt", "server ping data: "); strings.ReplaceAll(sw, "server ", "") != want {
+		t.Errorf("server lines differ:\n%s", sw)
+	}
+}
+
+// verboseLines returns the lines of a captured rping output that start with
+// prefix, newline-terminated.
+func verboseLines(t *testing.T, file, prefix string) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out.WriteString(l + "\n")
+		}
+	}
+	return out.String()
+}
+
+func TestFillPingWraps(t *testing.T) {
+	// After 58 pings the start character wraps from 'z' back to 'A'.
+	start := byte(65)
+	buf := make([]byte, 26)
+	for i := 0; i < 58; i++ {
+		start = fillPing(buf, i, start)
+	}
+	if start != 65 {
+		t.Errorf("start %q after 58 pings", start)
+	}
+	if buf[25] != 0 || string(buf[:14]) != "rdma-ping-57: " || buf[14] != 'z' || buf[15] != 'A' {
+		t.Errorf("buf %q", buf)
+	}
+}
+
+func TestParseOpts(t *testing.T) {
+	tests := []struct {
+		args []string
+		ok   bool
+		want func(o options) bool
+	}{
+		{[]string{"-c", "-a", "1.2.3.4", "-C", "5", "-vVd"}, true, func(o options) bool {
+			return o.server == 0 && o.addr == "1.2.3.4" && o.count == 5 && o.verbose && o.validate && o.debug && o.port == 7174 && o.size == 64
+		}},
+		{[]string{"-s", "-a1.2.3.4", "-p7175", "-S1000", "-P"}, true, func(o options) bool {
+			return o.server == 1 && o.addr == "1.2.3.4" && o.port == 7175 && o.size == 1000 && o.persistent
+		}},
+		{[]string{"-c", "--udp-port", "5000"}, true, func(o options) bool { return o.udpPort == 5000 }},
+		{[]string{"-v"}, false, nil},             // neither -s nor -c
+		{[]string{"-c", "-S", "25"}, false, nil}, // below RPING_MIN_BUFSIZE
+		{[]string{"-c", "-S", "65536"}, false, nil},
+		{[]string{"-c", "-C", "-1"}, false, nil},
+		{[]string{"-c", "-x"}, false, nil},
+	}
+	for _, tt := range tests {
+		var so, se bytes.Buffer
+		o, code, ok := parseOpts(tt.args, &so, &se)
+		if ok != tt.ok || (!ok && code != 22) || (ok && !tt.want(o)) {
+			t.Errorf("%q: ok %v code %d opts %+v stderr %q", tt.args, ok, code, o, se.String())
+		}
+	}
+	var so, se bytes.Buffer
+	parseOpts([]string{"-c", "-S", "10"}, &so, &se)
+	if se.String() != "Invalid size 10 (valid range is 26 to 65536)\n" {
+		t.Errorf("size message %q", se.String())
+	}
+}
+
+// freePort returns a UDP port free on 127.0.0.1 and 127.0.0.2.
+func freePort(t *testing.T) int {
+	for i := 0; i < 50; i++ {
+		p := 20000 + rand.IntN(40000)
+		a, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(p))))
+		if err != nil {
+			continue
+		}
+		b, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), uint16(p))))
+		a.Close()
+		if err != nil {
+			continue
+		}
+		b.Close()
+		return p
+	}
+	t.Skip("no free UDP port on 127.0.0.1 and 127.0.0.2")
+	return 0
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLoopback runs rping-go -s on 127.0.0.2 and rping-go -c on 127.0.0.1
+// over real UDP, CM over QP1, for rping's sizes, and checks every line of
+// -v output against what rping prints for the same data.
+func TestLoopback(t *testing.T) {
+	for _, tc := range []struct{ size, count int }{{64, 20}, {1000, 10}, {16384, 5}} {
+		t.Run(fmt.Sprint(tc.size), func(t *testing.T) {
+			port := fmt.Sprint(freePort(t))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			size, count := fmt.Sprint(tc.size), fmt.Sprint(tc.count)
+			var sout, serr, cout, cerr syncBuf
+			scode := make(chan int, 1)
+			go func() {
+				scode <- run(ctx, []string{"-s", "-a", "127.0.0.2", "-p", "7174", "-v", "-S", size, "--udp-port", port}, &sout, &serr)
+			}()
+			var ccode int
+			for attempt := 0; attempt < 50; attempt++ {
+				cout.b.Reset()
+				cerr.b.Reset()
+				ccode = run(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "-C", count, "-S", size, "-v", "-V",
+					"--udp-port", port}, &cout, &cerr)
+				// The server may not be listening yet: rejected, try again.
+				if ccode == 0 || !strings.Contains(cerr.String(), "REJECTED") {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if ccode != 0 {
+				t.Fatalf("client exit %d\nstdout:\n%s\nstderr:\n%s\nserver stderr:\n%s", ccode, cout.String(), cerr.String(), serr.String())
+			}
+			select {
+			case c := <-scode:
+				if c != 0 {
+					t.Fatalf("server exit %d: %s", c, serr.String())
+				}
+			case <-ctx.Done():
+				t.Fatal("server did not exit after the client disconnected")
+			}
+			var want bytes.Buffer
+			buf := make([]byte, tc.size)
+			start := byte(65)
+			for i := 0; i < tc.count; i++ {
+				start = fillPing(buf, i, start)
+				fmt.Fprintf(&want, "ping data: %s\n", cstr(buf))
+			}
+			if cout.String() != want.String() {
+				t.Errorf("client -v output differs from rping's:\n got %q\nwant %q", cout.String(), want.String())
+			}
+			if sout.String() != strings.ReplaceAll(want.String(), "ping data: ", "server ping data: ") {
+				t.Errorf("server -v output differs:\n%s", sout.String())
+			}
+			if serr.String() != "server DISCONNECT EVENT...\nwait for RDMA_READ_ADV state 10\n" {
+				t.Errorf("server stderr %q", serr.String())
+			}
+		})
+	}
+}
+
+// TestClientRejected: a CM with nothing listening on the port answers REJ
+// (invalid service ID); rping-go reports it as rping does and exits non-zero.
+func TestClientRejected(t *testing.T) {
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, mads, err := openGSI(netip.MustParseAddr("127.0.0.2"), uint16(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	mgr := cm.NewManager(mads, cm.ManagerConfig{})
+	defer mgr.Close()
+	var cout, cerr bytes.Buffer
+	code := run(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "--udp-port", fmt.Sprint(port)}, &cout, &cerr)
+	if code == 0 || !strings.HasPrefix(cerr.String(), "cma event RDMA_CM_EVENT_REJECTED, error 8\n") {
+		t.Errorf("exit %d, stderr %q", code, cerr.String())
+	}
+}
