@@ -56,11 +56,21 @@ log "boot 2 guests"
 timeout 300 "$HERE/lab" up 2 || fail "the lab did not come up (see above)"
 
 cd "$ROOT"
+log "build cmd/roce-pingpong"
+go build -o "$HERE/run/roce-pingpong" ./cmd/roce-pingpong || fail "go build ./cmd/roce-pingpong failed"
 log "go test ./interop/..."
-export GOROCE_INTEROP=1 GOROCE_LAB_ENV=$HERE/run/lab.env
+export GOROCE_INTEROP=1 GOROCE_LAB_ENV=$HERE/run/lab.env GOROCE_PINGPONG=$HERE/run/roce-pingpong
+export GOROCE_INTEROP_RESULTS=$HERE/run/results.tsv
+rm -f "$GOROCE_INTEROP_RESULTS" "$HERE"/run/pcap/*.pcap
 args=(-count=1 -v -timeout "${GOROCE_INTEROP_TIMEOUT:-600}s")
 [ -n "${GOROCE_INTEROP_RUN:-}" ] && args+=(-run "$GOROCE_INTEROP_RUN")
+set +e
 go test "${args[@]}" ./interop/... 2>&1 | tee "$HERE/run/go-test.log"
 rc=${PIPESTATUS[0]}
-[ "$rc" = 0 ] || fail "interop tests failed (log: interop/run/go-test.log)"
+set -e
+if [ -s "$GOROCE_INTEROP_RESULTS" ]; then
+  echo "== interop results (tool, direction, transport, options, verdict, usec/iter, rxe hw_counters | goroce counters)"
+  column -t -s $'\t' "$GOROCE_INTEROP_RESULTS" 2>/dev/null || cat "$GOROCE_INTEROP_RESULTS"
+fi
+[ "$rc" = 0 ] || fail "interop tests failed (log: interop/run/go-test.log, captures of failed runs: interop/run/pcap/)"
 log "PASS"

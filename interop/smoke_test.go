@@ -3,6 +3,7 @@ package interop
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,5 +83,32 @@ func retryClient(ctx context.Context, t *testing.T, g *labtest.Guest, cmd string
 			return r
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestGuestJobKill checks that killing a job ends it and its children: a stock
+// pingpong server waiting for a client forever.
+func TestGuestJobKill(t *testing.T) {
+	lab := labtest.Open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g := lab.Guest(t, "b")
+	j, err := g.Start(ctx, "ibv_rc_pingpong -d rxe0 -g 1 -p 18599")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now() // no pause: Kill must also work before the job reported its PID
+	r, err := j.Kill()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Kill took %v", d)
+	}
+	if r.RC == 0 {
+		t.Errorf("job survived: rc %d, output %q", r.RC, r.Out)
+	}
+	if r, err := g.Run(ctx, "ps | grep -c '[i]bv_rc_pingpong -d rxe0 -g 1 -p 18599'"); err != nil || strings.TrimSpace(r.Out) != "0" {
+		t.Errorf("pingpong still running in the guest: %q %v", r.Out, err)
 	}
 }

@@ -22,7 +22,9 @@
 //	-c         validate every received buffer
 //
 // and some of its own: -timeout (give up after this long), -loss P (drop a share P of
-// the datagrams this side sends, for loss tests), -seed, -pcap FILE, -roce-port.
+// the datagrams this side sends, for loss tests), -seed, -pcap FILE, -roce-port,
+// -linger, and -stats (print the engine's counters to stderr at exit, as one
+// "stats: name=value ..." line).
 //
 // Unlike the stock tools it never busy-polls the CQ: it sleeps on the completion
 // channel between polls, with or without -e, so a run does not burn a CPU. It prints
@@ -69,6 +71,7 @@ type config struct {
 	pcap     string
 	rocePort int
 	linger   time.Duration
+	stats    bool
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -99,6 +102,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.Int64Var(&c.seed, "seed", 0, "seed of -loss (0: from the clock)")
 	fs.StringVar(&c.pcap, "pcap", "", "write our RoCEv2 datagrams to this pcap `file`")
 	fs.IntVar(&c.rocePort, "roce-port", 4791, "UDP port of RoCEv2 (both sides must agree)")
+	fs.BoolVar(&c.stats, "stats", false, "print the device's counters to stderr at exit")
 	fs.DurationVar(&c.linger, "linger", 500*time.Millisecond, "keep answering retransmissions this long after the last completion")
 	if len(args) == 0 {
 		usage(stderr, fs)
@@ -176,7 +180,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	if err := pingpong(ctx, c, stdout); err != nil {
+	if err := pingpong(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "roce-pingpong: %v\n", err)
 		return 1
 	}

@@ -74,9 +74,12 @@ type session struct {
 	closers   []func() error
 }
 
-func pingpong(ctx context.Context, c *config, out io.Writer) (err error) {
+func pingpong(ctx context.Context, c *config, out, errOut io.Writer) (err error) {
 	s := &session{c: c, out: out}
 	defer func() {
+		if c.stats && s.dev != nil {
+			fmt.Fprintln(errOut, formatStats(s.dev))
+		}
 		if cerr := s.close(); err == nil && cerr != nil {
 			err = cerr
 		}
@@ -556,4 +559,25 @@ func (s *session) check(p []byte) error {
 		}
 	}
 	return nil
+}
+
+// formatStats renders the counters a test needs to judge a run: packets each way and
+// every kind of drop or recovery the engine counted.
+func formatStats(dev *roce.Device) string {
+	st := dev.Stats()
+	var sent, rcvd, naksSent, naksRcvd uint64
+	for i := range st.SentPackets {
+		sent += st.SentPackets[i]
+		rcvd += st.RcvdPackets[i]
+	}
+	for i := range st.NAKsSent {
+		naksSent += st.NAKsSent[i]
+		naksRcvd += st.NAKsRcvd[i]
+	}
+	return fmt.Sprintf("stats: sent_pkts=%d rcvd_pkts=%d icrc_err=%d malformed=%d unknown_qp=%d "+
+		"out_of_seq=%d dup_req=%d naks_sent=%d naks_rcvd=%d retransmits=%d timeouts=%d "+
+		"retry_exceeded=%d rnr_retry_exceeded=%d rx_queue_drops=%d tx_errors=%d cq_overruns=%d",
+		sent, rcvd, st.ICRCErrors, st.Malformed, st.UnknownQP, st.OutOfSequence, st.DuplicateRequests,
+		naksSent, naksRcvd, st.Retransmits, st.Timeouts, st.RetryExceeded, st.RNRRetryExceeded,
+		st.RxQueueDrops, st.TxErrors, st.CQOverruns)
 }

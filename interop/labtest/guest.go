@@ -47,8 +47,9 @@ type Job struct {
 	res  Result
 	err  error
 
-	mu  sync.Mutex
-	pid int // the guest shell's PID, 0 until it is known
+	mu       sync.Mutex
+	pid      int           // the guest shell's PID, 0 until it is known
+	pidKnown chan struct{} // closed once pid is set
 }
 
 // Start starts a /bin/sh command line in the guest and returns at once. The command runs
@@ -66,7 +67,7 @@ func (g *Guest) Start(ctx context.Context, cmd string) (*Job, error) {
 		c.Close()
 		return nil, fmt.Errorf("labtest: guest %s: send command: %w", g.Name, err)
 	}
-	j := &Job{g: g, cmd: cmd, done: make(chan struct{})}
+	j := &Job{g: g, cmd: cmd, done: make(chan struct{}), pidKnown: make(chan struct{})}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	go func() {
 		defer close(j.done)
@@ -81,7 +82,10 @@ func (g *Guest) Start(ctx context.Context, cmd string) (*Job, error) {
 			case strings.HasPrefix(line, pidMarker):
 				pid, _ := strconv.Atoi(strings.TrimSpace(line[len(pidMarker):]))
 				j.mu.Lock()
-				j.pid = pid
+				if j.pid == 0 {
+					j.pid = pid
+					close(j.pidKnown)
+				}
 				j.mu.Unlock()
 			case strings.HasPrefix(line, rcMarker):
 				rc, _ = strconv.Atoi(strings.TrimSpace(line[len(rcMarker):]))
@@ -99,7 +103,7 @@ func (g *Guest) Start(ctx context.Context, cmd string) (*Job, error) {
 		j.res = Result{Out: strings.TrimSuffix(out.String(), "\n"), RC: rc}
 		if ctx.Err() != nil {
 			j.err = fmt.Errorf("labtest: guest %s: %q: %w", g.Name, cmd, ctx.Err())
-			j.kill()
+			j.signal()
 		} else if rc < 0 && j.err == nil {
 			j.err = fmt.Errorf("labtest: guest %s: connection closed without an exit status", g.Name)
 		}
@@ -128,6 +132,17 @@ func (j *Job) Kill() (Result, error) {
 }
 
 func (j *Job) kill() {
+	// A job killed right after Start may not have reported its PID yet.
+	select {
+	case <-j.pidKnown:
+	case <-j.done:
+	case <-time.After(10 * time.Second):
+	}
+	j.signal()
+}
+
+// signal kills the job's process tree in the guest if its PID is known.
+func (j *Job) signal() {
 	j.mu.Lock()
 	pid := j.pid
 	j.mu.Unlock()
@@ -142,11 +157,16 @@ func (j *Job) kill() {
 		return
 	}
 	defer c.Close()
-	cmd := fmt.Sprintf("kill -TERM %d 2>/dev/null; sleep 0.5; kill -KILL %d 2>/dev/null; true", pid, pid)
+	cmd := fmt.Sprintf(killTree+"; killtree %d TERM; sleep 0.5; killtree %d KILL; true", pid, pid)
 	fmt.Fprintf(c, "%s\n", base64.StdEncoding.EncodeToString([]byte(cmd)))
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	io.Copy(io.Discard, c)
 }
+
+// killTree defines a guest shell function that signals a process and all its
+// descendants, found through /proc (busybox here has no pgrep); builtins only, since a
+// fork costs ~10 ms under TCG.
+const killTree = `killtree() { for p in /proc/[0-9]*; do read -r _ _ _ pp _ < "$p/stat" 2>/dev/null || continue; [ "$pp" = "$1" ] && killtree "${p#/proc/}" "$2"; done; kill -"$2" "$1" 2>/dev/null; }`
 
 // Counters are rxe's hw_counters of rxe0 port 1, by file name.
 type Counters map[string]uint64

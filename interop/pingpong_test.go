@@ -1,0 +1,436 @@
+package interop
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/interop/labtest"
+)
+
+// direction says which side is goroce.
+type direction string
+
+const (
+	oursToRxe direction = "roce-pingpong client -> rxe server"
+	rxeToOurs direction = "rxe client -> roce-pingpong server"
+)
+
+// ppCase is one pingpong run, made in both directions.
+type ppCase struct {
+	mode  string // rc, uc, ud, srq
+	size  int
+	iters int
+	qps   int  // srq -q
+	mtu   int  // -m in bytes; 0: the tools' default (1024)
+	loss  bool // 2% loss each way: netem in the guest, -loss on our side
+	// knownBug, when set, names a goroce bug that makes this case fail today. The
+	// case is skipped with that text unless GOROCE_INTEROP_STRICT=1.
+	knownBug string
+}
+
+func (c ppCase) name() string {
+	n := fmt.Sprintf("%s/s%d", c.mode, c.size)
+	if c.qps > 0 {
+		n += fmt.Sprintf("/q%d", c.qps)
+	}
+	if c.mtu > 0 {
+		n += fmt.Sprintf("/m%d", c.mtu)
+	}
+	if c.loss {
+		n += "/loss2pct"
+	}
+	return n
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// pingpongBin returns the roce-pingpong binary: $GOROCE_PINGPONG, or one built now.
+func pingpongBin(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if p := os.Getenv("GOROCE_PINGPONG"); p != "" {
+			binPath = p
+			return
+		}
+		binDir, binErr = os.MkdirTemp("", "goroce-interop-")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "roce-pingpong")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/goroce/goroce/cmd/roce-pingpong").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build cmd/roce-pingpong: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// TestPingpong runs the stock ibv_*_pingpong tools in an rxe guest against
+// cmd/roce-pingpong on the host side of the lab bridge, in both directions, with
+// buffer validation (-c), and checks both tools' summaries, goroce's counters and rxe's
+// hw_counters after every run.
+func TestPingpong(t *testing.T) {
+	lab := labtest.Open(t)
+	bin := pingpongBin(t)
+	g := lab.Guest(t, "a")
+	const n = 200
+	var cases []ppCase
+	for _, s := range []int{1, 64, 1024, 4096, 65536} {
+		cases = append(cases, ppCase{mode: "rc", size: s, iters: n})
+	}
+	for _, s := range []int{1, 64, 1024, 4096, 65536} {
+		cases = append(cases, ppCase{mode: "uc", size: s, iters: n})
+	}
+	for _, s := range []int{1, 64, 1024} { // ud messages must fit the active MTU (1024)
+		cases = append(cases, ppCase{mode: "ud", size: s, iters: n})
+	}
+	cases = append(cases,
+		ppCase{mode: "srq", size: 4096, iters: n, qps: 4},
+		ppCase{mode: "srq", size: 4096, iters: n, qps: 16},
+		ppCase{mode: "rc", size: 4096, iters: n, loss: true},
+		ppCase{mode: "srq", size: 1024, iters: n, qps: 4, loss: true},
+	)
+	for _, c := range cases {
+		for _, dir := range []direction{oursToRxe, rxeToOurs} {
+			t.Run(c.name()+"/"+dirShort(dir), func(t *testing.T) { runPingpong(t, lab, g, bin, c, dir) })
+		}
+	}
+}
+
+// TestPingpongMTU4096 raises the netdev MTU of the whole lab to 9000, so that rxe's
+// active MTU is 4096, and runs RC with 4096-byte packets and UD with 4096-byte
+// messages.
+func TestPingpongMTU4096(t *testing.T) {
+	lab := labtest.Open(t)
+	bin := pingpongBin(t)
+	g := lab.Guest(t, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	old := lab.MTU
+	if err := lab.SetMTU(ctx, 9000); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := lab.SetMTU(ctx, old); err != nil {
+			t.Errorf("restore MTU %d: %v", old, err)
+		}
+	})
+	if mtu, err := g.ActiveMTU(ctx); err != nil || mtu != 4096 {
+		t.Fatalf("rxe active MTU after netdev MTU 9000 = %d, %v; want 4096", mtu, err)
+	}
+	for _, c := range []ppCase{
+		{mode: "rc", size: 4096, iters: 200, mtu: 4096},
+		{mode: "rc", size: 65536, iters: 200, mtu: 4096},
+		{mode: "ud", size: 4096, iters: 200, knownBug: udMTUBug},
+	} {
+		for _, dir := range []direction{oursToRxe, rxeToOurs} {
+			t.Run(c.name()+"/"+dirShort(dir), func(t *testing.T) { runPingpong(t, lab, g, bin, c, dir) })
+		}
+	}
+}
+
+func dirShort(d direction) string {
+	if d == oursToRxe {
+		return "ours-to-rxe"
+	}
+	return "rxe-to-ours"
+}
+
+// udMTUBug is what the MTU 4096 UD case found (transport, issue 4).
+const udMTUBug = "issue 4: a UD QP's packet size limit is its path MTU, which UD QPs never set " +
+	"(ud_pingpong does not pass one), so it stays 1024 instead of the port's active MTU 4096: " +
+	"a 4096-byte UD SEND completes successfully without a packet sent (sent_pkts=0), and rxe's " +
+	"4096-byte UD SEND is counted malformed and dropped (transport/requester.go C10-93.1.1 check, " +
+	"transport/responder.go udReceive)"
+
+// runPingpong makes one run and checks it.
+func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c ppCase, dir direction) {
+	if c.knownBug != "" && os.Getenv("GOROCE_INTEROP_STRICT") != "1" {
+		t.Skipf("known goroce bug (GOROCE_INTEROP_STRICT=1 runs it): %s", c.knownBug)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	defer cancel()
+	res := result{c: c, dir: dir, verdict: "FAIL"}
+	defer func() { res.record(t) }()
+
+	before, err := g.Counters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.loss {
+		r, err := g.Run(ctx, "/sbin/tc qdisc replace dev eth0 root netem loss 2%")
+		if err != nil || r.RC != 0 {
+			t.Fatalf("netem in guest %s: %v %s", g.Name, err, r.Out)
+		}
+		defer g.Run(context.Background(), "/sbin/tc qdisc del dev eth0 root")
+	}
+	pcap := filepath.Join(lab.Dir, "run", "pcap", strings.ReplaceAll(c.name()+"-"+dirShort(dir), "/", "_")+".pcap")
+	os.MkdirAll(filepath.Dir(pcap), 0o755)
+	capture, cerr := lab.StartCapture("labbr0", pcap)
+	if cerr != nil {
+		t.Logf("no capture: %v", cerr)
+	}
+	defer func() {
+		if capture == nil {
+			return
+		}
+		capture.Stop()
+		if t.Failed() {
+			t.Logf("capture kept: %s", pcap)
+			logDump(t, pcap)
+		} else {
+			os.Remove(pcap)
+		}
+	}()
+
+	stock := fmt.Sprintf("ibv_%s_pingpong -d rxe0 -g %d -n %d -s %d -c", c.mode, g.GIDIndex, c.iters, c.size)
+	ours := []string{c.mode, "-d", lab.HostIP.String(), "-g", "1", "-n", strconv.Itoa(c.iters),
+		"-s", strconv.Itoa(c.size), "-c", "-stats", "-timeout", "60s"}
+	if c.qps > 0 {
+		stock += fmt.Sprintf(" -q %d", c.qps)
+		ours = append(ours, "-q", strconv.Itoa(c.qps))
+	}
+	if c.mtu > 0 {
+		stock += fmt.Sprintf(" -m %d", c.mtu)
+		ours = append(ours, "-m", strconv.Itoa(c.mtu))
+	}
+	if c.loss {
+		ours = append(ours, "-loss", "0.02", "-seed", "1")
+	}
+
+	var stockRes labtest.Result
+	var oursOut, oursErr string
+	var oursRC int
+	switch dir {
+	case oursToRxe:
+		job, err := g.Start(ctx, stock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oursRC, oursOut, oursErr = runOurs(ctx, lab, bin, append(ours, g.IP.String()), true)
+		if oursRC != 0 {
+			job.Kill()
+		}
+		stockRes, err = waitJob(job, 20*time.Second)
+		if err != nil {
+			t.Errorf("stock server: %v", err)
+		}
+	case rxeToOurs:
+		srv := lab.Command(ctx, bin, ours...)
+		var so, se bytes.Buffer
+		srv.Stdout, srv.Stderr = &so, &se
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Wait() }()
+		stockRes = retryStockClient(ctx, t, g, stock+" "+lab.HostIP.String(), done)
+		var werr error
+		select {
+		case werr = <-done:
+		case <-time.After(20 * time.Second):
+			srv.Process.Kill()
+			werr = <-done
+		}
+		oursRC, oursOut, oursErr = exitCode(werr), so.String(), se.String()
+	}
+	res.ours, res.stockOut = oursOut, stockRes.Out
+
+	if strings.Contains(oursErr, "UC QPs are not implemented") {
+		res.verdict = "not implemented (goroce has no UC)"
+		t.Skipf("goroce: %s", strings.TrimSpace(lastLine(oursErr)))
+	}
+	if oursRC != 0 {
+		t.Errorf("roce-pingpong exit %d:\n%s%s", oursRC, oursOut, oursErr)
+	}
+	if stockRes.RC != 0 {
+		t.Errorf("ibv_%s_pingpong exit %d:\n%s", c.mode, stockRes.RC, stockRes.Out)
+	}
+	if strings.Contains(stockRes.Out, "invalid data") {
+		t.Errorf("ibv_%s_pingpong found invalid data:\n%s", c.mode, stockRes.Out)
+	}
+	for _, side := range []struct{ who, out string }{{"roce-pingpong", oursOut}, {"ibv_" + c.mode + "_pingpong", stockRes.Out}} {
+		s, err := labtest.ParseSummary(side.out)
+		if err != nil {
+			t.Errorf("%s: %v", side.who, err)
+			continue
+		}
+		if s.Iters != c.iters || s.Bytes != int64(2*c.iters*c.size) {
+			t.Errorf("%s: %d iters, %d bytes; want %d, %d", side.who, s.Iters, s.Bytes, c.iters, 2*c.iters*c.size)
+		}
+		if side.who == "roce-pingpong" {
+			res.usec = s.USecIter
+		}
+	}
+	st := parseStats(oursErr)
+	res.oursStats = st
+	for _, k := range []string{"icrc_err", "malformed", "unknown_qp", "retry_exceeded", "tx_errors", "cq_overruns"} {
+		if v, ok := st[k]; !ok {
+			t.Errorf("roce-pingpong printed no %s counter: %q", k, lastLine(oursErr))
+		} else if v != 0 {
+			t.Errorf("roce-pingpong counted %s=%d", k, v)
+		}
+	}
+	after, err := g.Counters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.Sub(before)
+	res.rxe = d
+	var allow []string
+	if c.loss {
+		allow = []string{"out_of_seq_request", "rcvd_seq_err"}
+	}
+	if bad := d.Unexpected(allow...); len(bad) > 0 {
+		t.Errorf("rxe counters: %v (all: %v)", bad, d)
+	}
+	// Every request we sent must have reached rxe's transport: a packet with a bad
+	// ICRC or a wrong P_Key/Q_Key/GID is dropped silently and would be missing here.
+	if want := uint64(c.iters * packets(c)); d["rcvd_pkts"] < want && !c.loss {
+		t.Errorf("rxe rcvd_pkts=%d, want at least %d (%d messages of %d packets)", d["rcvd_pkts"], want, c.iters, packets(c))
+	}
+	if c.loss && d["rcvd_pkts"] == 0 {
+		t.Errorf("rxe received nothing")
+	}
+	if !t.Failed() {
+		res.verdict = "pass"
+	}
+	t.Logf("rxe: %v", d)
+	t.Logf("goroce: %s", lastLine(oursErr))
+}
+
+// packets is how many packets one message takes at the path MTU.
+func packets(c ppCase) int {
+	mtu := 1024
+	if c.mtu > 0 {
+		mtu = c.mtu
+	}
+	if c.mode == "ud" {
+		return 1
+	}
+	return max(1, (c.size+mtu-1)/mtu)
+}
+
+// runOurs runs roce-pingpong in the lab namespace. As a client it retries while the
+// stock server is not listening yet, for up to 15 s.
+func runOurs(ctx context.Context, lab *labtest.Lab, bin string, args []string, client bool) (int, string, string) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		cmd := lab.Command(ctx, bin, args...)
+		var so, se bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &so, &se
+		err := cmd.Run()
+		rc := exitCode(err)
+		if rc == 0 || !client || !strings.Contains(se.String(), "couldn't connect") || time.Now().After(deadline) || ctx.Err() != nil {
+			return rc, so.String(), se.String()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// retryStockClient runs a stock client until it gets past the connection (our server
+// may not listen yet), for up to 15 s or until our server has exited.
+func retryStockClient(ctx context.Context, t *testing.T, g *labtest.Guest, cmd string, srvDone <-chan error) labtest.Result {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, err := g.Run(ctx, cmd)
+		if err != nil {
+			t.Errorf("stock client: %v", err)
+			return r
+		}
+		if r.RC == 0 || !containsConnectFailure(r.Out) || time.Now().After(deadline) || len(srvDone) > 0 {
+			return r
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func waitJob(j *labtest.Job, d time.Duration) (labtest.Result, error) {
+	select {
+	case <-j.Done():
+		return j.Wait()
+	case <-time.After(d):
+		r, _ := j.Kill()
+		return r, fmt.Errorf("still running %v after our side ended; killed", d)
+	}
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() > 0 {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// parseStats reads roce-pingpong's "stats: k=v ..." line.
+func parseStats(stderr string) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, line := range strings.Split(stderr, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "stats: ")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Fields(rest) {
+			k, v, _ := strings.Cut(kv, "=")
+			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+				m[k] = n
+			}
+		}
+	}
+	return m
+}
+
+// logDump prints the capture of a failed run through cmd/rocedump -tsv, when the
+// module has it.
+func logDump(t *testing.T, pcap string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "run", "github.com/goroce/goroce/cmd/rocedump", "-tsv", pcap).CombinedOutput()
+	if err != nil {
+		t.Logf("rocedump: %v", err)
+	}
+	lines := strings.Split(string(out), "\n")
+	if len(lines) > 80 {
+		lines = append(lines[:80], fmt.Sprintf("... %d more lines", len(lines)-80))
+	}
+	t.Logf("rocedump -tsv %s:\n%s", pcap, strings.Join(lines, "\n"))
+}
