@@ -253,7 +253,7 @@ func (mg *Manager) flushLocked() {
 }
 
 func (mg *Manager) publishLocked(t ConnEventType, h *handle, id uint32, err error) {
-	if mg.cfg.Events == nil {
+	if mg.cfg.Events == nil || mg.closed {
 		return
 	}
 	ev := ConnEvent{Type: t, ID: id, Err: err}
@@ -376,6 +376,8 @@ func (l *Listener) GetRequest(ctx context.Context) (*ConnRequest, error) {
 	select {
 	case r := <-l.reqs:
 		return r, nil
+	case <-l.mg.readDone:
+		return nil, net.ErrClosed
 	case <-l.done:
 		return nil, net.ErrClosed
 	case <-ctx.Done():
@@ -467,6 +469,10 @@ func (r *ConnRequest) Accept(ctx context.Context, p ConnParam) (*Conn, error) {
 	mg := r.mg
 	c := newConn(mg, r.h, qp)
 	mg.mu.Lock()
+	if mg.closed {
+		mg.mu.Unlock()
+		return nil, net.ErrClosed
+	}
 	err := mg.m.Accept(time.Now(), r.h.id, REP{LocalQPN: p.QPN, StartingPSN: p.StartingPSN & 0xFFFFFF,
 		ResponderResources: qp.MaxDestRdAtomic, InitiatorDepth: qp.MaxRdAtomic,
 		TargetACKDelay: 15, RNRRetryCount: p.RNRRetryCount, LocalCAGUID: mg.cfg.CAGUID, PrivateData: p.PrivateData})
@@ -487,6 +493,8 @@ func (r *ConnRequest) Accept(ctx context.Context, p ConnParam) (*Conn, error) {
 			case EventRejected, EventUnreachable, EventDisconnected:
 				return nil, fmt.Errorf("cm: accept %v: %w", r.Remote, ev.Err)
 			}
+		case <-mg.readDone:
+			return nil, net.ErrClosed
 		case <-ctx.Done():
 			c.abort()
 			return nil, ctx.Err()
@@ -499,6 +507,9 @@ func (r *ConnRequest) Accept(ctx context.Context, p ConnParam) (*Conn, error) {
 func (r *ConnRequest) Reject(privateData []byte) error {
 	r.mg.mu.Lock()
 	defer r.mg.mu.Unlock()
+	if r.mg.closed {
+		return net.ErrClosed
+	}
 	err := r.mg.m.Reject(time.Now(), r.h.id, RejConsumerDefined, privateData)
 	r.mg.flushLocked()
 	return err
@@ -558,8 +569,10 @@ func (mg *Manager) Dial(ctx context.Context, local, remote netip.AddrPort, p Con
 	}
 	withdraw := func() {
 		mg.mu.Lock()
-		mg.m.Disconnect(time.Now(), h.id, nil)
-		mg.flushLocked()
+		if !mg.closed {
+			mg.m.Disconnect(time.Now(), h.id, nil)
+			mg.flushLocked()
+		}
 		mg.mu.Unlock()
 	}
 	for {
@@ -577,8 +590,10 @@ func (mg *Manager) Dial(ctx context.Context, local, remote netip.AddrPort, p Con
 				if p.Ready != nil {
 					if err := p.Ready(qp); err != nil {
 						mg.mu.Lock()
-						mg.m.Reject(time.Now(), h.id, RejConsumerDefined, nil)
-						mg.flushLocked()
+						if !mg.closed {
+							mg.m.Reject(time.Now(), h.id, RejConsumerDefined, nil)
+							mg.flushLocked()
+						}
 						mg.mu.Unlock()
 						return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
 					}
@@ -586,6 +601,10 @@ func (mg *Manager) Dial(ctx context.Context, local, remote netip.AddrPort, p Con
 				c := newConn(mg, h, qp)
 				c.PrivateData = rep.PrivateData
 				mg.mu.Lock()
+				if mg.closed {
+					mg.mu.Unlock()
+					return nil, net.ErrClosed
+				}
 				err := mg.m.ReadyToUse(h.id, nil)
 				if err == nil {
 					h.conn = c
@@ -603,6 +622,8 @@ func (mg *Manager) Dial(ctx context.Context, local, remote netip.AddrPort, p Con
 			case EventRejected, EventUnreachable:
 				return nil, fmt.Errorf("cm: dial %v: %w", remote, ev.Err)
 			}
+		case <-mg.readDone:
+			return nil, fmt.Errorf("cm: dial %v: %w", remote, net.ErrClosed)
 		case <-ctx.Done():
 			withdraw()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -650,8 +671,10 @@ func (c *Conn) finish(err error) {
 
 func (c *Conn) abort() {
 	c.mg.mu.Lock()
-	c.mg.m.Disconnect(time.Now(), c.h.id, nil)
-	c.mg.flushLocked()
+	if !c.mg.closed {
+		c.mg.m.Disconnect(time.Now(), c.h.id, nil)
+		c.mg.flushLocked()
+	}
 	c.mg.mu.Unlock()
 	c.finish(net.ErrClosed)
 }
@@ -679,6 +702,10 @@ func (c *Conn) Err() error {
 func (c *Conn) Disconnect(ctx context.Context) error {
 	mg := c.mg
 	mg.mu.Lock()
+	if mg.closed {
+		mg.mu.Unlock()
+		return net.ErrClosed
+	}
 	err := mg.m.Disconnect(time.Now(), c.h.id, nil)
 	mg.flushLocked()
 	mg.mu.Unlock()

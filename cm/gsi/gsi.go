@@ -88,7 +88,10 @@ func Open(addr netip.Addr, port uint16, opts ...roce.Option) (*roce.Device, *Con
 }
 
 // ReadBatch reads from the wrapped link and returns only the datagrams that
-// are not for QP1, compacting msgs (buffers are swapped, never lost).
+// are not for QP1, compacting msgs. A datagram moves by copying its bytes
+// into the earlier slot's buffer, never by swapping slices: callers (the
+// engine) keep their own index → buffer table and hand bufs[i] on with
+// msgs[i]'s length. A diverted slot's bytes are already copied out.
 func (g *Link) ReadBatch(msgs []link.Message) (int, error) {
 	for {
 		n, err := g.Link.ReadBatch(msgs)
@@ -97,7 +100,11 @@ func (g *Link) ReadBatch(msgs []link.Message) (int, error) {
 			if g.conn.divert(&msgs[i]) {
 				continue
 			}
-			msgs[k], msgs[i] = msgs[i], msgs[k]
+			if k != i {
+				m := msgs[i]
+				msgs[k].Buf = append(msgs[k].Buf[:0], m.Buf...)
+				msgs[k].Addr, msgs[k].Local, msgs[k].TOS = m.Addr, m.Local, m.TOS
+			}
 			k++
 		}
 		if k > 0 || err != nil {

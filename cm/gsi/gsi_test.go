@@ -88,12 +88,22 @@ func TestDivertCapture(t *testing.T) {
 	l, c := Wrap(fl)
 	var engine []link.Message
 	msgs := make([]link.Message, 8)
+	var bufs [8][]byte // the caller's own index → buffer table, as the engine keeps
+	for i := range msgs {
+		bufs[i] = make([]byte, link.MaxDatagram)
+	}
 	for {
 		for i := range msgs {
-			msgs[i].Buf = make([]byte, 0, link.MaxDatagram)
+			msgs[i].Buf = bufs[i][:0]
 		}
 		n, err := l.ReadBatch(msgs)
-		engine = append(engine, msgs[:n]...)
+		for i := 0; i < n; i++ {
+			// Each returned message must still live in the slot's own buffer.
+			if &msgs[i].Buf[0] != &bufs[i][0] {
+				t.Fatalf("slot %d buffer replaced", i)
+			}
+			engine = append(engine, link.Message{Buf: append([]byte(nil), bufs[i][:len(msgs[i].Buf)]...), Addr: msgs[i].Addr})
+		}
 		if err != nil {
 			break
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/roce"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -141,6 +142,24 @@ func (s *syncBuf) String() string {
 // over real UDP, CM over QP1, for rping's sizes, and checks every line of
 // -v output against what rping prints for the same data.
 func TestLoopback(t *testing.T) {
+	// Every packet must arrive intact the first time on loopback: a bad ICRC
+	// or a retransmission means a bug (it once cost 2 s per run).
+	var mu sync.Mutex
+	var bad []string
+	closeHook = func(d *roce.Device) {
+		s := d.Stats()
+		if s.ICRCErrors+s.Malformed+s.Retransmits+s.UnknownQP != 0 {
+			mu.Lock()
+			bad = append(bad, fmt.Sprintf("%v: %+v", d.Addr(), s))
+			mu.Unlock()
+		}
+	}
+	defer func() { closeHook = nil }()
+	defer func() {
+		for _, b := range bad {
+			t.Errorf("engine counters: %s", b)
+		}
+	}()
 	for _, tc := range []struct{ size, count int }{{64, 20}, {1000, 10}, {16384, 5}} {
 		t.Run(fmt.Sprint(tc.size), func(t *testing.T) {
 			port := fmt.Sprint(freePort(t))
@@ -213,4 +232,37 @@ func TestClientRejected(t *testing.T) {
 	if code == 0 || !strings.HasPrefix(cerr.String(), "cma event RDMA_CM_EVENT_REJECTED, error 8\n") {
 		t.Errorf("exit %d, stderr %q", code, cerr.String())
 	}
+}
+
+// TestValidateMismatch: a server that echoes wrong data makes rping-go -V
+// print rping's "data mismatch!" and exit non-zero.
+func TestValidateMismatch(t *testing.T) {
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	so := options{server: 1, addr: "127.0.0.2", port: 7174, size: 64, udpPort: port, corruptEcho: true}
+	var sout, serr, cout, cerr syncBuf
+	done := make(chan error, 1)
+	go func() { done <- runServer(ctx, &so, &sout, &serr, func(string, ...any) {}) }()
+	var code int
+	for attempt := 0; attempt < 50; attempt++ {
+		cout.b.Reset()
+		cerr.b.Reset()
+		code = run(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "-C", "3", "-V", "-v", "-d",
+			"--udp-port", fmt.Sprint(port)}, &cout, &cerr)
+		if code == 0 || !strings.Contains(cerr.String(), "REJECTED") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code == 0 || cerr.String() != "data mismatch!\nrping client failed: -1\n" {
+		t.Errorf("exit %d stderr %q", code, cerr.String())
+	}
+	if strings.Contains(cout.String(), "ping data:") {
+		t.Errorf("printed a ping that failed validation:\n%s", cout.String())
+	}
+	if !strings.Contains(cout.String(), "cma_event type RDMA_CM_EVENT_ESTABLISHED") || !strings.Contains(cout.String(), "recv completion") {
+		t.Errorf("-d trace missing events:\n%s", cout.String())
+	}
+	<-done
 }

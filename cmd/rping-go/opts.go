@@ -27,6 +27,8 @@ type options struct {
 	validate   bool
 	debug      bool
 	udpPort    int // --udp-port: the RoCEv2 UDP port (4791); ours, for tests
+
+	corruptEcho bool // tests only (no flag): the server flips a bit before writing back
 }
 
 // parseOpts parses args the way rping's getopt loop does: grouped flags

@@ -284,6 +284,9 @@ func (p *pinger) testServer(ctx context.Context) error {
 		p.dbg("Received rkey %x addr %x len %d from peer\n", adv.RKey, adv.Addr, adv.Size)
 		p.dbg("server received sink adv\n")
 		wlen := len(data) + 1
+		if p.o.corruptEcho {
+			p.mem[offRDMA] ^= 0x20 // test hook: echo wrong data
+		}
 		p.dbg("rdma write from lkey %x laddr %x len %d\n", p.mr.LKey(), p.mr.Addr()+offRDMA, wlen)
 		if err := p.post(roce.SendWR{WRID: 4, Opcode: roce.WRRDMAWrite, SGL: []roce.SGE{p.sge(offRDMA, wlen)},
 			RemoteAddr: adv.Addr, RKey: adv.RKey}); err != nil {
@@ -407,22 +410,48 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
-func openDevice(addr netip.Addr, o *options, out io.Writer, dbg func(string, ...any)) (*roce.Device, *cm.Manager, error) {
+// endpoint is a device with its CM; close releases both.
+type endpoint struct {
+	dev   *roce.Device
+	mgr   *cm.Manager
+	trace chan cm.ConnEvent // -d: the CM event stream; nil otherwise
+	wg    sync.WaitGroup
+}
+
+// closeHook, if set (tests), sees each device just before it closes.
+var closeHook func(*roce.Device)
+
+func (e *endpoint) close() {
+	if closeHook != nil {
+		closeHook(e.dev)
+	}
+	e.mgr.Close()
+	if e.trace != nil {
+		close(e.trace) // the Manager publishes nothing after Close
+		e.wg.Wait()
+	}
+	e.dev.Close()
+}
+
+func openDevice(addr netip.Addr, o *options, dbg func(string, ...any)) (*endpoint, error) {
 	dev, mads, err := openGSI(addr, uint16(o.udpPort))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	pa, err := dev.QueryPort(1)
 	if err != nil {
 		dev.Close()
-		return nil, nil, err
+		return nil, err
 	}
+	e := &endpoint{dev: dev}
 	cfg := cm.ManagerConfig{CAGUID: caGUID(dev), PathMTU: uint8(pa.ActiveMTU), TrafficClass: uint8(o.tos)}
 	if o.debug {
-		ch := make(chan cm.ConnEvent, 64)
-		cfg.Events = ch
+		e.trace = make(chan cm.ConnEvent, 64)
+		cfg.Events = e.trace
+		e.wg.Add(1)
 		go func() {
-			for ev := range ch {
+			defer e.wg.Done()
+			for ev := range e.trace {
 				role := "parent"
 				if o.server == 1 {
 					role = "child"
@@ -431,7 +460,8 @@ func openDevice(addr netip.Addr, o *options, out io.Writer, dbg func(string, ...
 			}
 		}()
 	}
-	return dev, cm.NewManager(mads, cfg), nil
+	e.mgr = cm.NewManager(mads, cfg)
+	return e, nil
 }
 
 func runClient(ctx context.Context, o *options, out, errw io.Writer, dbg func(string, ...any)) error {
@@ -451,19 +481,18 @@ func runClient(ctx context.Context, o *options, out, errw io.Writer, dbg func(st
 	} else if src, err = resolveSource(dst, o.udpPort); err != nil {
 		return fmt.Errorf("rdma_resolve_addr: %w", err)
 	}
-	dev, mgr, err := openDevice(src, o, out, dbg)
+	e, err := openDevice(src, o, dbg)
 	if err != nil {
 		return err
 	}
-	defer dev.Close()
-	defer mgr.Close()
-	p, err := newPinger(o, dev, false, out, errw, dbg)
+	defer e.close()
+	p, err := newPinger(o, e.dev, false, out, errw, dbg)
 	if err != nil {
 		return fmt.Errorf("setup_qp failed: %w", err)
 	}
 	defer p.close()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	p.conn, err = mgr.Dial(dctx, netip.AddrPortFrom(src, 0), netip.AddrPortFrom(dst, uint16(o.port)), p.connParam())
+	p.conn, err = e.mgr.Dial(dctx, netip.AddrPortFrom(src, 0), netip.AddrPortFrom(dst, uint16(o.port)), p.connParam())
 	cancel()
 	if err != nil {
 		name, status := cmaEvent(err)
@@ -498,13 +527,12 @@ func runServer(ctx context.Context, o *options, out, errw io.Writer, dbg func(st
 	if err != nil {
 		return err
 	}
-	dev, mgr, err := openDevice(addr, o, out, dbg)
+	e, err := openDevice(addr, o, dbg)
 	if err != nil {
 		return err
 	}
-	defer dev.Close()
-	defer mgr.Close()
-	l, err := mgr.Listen(netip.AddrPortFrom(addr, uint16(o.port)))
+	defer e.close()
+	l, err := e.mgr.Listen(netip.AddrPortFrom(addr, uint16(o.port)))
 	if err != nil {
 		return fmt.Errorf("rdma_listen: %w", err)
 	}
@@ -515,11 +543,14 @@ func runServer(ctx context.Context, o *options, out, errw io.Writer, dbg func(st
 	for {
 		r, err := l.GetRequest(ctx)
 		if err != nil {
+			if o.persistent && ctx.Err() != nil {
+				return nil // -P runs until interrupted
+			}
 			return err
 		}
 		dbg("child cma %#x\n", r.Remote.Port())
 		serve := func() error {
-			p, err := newPinger(o, dev, true, out, errw, dbg)
+			p, err := newPinger(o, e.dev, true, out, errw, dbg)
 			if err != nil {
 				r.Reject(nil)
 				return fmt.Errorf("setup_qp failed: %w", err)
