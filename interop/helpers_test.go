@@ -59,6 +59,9 @@ func (r *result) record(t *testing.T) {
 	if r.c.loss {
 		opts += " +2% loss each way"
 	}
+	if r.c.ipv6 {
+		opts += " IPv6 (-g 0)"
+	}
 	var ours []string
 	for _, k := range []string{"sent_pkts", "rcvd_pkts", "retransmits", "out_of_seq", "dup_req", "naks_sent", "naks_rcvd"} {
 		if v := r.oursStats[k]; v != 0 {

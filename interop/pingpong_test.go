@@ -32,6 +32,7 @@ type ppCase struct {
 	qps   int  // srq -q
 	mtu   int  // -m in bytes; 0: the tools' default (1024)
 	loss  bool // 2% loss each way: netem in the guest, -loss on our side
+	ipv6  bool // RoCEv2 over IPv6: GID index 0 (fe80::) on both sides
 	// knownBug, when set, names a goroce bug that makes this case fail today. The
 	// case is skipped with that text unless GOROCE_INTEROP_STRICT=1.
 	knownBug string
@@ -47,6 +48,9 @@ func (c ppCase) name() string {
 	}
 	if c.loss {
 		n += "/loss2pct"
+	}
+	if c.ipv6 {
+		n += "/ipv6"
 	}
 	return n
 }
@@ -170,6 +174,23 @@ const udMTUBug = "issue 4: a UD QP's packet size limit is its path MTU, which UD
 	"4096-byte UD SEND is counted malformed and dropped (transport/requester.go C10-93.1.1 check, " +
 	"transport/responder.go udReceive)"
 
+// TestPingpongIPv6 runs RC over RoCEv2 on IPv6: rxe's GID index 0 (its fe80::
+// address) against goroce on the bridge's link-local address. The TCP exchange stays
+// on IPv4.
+func TestPingpongIPv6(t *testing.T) {
+	lab := labtest.Open(t)
+	bin := pingpongBin(t)
+	g := lab.Guest(t, "a")
+	for _, c := range []ppCase{
+		{mode: "rc", size: 1024, iters: 200, ipv6: true},
+		{mode: "rc", size: 65536, iters: 200, ipv6: true},
+	} {
+		for _, dir := range []direction{oursToRxe, rxeToOurs} {
+			t.Run(c.name()+"/"+dirShort(dir), func(t *testing.T) { runPingpong(t, lab, g, bin, c, dir) })
+		}
+	}
+}
+
 // runPingpong makes one run and checks it.
 func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c ppCase, dir direction) {
 	if c.knownBug != "" && os.Getenv("GOROCE_INTEROP_STRICT") != "1" {
@@ -210,8 +231,16 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 		}
 	}()
 
-	stock := fmt.Sprintf("ibv_%s_pingpong -d rxe0 -g %d -n %d -s %d -c", c.mode, g.GIDIndex, c.iters, c.size)
-	ours := []string{c.mode, "-d", lab.HostIP.String(), "-g", "1", "-n", strconv.Itoa(c.iters),
+	stockGID, ourAddr, ourGID := g.GIDIndex, lab.HostIP.String(), "1"
+	if c.ipv6 {
+		ll, err := lab.HostLinkLocal(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stockGID, ourAddr, ourGID = 0, ll.String(), "0"
+	}
+	stock := fmt.Sprintf("ibv_%s_pingpong -d rxe0 -g %d -n %d -s %d -c", c.mode, stockGID, c.iters, c.size)
+	ours := []string{c.mode, "-d", ourAddr, "-g", ourGID, "-n", strconv.Itoa(c.iters),
 		"-s", strconv.Itoa(c.size), "-c", "-stats", "-timeout", "60s"}
 	if c.qps > 0 {
 		stock += fmt.Sprintf(" -q %d", c.qps)

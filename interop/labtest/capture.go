@@ -25,7 +25,7 @@ func (l *Lab) StartCapture(dev, file string) (*Capture, error) {
 	if _, err := exec.LookPath("tcpdump"); err != nil {
 		return nil, fmt.Errorf("labtest: capture: %w", err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", l.NS, "tcpdump", "-i", dev, "-U", "-n", "-s", "512",
+	cmd := exec.Command("ip", "netns", "exec", l.NS, "tcpdump", "-i", dev, "-U", "-n", "-s", "0",
 		"-w", file, "not", "tcp", "port", fmt.Sprint(l.execPort))
 	cmd.Stderr = nil
 	if err := cmd.Start(); err != nil {

@@ -266,3 +266,36 @@ func (g *Guest) ActiveMTU(ctx context.Context) (int, error) {
 	}
 	return strconv.Atoi(strings.TrimSpace(r.Out))
 }
+
+// HostLinkLocal turns IPv6 on for the host side of the bridge (the lab boots with it
+// off) and returns the bridge's fe80:: address, zoned to the bridge, once duplicate
+// address detection is over (at most 10 s). It is the host's address for RoCEv2 over
+// IPv6, GID index 0 on rxe.
+func (l *Lab) HostLinkLocal(ctx context.Context) (netip.Addr, error) {
+	br := "labbr0"
+	if b, err := exec.CommandContext(ctx, "ip", "netns", "exec", l.NS, "sysctl", "-qw",
+		"net.ipv6.conf."+br+".disable_ipv6=0").CombinedOutput(); err != nil {
+		return netip.Addr{}, fmt.Errorf("labtest: enable IPv6 on %s: %v: %s", br, err, b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.CommandContext(ctx, "ip", "-n", l.NS, "-6", "-o", "addr", "show", "dev", br, "scope", "link").Output()
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("labtest: ip -6 addr on %s: %w", br, err)
+		}
+		f := strings.Fields(string(out))
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] != "inet6" || strings.Contains(string(out), "tentative") {
+				continue
+			}
+			p, err := netip.ParsePrefix(f[i+1])
+			if err == nil {
+				return p.Addr().WithZone(br), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return netip.Addr{}, fmt.Errorf("labtest: no usable link-local address on %s: %q", br, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
