@@ -2,9 +2,11 @@ package oob
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"syscall"
 	"time"
 )
@@ -97,6 +99,10 @@ func bindContext(ctx context.Context, conn net.Conn) func() {
 func wrapIO(ctx context.Context, step string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("oob: %s: %w", step, ctx.Err())
+	}
+	// The conn's deadline is ctx's, and it may fire a moment before ctx reports it.
+	if d, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(d) {
+		return fmt.Errorf("oob: %s: %w", step, context.DeadlineExceeded)
 	}
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
 		return fmt.Errorf("oob: %s: connection closed by peer: %w", step, syscall.EPROTO)
