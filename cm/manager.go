@@ -84,8 +84,13 @@ type ConnEvent struct {
 // ConnParam is what a side offers for a connection (struct
 // rdma_conn_param plus the QP identity rdma_cm takes from the QP).
 type ConnParam struct {
-	QPN                uint32 // the local RC QP
-	StartingPSN        uint32 // the local send queue's first PSN (24 bits); see RandomPSN
+	QPN uint32 // the local RC QP
+	// StartingPSN is the first PSN the local receive queue expects (rq_psn;
+	// 24 bits; see RandomPSN). Linux's CM uses the REQ/REP starting PSN
+	// this way (cm.c ib_send_cm_req: rq_psn = REQ starting PSN), and rping
+	// captures confirm it: the active side sends from the REP's PSN, the
+	// passive side from the REQ's.
+	StartingPSN        uint32
 	ResponderResources uint8  // RDMA READs/atomics we accept at once
 	InitiatorDepth     uint8  // RDMA READs/atomics we issue at once
 	RetryCount         uint8  // 3 bits (7 = infinite on rxe)
@@ -102,7 +107,8 @@ type ConnParam struct {
 type QPParams struct {
 	LocalAddr, RemoteAddr netip.Addr // the GIDs as IP addresses
 	LocalQPN, RemoteQPN   uint32     // dest_qp_num = RemoteQPN
-	SQPSN, RQPSN          uint32     // our starting PSN; the peer's (rq_psn)
+	SQPSN                 uint32     // sq_psn: the peer's advertised starting PSN
+	RQPSN                 uint32     // rq_psn: our advertised starting PSN
 	MaxRdAtomic           uint8      // max_rd_atomic: READs we may have outstanding
 	MaxDestRdAtomic       uint8      // max_dest_rd_atomic: READs we accept
 	PathMTU               uint8      // MTU enum
@@ -431,7 +437,7 @@ func (r *ConnRequest) QPParams(p ConnParam) QPParams {
 	return QPParams{
 		LocalAddr: r.mg.addr, RemoteAddr: r.peer,
 		LocalQPN: p.QPN, RemoteQPN: q.LocalQPN,
-		SQPSN: p.StartingPSN & 0xFFFFFF, RQPSN: q.StartingPSN,
+		SQPSN: q.StartingPSN, RQPSN: p.StartingPSN & 0xFFFFFF,
 		MaxRdAtomic:     min(p.InitiatorDepth, q.ResponderResources),
 		MaxDestRdAtomic: p.ResponderResources,
 		PathMTU:         min(q.PathMTU, r.mg.cfg.PathMTU),
@@ -582,7 +588,7 @@ func (mg *Manager) Dial(ctx context.Context, local, remote netip.AddrPort, p Con
 			case EventReply:
 				rep := ev.REP
 				qp := QPParams{LocalAddr: la, RemoteAddr: ra, LocalQPN: p.QPN, RemoteQPN: rep.LocalQPN,
-					SQPSN: req.StartingPSN, RQPSN: rep.StartingPSN,
+					SQPSN: rep.StartingPSN, RQPSN: req.StartingPSN,
 					MaxRdAtomic: min(p.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: p.ResponderResources,
 					PathMTU: cfg.PathMTU, Timeout: req.Primary.LocalACKTimeout,
 					RetryCount: p.RetryCount, RNRRetry: rep.RNRRetryCount,

@@ -109,9 +109,10 @@ func TestDialAcceptDisconnect(t *testing.T) {
 			if serr != nil {
 				t.Fatal(serr)
 			}
-			// The two sides' QP attributes mirror each other.
+			// The two sides' QP attributes mirror each other; each side's
+			// advertised PSN is its own rq_psn (Linux CM semantics).
 			if cqp.RemoteQPN != 0x22 || sqp.RemoteQPN != 0x11 || cqp.SQPSN != sqp.RQPSN || sqp.SQPSN != cqp.RQPSN ||
-				cqp.SQPSN != 0x123456 || sqp.SQPSN != 0xabcdef || cqp.UDPSourcePort != sqp.UDPSourcePort ||
+				cqp.RQPSN != 0x123456 || sqp.RQPSN != 0xabcdef || cqp.UDPSourcePort != sqp.UDPSourcePort ||
 				cqp.FlowLabel != FlowLabel(4242, 7174) || cqp.PathMTU != 3 || sqp.Timeout != 9 ||
 				cqp.RNRRetry != 6 || sqp.RNRRetry != 7 || cqp.MaxRdAtomic != 1 || sqp.MaxDestRdAtomic != 1 ||
 				cqp.RemoteAddr != netip.MustParseAddr("127.0.0.2") || sqp.RemoteAddr != netip.MustParseAddr("127.0.0.1") {

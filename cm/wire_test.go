@@ -330,3 +330,50 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestStartingPSNSemantics pins how Linux uses the REQ/REP starting PSN,
+// from the RC traffic of testdata/rping.pcap: each side advertises the PSN
+// its receive queue expects, so the active side (198.18.0.12) sends from the
+// REP's PSN and the passive side from the REQ's. QPParams follows this.
+func TestStartingPSNSemantics(t *testing.T) {
+	d, err := os.ReadFile("testdata/rping.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqPSN, repPSN uint32
+	firstPSN := map[string]uint32{}
+	for off := 24; off+16 <= len(d); {
+		incl := int(binary.LittleEndian.Uint32(d[off+8:]))
+		p := d[off+16 : off+16+incl]
+		off += 16 + incl
+		if len(p) < 42 || p[23] != 17 {
+			continue
+		}
+		src := netip.AddrFrom4([4]byte(p[26:30])).String()
+		pkt, err := bth.Parse(p[42 : 34+int(binary.BigEndian.Uint16(p[38:]))])
+		if err != nil {
+			continue
+		}
+		if pkt.DestQP() == GSIQPN {
+			_, m, err := Parse(pkt.Payload())
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := m.(type) {
+			case *REQ:
+				reqPSN = m.StartingPSN
+			case *REP:
+				repPSN = m.StartingPSN
+			}
+			continue
+		}
+		if op := pkt.Opcode(); op != bth.RCAck && op != bth.RCReadResponseOnly {
+			if _, seen := firstPSN[src]; !seen {
+				firstPSN[src] = uint32(pkt.PSN())
+			}
+		}
+	}
+	if firstPSN["198.18.0.12"] != repPSN || firstPSN["198.18.0.11"] != reqPSN || reqPSN == repPSN {
+		t.Errorf("first request PSNs %x, REQ %#x, REP %#x", firstPSN, reqPSN, repPSN)
+	}
+}
