@@ -6,67 +6,16 @@ import (
 	"context"
 	"fmt"
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/cm/rping"
 	"github.com/goroce/goroce/roce"
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 )
-
-// TestPingDataMatchesRping checks fillPing and the -v format against what
-// the stock rping printed in testdata/rping.client.txt (rping -C 5 -v).
-func TestPingDataMatchesRping(t *testing.T) {
-	want := verboseLines(t, "testdata/rping.client.txt", "ping data: ")
-	var got bytes.Buffer
-	buf := make([]byte, 64)
-	start := byte(65)
-	for i := 0; i < 5; i++ {
-		start = fillPing(buf, i, start)
-		fmt.Fprintf(&got, "ping data: %s\n", cstr(buf))
-	}
-	if got.String() != want {
-		t.Errorf("got\n%s\nwant\n%s", got.String(), want)
-	}
-	// The server side prints the same data with a prefix.
-	if sw := verboseLines(t, "testdata/rping.server.txt", "server ping data: "); strings.ReplaceAll(sw, "server ", "") != want {
-		t.Errorf("server lines differ:\n%s", sw)
-	}
-}
-
-// verboseLines returns the lines of a captured rping output that start with
-// prefix, newline-terminated.
-func verboseLines(t *testing.T, file, prefix string) string {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, prefix) {
-			out.WriteString(l + "\n")
-		}
-	}
-	return out.String()
-}
-
-func TestFillPingWraps(t *testing.T) {
-	// After 58 pings the start character wraps from 'z' back to 'A'.
-	start := byte(65)
-	buf := make([]byte, 26)
-	for i := 0; i < 58; i++ {
-		start = fillPing(buf, i, start)
-	}
-	if start != 65 {
-		t.Errorf("start %q after 58 pings", start)
-	}
-	if buf[25] != 0 || string(buf[:14]) != "rdma-ping-57: " || buf[14] != 'z' || buf[15] != 'A' {
-		t.Errorf("buf %q", buf)
-	}
-}
 
 func TestParseOpts(t *testing.T) {
 	tests := []struct {
@@ -198,8 +147,8 @@ func TestLoopback(t *testing.T) {
 			buf := make([]byte, tc.size)
 			start := byte(65)
 			for i := 0; i < tc.count; i++ {
-				start = fillPing(buf, i, start)
-				fmt.Fprintf(&want, "ping data: %s\n", cstr(buf))
+				start = rping.Fill(buf, i, start)
+				fmt.Fprintf(&want, "ping data: %s\n", buf[:bytes.IndexByte(buf, 0)])
 			}
 			if cout.String() != want.String() {
 				t.Errorf("client -v output differs from rping's:\n got %q\nwant %q", cout.String(), want.String())
@@ -232,37 +181,4 @@ func TestClientRejected(t *testing.T) {
 	if code == 0 || !strings.HasPrefix(cerr.String(), "cma event RDMA_CM_EVENT_REJECTED, error 8\n") {
 		t.Errorf("exit %d, stderr %q", code, cerr.String())
 	}
-}
-
-// TestValidateMismatch: a server that echoes wrong data makes rping-go -V
-// print rping's "data mismatch!" and exit non-zero.
-func TestValidateMismatch(t *testing.T) {
-	port := freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	so := options{server: 1, addr: "127.0.0.2", port: 7174, size: 64, udpPort: port, corruptEcho: true}
-	var sout, serr, cout, cerr syncBuf
-	done := make(chan error, 1)
-	go func() { done <- runServer(ctx, &so, &sout, &serr, func(string, ...any) {}) }()
-	var code int
-	for attempt := 0; attempt < 50; attempt++ {
-		cout.b.Reset()
-		cerr.b.Reset()
-		code = run(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "-C", "3", "-V", "-v", "-d",
-			"--udp-port", fmt.Sprint(port)}, &cout, &cerr)
-		if code == 0 || !strings.Contains(cerr.String(), "REJECTED") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if code == 0 || cerr.String() != "data mismatch!\nrping client failed: -1\n" {
-		t.Errorf("exit %d stderr %q", code, cerr.String())
-	}
-	if strings.Contains(cout.String(), "ping data:") {
-		t.Errorf("printed a ping that failed validation:\n%s", cout.String())
-	}
-	if !strings.Contains(cout.String(), "cma_event type RDMA_CM_EVENT_ESTABLISHED") || !strings.Contains(cout.String(), "recv completion") {
-		t.Errorf("-d trace missing events:\n%s", cout.String())
-	}
-	<-done
 }

@@ -5,12 +5,14 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/goroce/goroce/cm/rping"
 )
 
 // Size limits of rping (rping.c RPING_MIN_BUFSIZE, RPING_BUFSIZE).
 const (
-	minSize = 26 // sizeof(stringify(INT_MAX)) + sizeof("rdma-ping-%d: ")
-	bufSize = 64 * 1024
+	minSize = rping.MinSize
+	bufSize = rping.BufSize
 )
 
 // options are rping's command line (getopt string "a:I:Pp:C:S:t:scvVdq").
@@ -27,8 +29,6 @@ type options struct {
 	validate   bool
 	debug      bool
 	udpPort    int // --udp-port: the RoCEv2 UDP port (4791); ours, for tests
-
-	corruptEcho bool // tests only (no flag): the server flips a bit before writing back
 }
 
 // parseOpts parses args the way rping's getopt loop does: grouped flags

@@ -1,4 +1,4 @@
-package main
+package rping
 
 import (
 	"bytes"
@@ -30,10 +30,11 @@ func getInfo(b []byte) rdmaInfo {
 	return rdmaInfo{binary.BigEndian.Uint64(b[0:]), binary.BigEndian.Uint32(b[8:]), binary.BigEndian.Uint32(b[12:])}
 }
 
-// fillPing writes ping number n into buf as rping_test_client does: the
-// header, then ASCII from start cycling through 'A'..'z', and a final NUL.
-// It returns the next start character.
-func fillPing(buf []byte, n int, start byte) byte {
+// Fill writes ping number n into buf as rping_test_client does: the header
+// "rdma-ping-N: ", then ASCII from start cycling through 'A'..'z', and a
+// final NUL. It returns the start character of the next ping; the first ping
+// starts at 'A'.
+func Fill(buf []byte, n int, start byte) byte {
 	hdr := fmt.Sprintf(msgFmt, n)
 	cc := copy(buf, hdr) // snprintf truncates to the buffer
 	if len(hdr) > len(buf) {
