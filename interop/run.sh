@@ -38,36 +38,57 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT TERM
+
+# Every long step runs in a process group of its own, in the background, so that a
+# signal (a CI timeout, ^C) reaches this script at once - bash runs traps only between
+# foreground commands - and ends the step's whole group before the lab is torn down.
+step_pid=
+step() {
+  setsid "$@" &
+  step_pid=$!
+  local rc=0
+  wait "$step_pid" || rc=$?
+  step_pid=
+  return $rc
+}
+on_signal() {
+  log "interrupted"
+  if [ -n "$step_pid" ]; then
+    kill -TERM -- "-$step_pid" 2>/dev/null || true
+    sleep 1
+    kill -KILL -- "-$step_pid" 2>/dev/null || true
+  fi
+  exit 130
+}
+trap on_signal INT TERM
 
 # apt lists: refreshed once per run on a fresh machine, and when older than a day.
 stamp=/var/lib/apt/lists/partial/.goroce-updated
 if [ -z "$(find "$stamp" -mmin -1440 2>/dev/null)" ] ||
   ! apt-cache show --no-all-versions busybox-static >/dev/null 2>&1; then
   log "apt-get update"
-  timeout 300 apt-get update -q >/dev/null || fail "apt-get update failed"
+  step timeout 300 apt-get update -q >/dev/null || fail "apt-get update failed"
   touch "$stamp" 2>/dev/null || true
 fi
 
 log "build the guest image"
-timeout 600 "$HERE/lab" build || fail "guest image build failed (see above)"
+step timeout 600 "$HERE/lab" build || fail "guest image build failed (see above)"
 "$HERE/lab" down >/dev/null 2>&1 || true # a lab left over from an interrupted run
 log "boot 2 guests"
-timeout 300 "$HERE/lab" up 2 || fail "the lab did not come up (see above)"
+step timeout 300 "$HERE/lab" up 2 || fail "the lab did not come up (see above)"
 
 cd "$ROOT"
 log "build cmd/roce-pingpong"
-go build -o "$HERE/run/roce-pingpong" ./cmd/roce-pingpong || fail "go build ./cmd/roce-pingpong failed"
+step go build -o "$HERE/run/roce-pingpong" ./cmd/roce-pingpong || fail "go build ./cmd/roce-pingpong failed"
 log "go test ./interop/..."
 export GOROCE_INTEROP=1 GOROCE_LAB_ENV=$HERE/run/lab.env GOROCE_PINGPONG=$HERE/run/roce-pingpong
 export GOROCE_INTEROP_RESULTS=$HERE/run/results.tsv
 rm -f "$GOROCE_INTEROP_RESULTS" "$HERE"/run/pcap/*.pcap
 args=(-count=1 -v -timeout "${GOROCE_INTEROP_TIMEOUT:-600}s")
 [ -n "${GOROCE_INTEROP_RUN:-}" ] && args+=(-run "$GOROCE_INTEROP_RUN")
-set +e
-go test "${args[@]}" ./interop/... 2>&1 | tee "$HERE/run/go-test.log"
-rc=${PIPESTATUS[0]}
-set -e
+rc=0
+step bash -c 'go test "$@" ./interop/... 2>&1 | tee "$0"; exit "${PIPESTATUS[0]}"' \
+  "$HERE/run/go-test.log" "${args[@]}" || rc=$?
 if [ -s "$GOROCE_INTEROP_RESULTS" ]; then
   echo "== interop results (tool, direction, transport, options, verdict, usec/iter, rxe hw_counters | goroce counters)"
   column -t -s $'\t' "$GOROCE_INTEROP_RESULTS" 2>/dev/null || cat "$GOROCE_INTEROP_RESULTS"
