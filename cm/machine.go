@@ -760,7 +760,10 @@ func (m *Machine) onSIDRREQ(peer netip.Addr, h Header, req *SIDRREQ) {
 		return
 	}
 	e := &entry{id: m.newID(), peer: peer, state: StateSIDRREQRcvd, tid: h.TID, sidrReq: *req,
-		remoteID: req.RequestID, remoteKey: key, lifetime: TimeoutDuration(18)}
+		remoteID: req.RequestID, remoteKey: key, lifetime: TimeoutDuration(DefaultPacketLifetime)}
+	// SIDR_REQ carries no timeouts: keep the reply through rdma_cm's
+	// retransmission interval so duplicates are answered, not re-executed.
+	e.req.LocalCMResponseTimeout = DefaultCMResponseTimeout
 	m.byID[e.id] = e
 	m.byRemote[key] = e
 	r := *req

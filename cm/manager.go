@@ -135,6 +135,7 @@ type Manager struct {
 	m         *Machine
 	timer     *time.Timer
 	listeners map[uint64]*Listener
+	udListen  map[uint64]*UDListener
 	handles   map[uint32]*handle
 	closed    bool
 	dropped   uint64 // events dropped on a full ConnEvent channel
@@ -168,7 +169,8 @@ func NewManager(conn MADConn, cfg ManagerConfig) *Manager {
 		cfg.HopLimit = 64
 	}
 	mg := &Manager{conn: conn, cfg: cfg, addr: conn.LocalAddr().Unmap(), m: NewMachine(cfg.Machine),
-		listeners: map[uint64]*Listener{}, handles: map[uint32]*handle{}, readDone: make(chan struct{})}
+		listeners: map[uint64]*Listener{}, udListen: map[uint64]*UDListener{}, handles: map[uint32]*handle{},
+		readDone: make(chan struct{})}
 	mg.timer = time.AfterFunc(time.Hour, mg.onTimer)
 	mg.timer.Stop()
 	go mg.readLoop()
@@ -193,6 +195,9 @@ func (mg *Manager) Close() error {
 	mg.closed = true
 	mg.timer.Stop()
 	for _, l := range mg.listeners {
+		l.closeLocked()
+	}
+	for _, l := range mg.udListen {
 		l.closeLocked()
 	}
 	for _, h := range mg.handles {
@@ -299,9 +304,9 @@ func (mg *Manager) dispatchLocked(ev Event) {
 		delete(mg.handles, ev.ID)
 		return
 	case EventSIDRRequest:
-		// UD services are not offered through the Manager yet.
-		mg.m.SIDRReply(time.Now(), ev.ID, SIDRREP{Status: SIDRUnsupported})
+		mg.onSIDRRequestLocked(ev)
 		return
+	case EventSIDRReply:
 	}
 	if h == nil {
 		return

@@ -253,3 +253,62 @@ func TestDialRejected(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond) // let the server goroutine finish its assertions
 }
+
+func TestResolveUD(t *testing.T) {
+	checkGoroutines(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, cb := Pipe(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
+	client, server := NewManager(ca, fastConfig(nil)), NewManager(cb, fastConfig(nil))
+	defer client.Close()
+	defer server.Close()
+	// Nothing listens: status "unsupported".
+	_, err := client.ResolveUD(ctx, netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.2:7174"), nil)
+	var se *SIDRError
+	if !errors.As(err, &se) || se.Status != SIDRUnsupported || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("no listener: %v", err)
+	}
+	l, err := server.ListenUD(netip.MustParseAddrPort("127.0.0.2:7174"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb.SetDrop(dropFirst(AttrSIDRREP)) // the first answer is lost: the request is resent
+	requests := make(chan *UDRequest, 4)
+	go func() {
+		for {
+			r, err := l.GetRequest(ctx)
+			if err != nil {
+				return
+			}
+			requests <- r
+			if string(r.PrivateData[:2]) == "no" {
+				r.Reject(nil)
+			} else {
+				r.Accept(0x33, UDPQKey, []byte("ok"))
+			}
+		}
+	}()
+	svc, err := client.ResolveUD(ctx, netip.MustParseAddrPort("127.0.0.1:5555"), netip.MustParseAddrPort("127.0.0.2:7174"), []byte("hi"))
+	if err != nil || svc.QPN != 0x33 || svc.QKey != UDPQKey || string(svc.PrivateData[:2]) != "ok" {
+		t.Fatalf("resolve: %+v %v", svc, err)
+	}
+	r := <-requests
+	if r.Remote.String() != "127.0.0.1:5555" || r.Local.String() != "127.0.0.2:7174" {
+		t.Errorf("request %v -> %v", r.Remote, r.Local)
+	}
+	if len(requests) != 0 {
+		t.Error("the retransmitted SIDR_REQ was re-executed")
+	}
+	if s := server.Stats(); s.Duplicates != 1 {
+		t.Errorf("server stats %+v", s)
+	}
+	_, err = client.ResolveUD(ctx, netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.2:7174"), []byte("no"))
+	if !errors.As(err, &se) || se.Status != SIDRReject {
+		t.Errorf("rejected: %v", err)
+	}
+	// A dead peer: retries run out.
+	_, err = client.ResolveUD(ctx, netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.9:7174"), nil)
+	if !errors.Is(err, ErrTimeout) {
+		t.Errorf("dead peer: %v", err)
+	}
+}
