@@ -63,16 +63,17 @@ type CMAHeader struct {
 }
 
 // AppendCMA appends h followed by user private data: the REQ/SIDR_REQ private
-// data an rdma_cm active side sends. Src and Dst must be the same family.
+// data an rdma_cm active side sends. Two IPv4 (or IPv4-mapped) addresses
+// give an IPv4 header; anything else an IPv6 one, IPv4 addresses mapped.
 func AppendCMA(dst []byte, h CMAHeader, user []byte) ([]byte, error) {
 	src, dstA := h.Src.Unmap(), h.Dst.Unmap()
-	if !src.IsValid() || !dstA.IsValid() || src.Is4() != dstA.Is4() {
+	if !src.IsValid() || !dstA.IsValid() {
 		return dst, fmt.Errorf("%w: addresses %v and %v", ErrCMAHeader, h.Src, h.Dst)
 	}
 	var b [CMAHeaderLen]byte
 	b[0] = h.Version
 	binary.BigEndian.PutUint16(b[2:], h.SrcPort)
-	if src.Is4() {
+	if src.Is4() && dstA.Is4() {
 		b[1] = 4 << 4
 		s, d := src.As4(), dstA.As4()
 		copy(b[16:20], s[:])
@@ -88,7 +89,8 @@ func AppendCMA(dst []byte, h CMAHeader, user []byte) ([]byte, error) {
 }
 
 // ParseCMA splits REQ/SIDR_REQ private data into the rdma_cm header and the
-// application's private data (which aliases p).
+// application's private data (which aliases p). Addresses are returned
+// unmapped: an IPv4-mapped address in an IPv6 header reads as IPv4.
 func ParseCMA(p []byte) (CMAHeader, []byte, error) {
 	var h CMAHeader
 	if len(p) < CMAHeaderLen {
@@ -101,8 +103,8 @@ func ParseCMA(p []byte) (CMAHeader, []byte, error) {
 		h.Src = netip.AddrFrom4([4]byte(p[16:20]))
 		h.Dst = netip.AddrFrom4([4]byte(p[32:36]))
 	case 6:
-		h.Src = netip.AddrFrom16([16]byte(p[4:20]))
-		h.Dst = netip.AddrFrom16([16]byte(p[20:36]))
+		h.Src = netip.AddrFrom16([16]byte(p[4:20])).Unmap()
+		h.Dst = netip.AddrFrom16([16]byte(p[20:36])).Unmap()
 	default:
 		return h, nil, fmt.Errorf("%w: IP version %d", ErrCMAHeader, p[1]>>4)
 	}

@@ -1,5 +1,5 @@
 // Package cm is the InfiniBand Communication Manager (IBA chapter 12) as
-// rdma_cm uses it over RoCEv2, so Go programs can connect to and accept
+// rdma_cm uses it over RoCEv2, so Go programs connect to and accept
 // connections from Linux rdma_cm applications (rping, ucmatose, udaddy).
 //
 // CM messages are 256-byte MADs sent as UD SENDs to the GSI QP (QPN 1,
@@ -7,20 +7,29 @@
 //
 //   - Wire format: Header (the MAD common header), the messages REQ, MRA,
 //     REJ, REP, RTU, DREQ, DREP, SIDRREQ, SIDRREP with exact bit layouts
-//     (Marshal, Parse), and rdma_cm's private-data header (CMAHeader),
-//     service IDs (ServiceID), flow label and UDP source port rules.
+//     (Marshal, Parse; round-trips the bytes of real rxe captures), and
+//     rdma_cm's private-data header (CMAHeader), service IDs (ServiceID),
+//     the flow label and UDP source port rules (FlowLabel, UDPSourcePort).
 //   - Machine: the communication-ID state machine (idle, REQ sent/received,
-//     MRA, REP sent/received, established, DREQ sent/received, timewait). It
-//     is pure: time is passed in, MADs to send and events are returned, and
-//     it does no I/O. Lost REQ/REP/DREQ are retransmitted after the CM
-//     response timeout up to the max CM retries; duplicate MADs are answered
-//     from the saved reply and never re-executed.
-//   - Manager: an rdma_cm-like API (Listen, Accept, Reject, Dial,
-//     Disconnect, events) that runs one Machine on one goroutine over a
-//     MADConn, the "send/receive MADs on QP1" interface. A real device
-//     provides MADConn with a UD QP1; tests use Pipe.
+//     MRA, REP sent/received, established, DREQ sent/received, timewait,
+//     SIDR). It is pure: time is passed in, MADs to send and events come
+//     out of Drain, and it does no I/O. Lost REQ/REP/DREQ/SIDR_REQ are
+//     resent every CM response timeout (4.096 µs × 2^t, plus twice the
+//     packet lifetime) up to the max CM retries; duplicates are answered
+//     from the saved reply (REP, RTU, DREP, REJ, MRA, SIDR_REP) and never
+//     re-executed; a REQ for a service nobody listens on gets REJ reason 8.
+//   - Manager: an rdma_cm-like API over a MADConn ("send/receive MADs on
+//     QP1"): Listen/GetRequest/Accept/Reject, Dial, Disconnect, ResolveUD
+//     and ListenUD (SIDR), and an event stream (ConnEvent). Package cm/gsi
+//     provides the MADConn of a goroce device; Pipe is an in-memory one.
 //
-// The negotiated QP attributes are delivered as QPParams so the caller can
-// move its RC QP INIT→RTR→RTS itself, before Accept sends REP (passive side)
-// or before RTU is sent (active side), as librdmacm does.
+// The negotiated QP attributes are delivered as QPParams through
+// ConnParam.Ready, before REP is sent (passive side) or before RTU
+// (active side), so the caller moves its RC QP INIT→RTR→RTS as librdmacm
+// does. Note Linux's meaning of the REQ/REP starting PSN: each side
+// advertises the PSN its own receive queue expects (rq_psn), and sends from
+// the peer's (QPParams.SQPSN).
+//
+// Package cm/rping implements rping's protocol on top; cmd/rping-go is its
+// command line.
 package cm

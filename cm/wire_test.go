@@ -280,7 +280,7 @@ func TestCMAHeader(t *testing.T) {
 		{"ipv4", "10.0.0.1", "10.0.0.2", true},
 		{"ipv4-mapped", "::ffff:10.0.0.1", "10.0.0.2", true},
 		{"ipv6", "fe80::1", "2001:db8::2", true},
-		{"mixed", "10.0.0.1", "2001:db8::2", false},
+		{"mixed: IPv6 header, IPv4 mapped", "10.0.0.1", "2001:db8::2", true},
 	}
 	for _, tt := range tests {
 		h := CMAHeader{SrcPort: 4242, Src: netip.MustParseAddr(tt.src), Dst: netip.MustParseAddr(tt.dst)}
@@ -295,6 +295,9 @@ func TestCMAHeader(t *testing.T) {
 		if err != nil || got.Src != h.Src.Unmap() || got.Dst != h.Dst.Unmap() || got.SrcPort != 4242 || string(user) != "hello" {
 			t.Errorf("%s: ParseCMA = %+v %q %v", tt.name, got, user, err)
 		}
+	}
+	if _, err := AppendCMA(nil, CMAHeader{Src: netip.MustParseAddr("10.0.0.1")}, nil); !errors.Is(err, ErrCMAHeader) {
+		t.Errorf("no destination: %v", err)
 	}
 	if _, _, err := ParseCMA(make([]byte, 35)); !errors.Is(err, ErrCMAHeader) {
 		t.Errorf("short: %v", err)
@@ -376,4 +379,28 @@ func TestStartingPSNSemantics(t *testing.T) {
 	if firstPSN["198.18.0.12"] != repPSN || firstPSN["198.18.0.11"] != reqPSN || reqPSN == repPSN {
 		t.Errorf("first request PSNs %x, REQ %#x, REP %#x", firstPSN, reqPSN, repPSN)
 	}
+}
+
+// FuzzParseCMA: no panic; a header that parses re-encodes to the same
+// header and user data.
+func FuzzParseCMA(f *testing.F) {
+	v4, _ := AppendCMA(nil, CMAHeader{SrcPort: 1, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2")}, []byte("x"))
+	v6, _ := AppendCMA(nil, CMAHeader{SrcPort: 2, Src: netip.MustParseAddr("fe80::1"), Dst: netip.MustParseAddr("fe80::2")}, nil)
+	f.Add(v4)
+	f.Add(v6)
+	f.Add(make([]byte, 35)) // one byte short
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, user, err := ParseCMA(b)
+		if err != nil {
+			return
+		}
+		out, err := AppendCMA(nil, h, user)
+		if err != nil {
+			t.Fatalf("re-encode %+v: %v", h, err)
+		}
+		h2, user2, err := ParseCMA(out)
+		if err != nil || h2 != h || string(user2) != string(user) {
+			t.Fatalf("unstable: %+v / %+v (%v)", h, h2, err)
+		}
+	})
 }

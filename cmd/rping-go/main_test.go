@@ -182,3 +182,38 @@ func TestClientRejected(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, cerr.String())
 	}
 }
+
+// TestPersistentServer: rping-go -s -P serves clients one after another and
+// exits 0 when interrupted.
+func TestPersistentServer(t *testing.T) {
+	port := fmt.Sprint(freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sctx, stop := context.WithCancel(ctx)
+	var sout, serr syncBuf
+	scode := make(chan int, 1)
+	go func() {
+		scode <- run(sctx, []string{"-s", "-P", "-a", "127.0.0.2", "-v", "--udp-port", port}, &sout, &serr)
+	}()
+	for i := 0; i < 3; i++ {
+		var code int
+		for attempt := 0; attempt < 50; attempt++ {
+			var cout, cerr syncBuf
+			code = run(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "-C", "2", "-V", "--udp-port", port}, &cout, &cerr)
+			if code == 0 || !strings.Contains(cerr.String(), "REJECTED") {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if code != 0 {
+			t.Fatalf("client %d exit %d", i, code)
+		}
+	}
+	stop()
+	if c := <-scode; c != 0 {
+		t.Errorf("server exit %d: %s", c, serr.String())
+	}
+	if n := strings.Count(sout.String(), "server ping data: rdma-ping-1: "); n != 3 {
+		t.Errorf("server served %d clients:\n%s", n, sout.String())
+	}
+}
