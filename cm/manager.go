@@ -177,6 +177,13 @@ func NewManager(conn MADConn, cfg ManagerConfig) *Manager {
 	return mg
 }
 
+// DroppedEvents returns how many ConnEvents did not fit the Events channel.
+func (mg *Manager) DroppedEvents() uint64 {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	return mg.dropped
+}
+
 // Stats returns the state machine's counters.
 func (mg *Manager) Stats() Stats {
 	mg.mu.Lock()

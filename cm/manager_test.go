@@ -312,3 +312,40 @@ func TestResolveUD(t *testing.T) {
 		t.Errorf("dead peer: %v", err)
 	}
 }
+
+// TestDialIPv6 connects over IPv6 addresses: IPv6 rdma_cm header, GIDs as
+// the addresses themselves.
+func TestDialIPv6(t *testing.T) {
+	checkGoroutines(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, b := netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")
+	ca, cb := Pipe(a, b)
+	events := make(chan ConnEvent, 1) // too small on purpose: drops are counted
+	client, server := NewManager(ca, fastConfig(events)), NewManager(cb, fastConfig(nil))
+	defer client.Close()
+	defer server.Close()
+	l, _ := server.Listen(netip.AddrPortFrom(netip.IPv6Unspecified(), 7174))
+	got := make(chan *ConnRequest, 1)
+	go func() {
+		if r, err := l.GetRequest(ctx); err == nil {
+			got <- r
+			r.Accept(ctx, ConnParam{QPN: 0x22})
+		}
+	}()
+	c, err := client.Dial(ctx, netip.AddrPort{}, netip.AddrPortFrom(b, 7174), ConnParam{QPN: 0x11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.Remote.Addr() != a || r.Local.Addr() != b || r.REQ().Primary.LocalGID != GIDFromAddr(a) || c.QP.RemoteAddr != b {
+		t.Errorf("request %v -> %v, REQ GID %v, conn remote %v", r.Remote, r.Local, r.REQ().Primary.LocalGID, c.QP.RemoteAddr)
+	}
+	if _, _, err := ParseCMA(r.REQ().PrivateData); err != nil || r.REQ().PrivateData[1] != 0x60 {
+		t.Errorf("CMA header IP version byte %#x (%v)", r.REQ().PrivateData[1], err)
+	}
+	c.Disconnect(ctx)
+	if client.DroppedEvents() == 0 {
+		t.Error("no event drop counted with a 1-slot channel")
+	}
+}

@@ -5,6 +5,9 @@
 // 0x80010000, a 256-byte MAD, the ICRC) and hands the MAD to Conn, a
 // cm.MADConn. Conn sends MADs as UD SENDs from QPN 1 to QPN 1.
 //
+// To capture MADs in a pcap, put the tap inside (Wrap(link.NewTap(udp,
+// ...))): diverted datagrams never reach a link wrapped around Link.
+//
 // Why at the link and not as an engine QP: the MAD path needs no receive
 // queue, memory registration or completion queue, and it works with any
 // engine. The engine never allocates QPN 1 (its QPNs start at 0x11), so the
