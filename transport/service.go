@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"net/netip"
 	"time"
 
 	"github.com/goroce/goroce/bth"
@@ -29,6 +30,14 @@ func classOf(op bth.Opcode) OpClass {
 		return ClassAtomic
 	}
 	return ClassOther
+}
+
+// sameAddr reports whether a and b are the same IP address. A socket
+// reports an IPv6 link-local source with its interface zone (fe80::1%br0),
+// while an address vector names the peer without one; the zone says where a
+// packet arrived, not who sent it, so it is ignored, as are IPv4-mapped forms.
+func sameAddr(a, b netip.Addr) bool {
+	return a.Unmap().WithZone("") == b.Unmap().WithZone("")
 }
 
 // receive validates one inbound datagram for q (parse, ICRC, P_Key,
@@ -79,7 +88,7 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 			return
 		}
 		// rxe check_addr: an RC packet must come from the QP's peer.
-		if q.attr.AV.DGID.IsValid() && src != q.attr.AV.DGID {
+		if q.attr.AV.DGID.IsValid() && !sameAddr(src, q.attr.AV.DGID) {
 			e.stats.Malformed.Add(1)
 			return
 		}
