@@ -14,6 +14,13 @@ if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
 echo "== go vet"
 go vet ./...
 
+# The roced end-to-end tests drive a real Prometheus server and promtool (Debian's
+# prometheus package); install them when we can (root with apt), as CI does.
+if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
+  echo "== install prometheus (cmd/roced end-to-end tests)"
+  bash cmd/roced/testdata/install-prometheus.sh
+fi
+
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
 
