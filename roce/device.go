@@ -222,6 +222,7 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		MaxQPWR:   lim.MaxQPWR,
 		MaxSGE:    lim.MaxSGE,
 		MaxInline: lim.MaxInlineData,
+		PortMTU:   active,
 	})
 	if err != nil {
 		return nil, wrapErr("ibv_open_device", "", -1, err)

@@ -273,10 +273,18 @@ func runRCSuite(t *testing.T, da, db *Device, mtu MTU) {
 // TestUDEndToEndUDP sends UD SEND and SEND_WITH_IMM over loopback, checking the GRH
 // area, src_qp and every byte.
 func TestUDEndToEndUDP(t *testing.T) {
-	da, db := udpPair(t, MTU1024)
+	for _, mtu := range []MTU{MTU1024, MTU4096} {
+		t.Run(fmt.Sprint(mtu.Bytes()), func(t *testing.T) { udEndToEnd(t, mtu) })
+	}
+}
+
+// udEndToEnd runs UD sends up to the port's active MTU, which is a UD QP's
+// message limit (ud_pingpong never sets a path MTU).
+func udEndToEnd(t *testing.T, mtu MTU) {
+	da, db := udpPair(t, mtu)
 	const qkey = 0x11111111
-	a := newSide(t, da, QPTypeUD, 4096, nil, nil)
-	b := newSide(t, db, QPTypeUD, 4096, nil, nil)
+	a := newSide(t, da, QPTypeUD, 8192, nil, nil)
+	b := newSide(t, db, QPTypeUD, 8192, nil, nil)
 	for _, x := range []*side{a, b} {
 		noErr(t, x.qp.Modify(&QPAttr{State: QPSInit, PortNum: 1, QKey: qkey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey))
 		noErr(t, x.qp.Modify(&QPAttr{State: QPSRTR}, QPAttrState))
@@ -284,7 +292,7 @@ func TestUDEndToEndUDP(t *testing.T) {
 	}
 	ah := must[*AH](t)(a.pd.CreateAH(AHAttr{DGID: db.Addr(), SGIDIndex: uint8(da.GIDIndex()), HopLimit: 64, IsGlobal: true}))
 	const grh = 40
-	for i, n := range []int{0, 1, 1023, 1024} {
+	for i, n := range []int{0, 1, mtu.Bytes() - 1, mtu.Bytes()} {
 		for _, imm := range []bool{false, true} {
 			wrid := uint64(i*2 + 1)
 			if imm {

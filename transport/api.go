@@ -312,6 +312,10 @@ type Config struct {
 	MaxQPWR   int         // device max_qp_wr (0: 16384)
 	MaxSGE    int         // device max_sge (0: 32)
 	MaxInline int         // device max_inline_data (0: 256)
+	// PortMTU is the port's active MTU (0: MTU1024, what rxe derives from a
+	// 1500-byte Ethernet). A UD QP has no path MTU of its own: its messages
+	// may be up to this size.
+	PortMTU MTU
 }
 
 // Error is the error every engine verb returns. Its cause is a

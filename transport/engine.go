@@ -40,6 +40,7 @@ type Engine struct {
 	maxQPWR   int
 	maxSGE    int
 	maxInline int
+	portMTU   MTU
 
 	shards []*shard
 	qps    atomic.Pointer[map[uint32]*QP] // copy-on-write, read by the reader
@@ -70,6 +71,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		maxQPWR:    cfg.MaxQPWR,
 		maxSGE:     cfg.MaxSGE,
 		maxInline:  cfg.MaxInline,
+		portMTU:    cfg.PortMTU,
 		nextQPN:    firstQPN,
 		srqWatched: map[*srq.Queue]bool{},
 		done:       make(chan struct{}),
@@ -88,6 +90,11 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if e.maxQPWR <= 0 {
 		e.maxQPWR = DefaultMaxQPWR
+	}
+	if e.portMTU == 0 {
+		e.portMTU = MTU1024
+	} else if e.portMTU.Bytes() == 0 {
+		return nil, newErr("create_engine", 0, syscall.EINVAL, "invalid port MTU %d", e.portMTU)
 	}
 	if e.maxSGE <= 0 {
 		e.maxSGE = DefaultMaxSGE

@@ -84,7 +84,7 @@ func (n *node) hasEvent(t EventType) bool {
 
 const cqSize = 4096
 
-func newNode(t testing.TB, l link.Link, shards int) *node {
+func newNode(t testing.TB, l link.Link, shards int, opts ...func(*Config)) *node {
 	t.Helper()
 	n := &node{mem: newFakeMem(), addr: l.LocalAddr().Addr()}
 	var err error
@@ -94,7 +94,11 @@ func newNode(t testing.TB, l link.Link, shards int) *node {
 	if n.rcq, err = cq.New(cqSize, 1<<16); err != nil {
 		t.Fatal(err)
 	}
-	n.e, err = NewEngine(Config{Link: l, Memory: n.mem, Shards: shards, OnEvent: n.onEvent})
+	cfg := Config{Link: l, Memory: n.mem, Shards: shards, OnEvent: n.onEvent}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n.e, err = NewEngine(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

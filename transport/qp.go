@@ -113,6 +113,11 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	q.attr.Cap = q.init.Cap
 	q.attr.PortNum = 1
 	q.attr.PathMTU = MTU1024
+	if q.typ == QPTypeUD {
+		// UD cannot set IBV_QP_PATH_MTU: its limit is the port's active MTU.
+		q.attr.PathMTU = e.portMTU
+	}
+	q.pmtu = uint32(q.attr.PathMTU.Bytes())
 
 	e.mu.Lock()
 	m := *e.qps.Load()

@@ -131,12 +131,12 @@ func (q *QP) runRequester(now time.Time) {
 			w.sentAt = now
 			q.req.off = 0
 			if q.typ == QPTypeUD && w.length > q.pmtu {
-				// C10-93.1.1: a UD message above the PMTU is not sent; rxe
-				// completes it successfully.
-				q.req.idx++
-				w.state = wqePending
-				q.completeSent(now)
-				continue
+				// A UD message above the port MTU (an SGE of length 0 means
+				// 2^31 bytes) is not sent. C10-93.1.1 allows faking success,
+				// which rxe does, but then the datagram vanishes without a
+				// trace; a local length error tells the application.
+				q.failWQE(now, w, cq.LocLenErr)
+				return
 			}
 		}
 		if q.typ == QPTypeRC && q.req.psn.Diff(q.comp.psn) >= maxUnackedPSNs {
