@@ -1,0 +1,493 @@
+//go:build linux
+
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport"
+)
+
+var (
+	addrA = netip.MustParseAddr("127.0.0.1")
+	addrB = netip.MustParseAddr("127.0.0.2")
+)
+
+// TestMain prints, after the benchmarks, one table of every engine result against
+// the raw-UDP baseline of the same process.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	printSummary()
+	os.Exit(code)
+}
+
+// result is the last run of one engine benchmark.
+type result struct {
+	pps, ratio float64 // data packets per second; pps over the batched raw-UDP rate
+	mbps       float64
+	rtt        time.Duration // ping-pong only
+	rttRatio   float64
+}
+
+var (
+	resultsMu sync.Mutex
+	results   = map[string]result{}
+)
+
+func record(name string, r result) {
+	resultsMu.Lock()
+	results[name] = r
+	resultsMu.Unlock()
+}
+
+func printSummary() {
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	if len(results) == 0 {
+		return
+	}
+	bl := rawBaseline()
+	fmt.Printf("\nraw UDP baseline (this run): batched %.0f pkts/s at %d B, %.0f pkts/s at %d B; ping-pong %.1f µs\n",
+		bl.batchPPS[smallDatagram], smallDatagram, bl.batchPPS[bigDatagram], bigDatagram, us(bl.rtt))
+	names := make([]string, 0, len(results))
+	for n := range results {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Printf("%-40s %12s %10s %10s %10s %8s\n", "engine benchmark", "pkts/s", "vs batch", "MB/s", "µs/rt", "vs UDP")
+	for _, n := range names {
+		r := results[n]
+		if r.rtt > 0 {
+			fmt.Printf("%-40s %12s %10s %10s %10.1f %7.2fx\n", n, "-", "-", "-", us(r.rtt), r.rttRatio)
+			continue
+		}
+		fmt.Printf("%-40s %12.0f %9.1f%% %10.1f %10s %8s\n", n, r.pps, 100*r.ratio, r.mbps, "-", "-")
+	}
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// sharedPort returns a UDP port free on both addresses: RoCEv2 sends to the port it
+// listens on, so both devices need the same one.
+func sharedPort(b *testing.B) uint16 {
+	for range 50 {
+		p := uint16(20000 + rand.IntN(40000))
+		c1, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrA, p)))
+		if err != nil {
+			continue
+		}
+		c2, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrB, p)))
+		c1.Close()
+		if err != nil {
+			continue
+		}
+		c2.Close()
+		return p
+	}
+	b.Skip("no UDP port free on both 127.0.0.1 and 127.0.0.2")
+	return 0
+}
+
+const benchAccess = roce.AccessLocalWrite | roce.AccessRemoteWrite
+
+// end is one side of an RC connection: device, PD, buffer, MR, CQs, QP.
+type end struct {
+	dev      *roce.Device
+	pd       *roce.PD
+	buf      []byte
+	mr       *roce.MR
+	scq, rcq *roce.CQ
+	qp       *roce.QP
+}
+
+func openEnd(b *testing.B, addr netip.Addr, port uint16, bufLen, sq, rq int) *end {
+	dev, err := roce.Open(addr, roce.WithPort(port), roce.WithMTU(roce.MTU4096))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { dev.Close() })
+	e := &end{dev: dev, buf: make([]byte, bufLen)}
+	if e.pd, err = dev.AllocPD(); err != nil {
+		b.Fatal(err)
+	}
+	if e.mr, err = e.pd.RegMR(e.buf, benchAccess); err != nil {
+		b.Fatal(err)
+	}
+	if e.scq, err = dev.CreateCQ(sq); err != nil {
+		b.Fatal(err)
+	}
+	if e.rcq, err = dev.CreateCQ(rq); err != nil {
+		b.Fatal(err)
+	}
+	e.qp, err = e.pd.CreateQP(roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: e.scq, RecvCQ: e.rcq,
+		Cap: roce.QPCap{MaxSendWR: uint32(sq), MaxRecvWR: uint32(rq), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+// rcPair opens two devices on the loopback addresses and connects an RC QP on each
+// to the other at path MTU 4096, as ibv_rc_pingpong does after its exchange.
+func rcPair(b *testing.B, bufLen, sq, rq int) (*end, *end) {
+	port := sharedPort(b)
+	x, y := openEnd(b, addrA, port, bufLen, sq, rq), openEnd(b, addrB, port, bufLen, sq, rq)
+	for _, p := range [][2]*end{{x, y}, {y, x}} {
+		l, r := p[0], p[1]
+		if err := l.qp.Modify(&roce.QPAttr{State: roce.QPSInit, PortNum: 1, AccessFlags: benchAccess},
+			roce.QPAttrState|roce.QPAttrPKeyIndex|roce.QPAttrPort|roce.QPAttrAccessFlags); err != nil {
+			b.Fatal(err)
+		}
+		if err := l.qp.Modify(&roce.QPAttr{State: roce.QPSRTR, PathMTU: roce.MTU4096, DestQPN: r.qp.QPN(), RQPSN: r.qp.QPN(),
+			MaxDestRDAtomic: 1, MinRNRTimer: 1,
+			AV: roce.AddressVector{IsGlobal: true, DGID: r.dev.Addr(), SGIDIndex: uint8(l.dev.GIDIndex()), HopLimit: 64}},
+			roce.QPAttrState|roce.QPAttrAV|roce.QPAttrPathMTU|roce.QPAttrDestQPN|roce.QPAttrRQPSN|
+				roce.QPAttrMaxDestRDAtomic|roce.QPAttrMinRNRTimer); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, l := range []*end{x, y} {
+		if err := l.qp.Modify(&roce.QPAttr{State: roce.QPSRTS, SQPSN: l.qp.QPN(), Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRDAtomic: 1},
+			roce.QPAttrState|roce.QPAttrSQPSN|roce.QPAttrTimeout|roce.QPAttrRetryCnt|roce.QPAttrRNRRetry|roce.QPAttrMaxQPRDAtomic); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return x, y
+}
+
+var (
+	errCQTimeout = errors.New("no completion within 10 s")
+	errStopped   = errors.New("stopped")
+)
+
+// waiter reaps completions: it polls, yields a few times, then arms the CQ and
+// sleeps on its channel (ibv_rc_pingpong -e), so a waiting benchmark goroutine does
+// not take a core from the engine on this 2-core machine.
+type waiter struct {
+	cq    *roce.CQ
+	wc    []roce.WC
+	timer *time.Timer
+	stop  <-chan struct{} // nil, or closed to give up waiting
+}
+
+func newWaiter(cq *roce.CQ, n int) *waiter {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &waiter{cq: cq, wc: make([]roce.WC, n), timer: t}
+}
+
+// wait returns at least one successful completion.
+func (w *waiter) wait() ([]roce.WC, error) {
+	for i := 0; ; i++ {
+		n, err := w.cq.Poll(w.wc)
+		if err == nil && n == 0 && i >= 4 {
+			if err = w.cq.ReqNotify(false); err == nil {
+				if n, err = w.cq.Poll(w.wc); err == nil && n == 0 {
+					w.timer.Reset(10 * time.Second)
+					select {
+					case <-w.cq.Notify():
+						w.timer.Stop()
+					case <-w.timer.C:
+						return nil, errCQTimeout
+					case <-w.stop:
+						w.timer.Stop()
+						return nil, errStopped
+					}
+				}
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			if i < 4 {
+				runtime.Gosched()
+			}
+			continue
+		}
+		for _, wc := range w.wc[:n] {
+			if wc.Status != roce.WCSuccess {
+				return nil, fmt.Errorf("wr %d: %v", wc.WRID, wc.Status)
+			}
+		}
+		return w.wc[:n], nil
+	}
+}
+
+// window returns the outstanding WRs kept for a message size and the signaling
+// interval: 64 WRs (a quarter signaled) for small and page-sized messages, 16 for
+// 1 MiB ones, whose 256 packets each already fill the pipe.
+func window(size int) (depth, signalEvery int) {
+	if size >= 1<<20 {
+		return 16, 4
+	}
+	return 64, 16
+}
+
+// benchRC posts b.N messages of size bytes with op, keeping depth WRs outstanding
+// and signaling every signalEvery-th, and reports throughput in bytes, messages and
+// packets against the batched raw-UDP rate.
+func benchRC(b *testing.B, op roce.WROpcode, size int) {
+	bl := rawBaseline()
+	if bl.err != nil {
+		b.Fatalf("raw-UDP baseline: %v", bl.err)
+	}
+	depth, every := window(size)
+	rq := 0
+	if op == roce.WRSend {
+		rq = 4 * depth
+	}
+	x, y := rcPair(b, size, depth, max(rq, 1))
+
+	var recvDone chan error
+	if op == roce.WRSend {
+		recvDone = make(chan error, 1)
+		go receive(y, size, rq, b.N, recvDone)
+	}
+	wrs := make([]roce.SendWR, every)
+	for i := range wrs {
+		wrs[i] = roce.SendWR{WRID: uint64(i), Opcode: op,
+			SGL:        []roce.SGE{{Addr: x.mr.Addr(), Length: uint32(size), LKey: x.mr.LKey()}},
+			RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}
+	}
+	groups := make([]int, 0, depth) // sizes of the posted groups, each ending in a signaled WR
+	w := newWaiter(x.scq, depth)
+	class := transport.ClassWrite
+	if op == roce.WRSend {
+		class = transport.ClassSend
+	}
+	before := x.dev.Stats()
+
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	posted, outstanding := 0, 0
+	for posted < b.N || outstanding > 0 {
+		for posted < b.N && outstanding+every <= depth {
+			k := min(every, b.N-posted)
+			for i := range wrs[:k] {
+				wrs[i].Flags = 0
+			}
+			wrs[k-1].Flags = roce.SendSignaled
+			if n, err := x.qp.PostSend(wrs[:k]); err != nil {
+				b.Fatalf("post_send after %d of %d: %v", n, k, err)
+			}
+			groups = append(groups, k)
+			posted += k
+			outstanding += k
+		}
+		wcs, err := w.wait()
+		if err != nil {
+			b.Fatalf("send completions (%d posted, %d outstanding): %v", posted, outstanding, err)
+		}
+		for range wcs {
+			outstanding -= groups[0]
+			groups = groups[1:]
+		}
+		if len(groups) == 0 {
+			groups = groups[:0:cap(groups)]
+		}
+	}
+	if recvDone != nil {
+		if err := <-recvDone; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	after := x.dev.Stats()
+	sec := b.Elapsed().Seconds()
+	pkts := float64(after.SentPackets[class] - before.SentPackets[class])
+	retx := float64(after.Retransmits - before.Retransmits)
+	acks := float64(y.dev.Stats().SentPackets[transport.ClassAck])
+	dsize := bigDatagram
+	if size < 4096 {
+		dsize = smallDatagram
+	}
+	r := result{pps: pkts / sec, mbps: float64(b.N) * float64(size) / sec / 1e6}
+	r.ratio = r.pps / bl.batchPPS[dsize]
+	b.ReportMetric(float64(b.N)/sec, "msgs/s")
+	b.ReportMetric(r.pps, "pkts/s")
+	b.ReportMetric(acks/pkts, "acks/pkt")
+	b.ReportMetric(retx/float64(b.N), "retx/op")
+	b.Logf("N=%d: %.0f pkts/s = %.1f%% of batched raw UDP (%.0f pkts/s at %d B)", b.N, r.pps, 100*r.ratio, bl.batchPPS[dsize], dsize)
+	record(b.Name(), r)
+}
+
+// receive keeps y's receive queue full with rq receives of size bytes (all into the
+// same buffer) until total messages have arrived, then reports on done.
+func receive(y *end, size, rq, total int, done chan<- error) {
+	wrs := make([]roce.RecvWR, rq)
+	for i := range wrs {
+		wrs[i] = roce.RecvWR{WRID: uint64(i), SGL: []roce.SGE{{Addr: y.mr.Addr(), Length: uint32(size), LKey: y.mr.LKey()}}}
+	}
+	if _, err := y.qp.PostRecv(wrs); err != nil {
+		done <- err
+		return
+	}
+	w := newWaiter(y.rcq, rq)
+	for got := 0; got < total; {
+		wcs, err := w.wait()
+		if err != nil {
+			done <- fmt.Errorf("receive completions after %d of %d: %v", got, total, err)
+			return
+		}
+		got += len(wcs)
+		if _, err := y.qp.PostRecv(wrs[:len(wcs)]); err != nil {
+			done <- err
+			return
+		}
+	}
+	done <- nil
+}
+
+var sizes = []int{64, 4096, 1 << 20}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// BenchmarkRCWrite is RDMA WRITE throughput between two devices over loopback.
+func BenchmarkRCWrite(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(sizeName(n), func(b *testing.B) { benchRC(b, roce.WRRDMAWrite, n) })
+	}
+}
+
+// BenchmarkRCSend is SEND throughput between two devices over loopback.
+func BenchmarkRCSend(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(sizeName(n), func(b *testing.B) { benchRC(b, roce.WRSend, n) })
+	}
+}
+
+// BenchmarkRCPingPong is the 64-byte SEND round trip (ibv_rc_pingpong -s 64): the
+// client sends, the server's receive completes and it sends back, the client's
+// receive completes.
+func BenchmarkRCPingPong(b *testing.B) {
+	const size, depth = 64, 16
+	bl := rawBaseline()
+	if bl.err != nil {
+		b.Fatalf("raw-UDP baseline: %v", bl.err)
+	}
+	cli, srv := rcPair(b, size, depth, depth)
+	postRecvs := func(e *end, n int) error {
+		for range n {
+			if _, err := e.qp.PostRecv([]roce.RecvWR{{SGL: []roce.SGE{{Addr: e.mr.Addr(), Length: size, LKey: e.mr.LKey()}}}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, e := range []*end{cli, srv} {
+		if err := postRecvs(e, depth); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Sends are signaled one in eight; the rest are retired by the signaled one.
+	type sender struct {
+		e      *end
+		wr     []roce.SendWR
+		rwr    []roce.RecvWR
+		n      int
+		poller []roce.WC
+	}
+	newSender := func(e *end) *sender {
+		return &sender{e: e, poller: make([]roce.WC, depth),
+			wr:  []roce.SendWR{{Opcode: roce.WRSend, SGL: []roce.SGE{{Addr: e.mr.Addr(), Length: size, LKey: e.mr.LKey()}}}},
+			rwr: []roce.RecvWR{{SGL: []roce.SGE{{Addr: e.mr.Addr(), Length: size, LKey: e.mr.LKey()}}}}}
+	}
+	// send posts one SEND and, at every eighth, waits for its completion, which keeps
+	// the send queue from filling with unsignaled WRs.
+	send := func(s *sender, w *waiter) error {
+		s.n++
+		s.wr[0].Flags = 0
+		if s.n%8 == 0 {
+			s.wr[0].Flags = roce.SendSignaled
+		}
+		if _, err := s.e.qp.PostSend(s.wr); err != nil {
+			return err
+		}
+		if s.n%8 == 0 {
+			_, err := w.wait()
+			return err
+		}
+		return nil
+	}
+	// echo is the server: every receive is answered with a send.
+	stop := make(chan struct{})
+	echoDone := make(chan error, 1)
+	go func() {
+		s, rw, sw := newSender(srv), newWaiter(srv.rcq, 1), newWaiter(srv.scq, 1)
+		rw.stop = stop
+		for {
+			if _, err := rw.wait(); err != nil {
+				select {
+				case <-stop:
+					err = nil
+				default:
+				}
+				echoDone <- err
+				return
+			}
+			if _, err := srv.qp.PostRecv(s.rwr); err != nil {
+				echoDone <- err
+				return
+			}
+			if err := send(s, sw); err != nil {
+				echoDone <- err
+				return
+			}
+		}
+	}()
+	c, rw, sw := newSender(cli), newWaiter(cli.rcq, 1), newWaiter(cli.scq, 1)
+	roundTrip := func() error {
+		if err := send(c, sw); err != nil {
+			return err
+		}
+		if _, err := rw.wait(); err != nil {
+			return err
+		}
+		_, err := cli.qp.PostRecv(c.rwr)
+		return err
+	}
+	for range 100 { // warm up
+		if err := roundTrip(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := roundTrip(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	rt := b.Elapsed() / time.Duration(b.N)
+	close(stop)
+	if err := <-echoDone; err != nil {
+		b.Fatalf("echo: %v", err)
+	}
+	r := result{rtt: rt, rttRatio: float64(rt) / float64(bl.rtt)}
+	b.ReportMetric(us(rt), "µs/rt")
+	b.ReportMetric(r.rttRatio, "x-udp-rtt")
+	b.Logf("N=%d: %.1f µs per round trip = %.2fx raw UDP ping-pong (%.1f µs)", b.N, us(rt), r.rttRatio, us(bl.rtt))
+	record(b.Name(), r)
+}

@@ -1,0 +1,448 @@
+//go:build linux
+
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/transport/link"
+)
+
+// Datagram sizes of the engine's packets at path MTU 4096: BTH (12) + payload +
+// ICRC (4). A full middle or SEND packet is 4112 bytes; a 64-byte SEND ONLY is 80.
+// WRITE ONLY adds a 16-byte RETH (4128 and 96), close enough to share a baseline.
+const (
+	bigDatagram   = 12 + 4096 + 4
+	smallDatagram = 12 + 64 + 4
+)
+
+// rawWindow is the most datagrams the raw-UDP senders keep in flight. It keeps the
+// receiver's socket buffer (link.DefaultSocketBuffer, 4 MiB when the kernel grants
+// it) from overflowing, so the baselines measure rate, not loss.
+const rawWindow = 256
+
+// rawPath is one way of moving datagrams from 127.0.0.1 to 127.0.0.2.
+type rawPath interface {
+	// batch is the most datagrams one send call carries.
+	batch() int
+	// send sends n <= batch() datagrams.
+	send(n int) error
+	// recv blocks until datagrams arrive and returns how many.
+	recv() (int, error)
+	close()
+}
+
+// streamRaw sends total datagrams through p from a sender goroutine while this
+// goroutine receives them, with at most rawWindow in flight. It returns the time
+// taken. A stall (a lost datagram would cause one) fails after 5 s of no progress.
+func streamRaw(p rawPath, total int) (time.Duration, error) {
+	bs := p.batch()
+	credits := make(chan struct{}, max(2, rawWindow/bs))
+	for range cap(credits) {
+		credits <- struct{}{}
+	}
+	var progress atomic.Int64
+	stop := make(chan struct{})
+	var stalled atomic.Bool
+	go func() { // watchdog
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		last, idle := int64(-1), 0
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			if cur := progress.Load(); cur != last {
+				last, idle = cur, 0
+				continue
+			}
+			if idle++; idle >= 5 {
+				stalled.Store(true)
+				p.close()
+				return
+			}
+		}
+	}()
+	defer close(stop)
+	sendErr := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		for sent := 0; sent < total; {
+			select {
+			case <-credits:
+			case <-stop:
+				sendErr <- nil
+				return
+			}
+			k := min(bs, total-sent)
+			if err := p.send(k); err != nil {
+				sendErr <- err
+				return
+			}
+			sent += k
+		}
+		sendErr <- nil
+	}()
+	got, returned := 0, 0
+	for got < total {
+		n, err := p.recv()
+		if err != nil {
+			if stalled.Load() {
+				return 0, fmt.Errorf("stalled at %d of %d datagrams (lost?)", got, total)
+			}
+			return 0, err
+		}
+		got += n
+		progress.Store(int64(got))
+		for ; returned < got/bs; returned++ {
+			credits <- struct{}{}
+		}
+	}
+	elapsed := time.Since(start)
+	return elapsed, <-sendErr
+}
+
+// listenPlain opens a net.UDPConn on addr with an ephemeral port.
+func listenPlain(addr netip.Addr) (*net.UDPConn, error) {
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, 0)))
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetReadBuffer(link.DefaultSocketBuffer)
+	_ = c.SetWriteBuffer(link.DefaultSocketBuffer)
+	return c, nil
+}
+
+// plainPath is net.UDPConn, one datagram per system call.
+type plainPath struct {
+	tx, rx *net.UDPConn
+	dst    netip.AddrPort
+	out    []byte
+	in     []byte
+}
+
+func newPlainPath(size int) (*plainPath, error) {
+	tx, err := listenPlain(addrA)
+	if err != nil {
+		return nil, err
+	}
+	rx, err := listenPlain(addrB)
+	if err != nil {
+		tx.Close()
+		return nil, err
+	}
+	return &plainPath{tx: tx, rx: rx, dst: rx.LocalAddr().(*net.UDPAddr).AddrPort(),
+		out: make([]byte, size), in: make([]byte, link.MaxDatagram)}, nil
+}
+
+func (p *plainPath) batch() int { return 64 }
+
+func (p *plainPath) send(n int) error {
+	for range n {
+		if _, err := p.tx.WriteToUDPAddrPort(p.out, p.dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *plainPath) recv() (int, error) {
+	_, _, err := p.rx.ReadFromUDPAddrPort(p.in)
+	return 1, err
+}
+
+func (p *plainPath) close() { p.tx.Close(); p.rx.Close() }
+
+// batchPath is link.UDP: sendmmsg/recvmmsg with link.DefaultBatchSize messages.
+type batchPath struct {
+	tx, rx *link.UDP
+	out    []link.Message
+	in     []link.Message
+}
+
+func newBatchPath(size int) (*batchPath, error) {
+	tx, err := link.ListenUDP(netip.AddrPortFrom(addrA, 0), link.Config{})
+	if err != nil {
+		return nil, err
+	}
+	rx, err := link.ListenUDP(netip.AddrPortFrom(addrB, 0), link.Config{})
+	if err != nil {
+		tx.Close()
+		return nil, err
+	}
+	p := &batchPath{tx: tx, rx: rx, out: make([]link.Message, tx.BatchSize()), in: make([]link.Message, rx.BatchSize())}
+	for i := range p.out {
+		p.out[i] = link.Message{Buf: make([]byte, size), Addr: rx.LocalAddr()}
+	}
+	for i := range p.in {
+		p.in[i].Buf = make([]byte, link.MaxDatagram)
+	}
+	return p, nil
+}
+
+func (p *batchPath) batch() int { return len(p.out) }
+
+func (p *batchPath) send(n int) error {
+	_, err := p.tx.WriteBatch(p.out[:n])
+	return err
+}
+
+func (p *batchPath) recv() (int, error) {
+	for i := range p.in {
+		p.in[i].Buf = p.in[i].Buf[:cap(p.in[i].Buf)]
+	}
+	return p.rx.ReadBatch(p.in)
+}
+
+func (p *batchPath) close() { p.tx.Close(); p.rx.Close() }
+
+// gsoPath is a plain socket with UDP_SEGMENT on the sender (one sendmsg carries up
+// to 64 datagrams, at most 64 KiB) and UDP_GRO on the receiver (one recvmsg returns
+// a train of same-sized datagrams and their size in a control message).
+type gsoPath struct {
+	tx, rx *net.UDPConn
+	dst    netip.AddrPort
+	size   int
+	segs   int
+	out    []byte
+	in     []byte
+	oob    []byte
+}
+
+// errNoGSO says the kernel refused UDP_SEGMENT or UDP_GRO.
+var errNoGSO = errors.New("UDP GSO/GRO unsupported")
+
+func setInt(c *net.UDPConn, level, opt, v int) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, v) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+func newGSOPath(size int) (*gsoPath, error) {
+	tx, err := listenPlain(addrA)
+	if err != nil {
+		return nil, err
+	}
+	rx, err := listenPlain(addrB)
+	if err != nil {
+		tx.Close()
+		return nil, err
+	}
+	p := &gsoPath{tx: tx, rx: rx, dst: rx.LocalAddr().(*net.UDPAddr).AddrPort(), size: size,
+		segs: min(64, 65000/size), in: make([]byte, 1<<16), oob: make([]byte, unix.CmsgSpace(4))}
+	p.out = make([]byte, p.segs*size)
+	if err := setInt(tx, unix.SOL_UDP, unix.UDP_SEGMENT, size); err != nil {
+		p.close()
+		return nil, fmt.Errorf("%w: setsockopt UDP_SEGMENT: %v", errNoGSO, err)
+	}
+	if err := setInt(rx, unix.SOL_UDP, unix.UDP_GRO, 1); err != nil {
+		p.close()
+		return nil, fmt.Errorf("%w: setsockopt UDP_GRO: %v", errNoGSO, err)
+	}
+	return p, nil
+}
+
+func (p *gsoPath) batch() int { return p.segs }
+
+func (p *gsoPath) send(n int) error {
+	_, err := p.tx.WriteToUDPAddrPort(p.out[:n*p.size], p.dst)
+	return err
+}
+
+func (p *gsoPath) recv() (int, error) {
+	n, oobn, _, _, err := p.rx.ReadMsgUDPAddrPort(p.in, p.oob)
+	if err != nil {
+		return 0, err
+	}
+	seg := n
+	if oobn >= unix.CmsgLen(4) {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&p.oob[0]))
+		if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO {
+			seg = int(*(*int32)(unsafe.Pointer(&p.oob[unix.CmsgLen(0)])))
+		}
+	}
+	if seg <= 0 {
+		return 1, nil
+	}
+	return (n + seg - 1) / seg, nil
+}
+
+func (p *gsoPath) close() { p.tx.Close(); p.rx.Close() }
+
+// benchRaw runs b.N datagrams of size bytes through the path newPath makes.
+func benchRaw(b *testing.B, size int, newPath func(int) (rawPath, error)) {
+	p, err := newPath(size)
+	if errors.Is(err, errNoGSO) {
+		b.Skip(err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.close()
+	if _, err := streamRaw(p, rawWindow); err != nil { // warm up, and check GSO works
+		if errors.Is(err, unix.EIO) || errors.Is(err, unix.EINVAL) {
+			b.Skipf("UDP GSO send refused: %v", err)
+		}
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	elapsed, err := streamRaw(p, b.N)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pkts/s")
+}
+
+// rawPaths are the baselines by name.
+var rawPaths = []struct {
+	name string
+	open func(int) (rawPath, error)
+}{
+	{"plain", func(n int) (rawPath, error) { return newPlainPath(n) }},
+	{"batch", func(n int) (rawPath, error) { return newBatchPath(n) }},
+	{"gso", func(n int) (rawPath, error) { return newGSOPath(n) }},
+}
+
+// BenchmarkRawUDP is the raw-UDP datagram rate from 127.0.0.1 to 127.0.0.2 at the
+// engine's packet sizes, a sender goroutine against a receiver with rawWindow
+// datagrams in flight.
+func BenchmarkRawUDP(b *testing.B) {
+	for _, size := range []int{smallDatagram, bigDatagram} {
+		for _, rp := range rawPaths {
+			b.Run(fmt.Sprintf("%s/%dB", rp.name, size), func(b *testing.B) { benchRaw(b, size, rp.open) })
+		}
+	}
+}
+
+// pingPongRaw measures n round trips of a size-byte datagram between two plain
+// sockets, with an echo goroutine on the far side.
+func pingPongRaw(n, size int) (time.Duration, error) {
+	a, err := listenPlain(addrA)
+	if err != nil {
+		return 0, err
+	}
+	defer a.Close()
+	e, err := listenPlain(addrB)
+	if err != nil {
+		return 0, err
+	}
+	defer e.Close()
+	go func() {
+		buf := make([]byte, link.MaxDatagram)
+		for {
+			k, from, err := e.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			if _, err := e.WriteToUDPAddrPort(buf[:k], from); err != nil {
+				return
+			}
+		}
+	}()
+	dst := e.LocalAddr().(*net.UDPAddr).AddrPort()
+	out, in := make([]byte, size), make([]byte, link.MaxDatagram)
+	if err := a.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for range n {
+		if _, err := a.WriteToUDPAddrPort(out, dst); err != nil {
+			return 0, err
+		}
+		if _, _, err := a.ReadFromUDPAddrPort(in); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start), nil
+}
+
+// BenchmarkRawUDPPingPong is the raw-UDP round trip of a 64-byte message (80-byte
+// datagram, as the engine's SEND ONLY).
+func BenchmarkRawUDPPingPong(b *testing.B) {
+	if _, err := pingPongRaw(100, smallDatagram); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	d, err := pingPongRaw(b.N, smallDatagram)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(d.Microseconds())/float64(b.N), "µs/rt")
+}
+
+// baseline is the raw-UDP reference the engine benchmarks compare against, measured
+// once per process.
+type baseline struct {
+	batchPPS map[int]float64 // link.UDP datagrams per second, by datagram size
+	rtt      time.Duration   // plain-socket 64-byte round trip
+	err      error
+}
+
+var (
+	baseOnce sync.Once
+	base     baseline
+)
+
+// rawBaseline measures, once per process, the batched raw-UDP datagram rate at both
+// engine packet sizes (the best of three 300 ms runs) and the raw-UDP ping-pong time
+// (the best of three runs of 2000 round trips). Best-of, because the machine is shared
+// and the question is what the kernel can do.
+func rawBaseline() baseline {
+	baseOnce.Do(func() {
+		base.batchPPS = map[int]float64{}
+		for _, size := range []int{smallDatagram, bigDatagram} {
+			p, err := newBatchPath(size)
+			if err != nil {
+				base.err = err
+				return
+			}
+			for range 3 {
+				n := 20000
+				d, err := streamRaw(p, n)
+				if err == nil && d < 300*time.Millisecond {
+					n = int(float64(n) * float64(300*time.Millisecond) / float64(max(d, time.Millisecond)))
+					d, err = streamRaw(p, n)
+				}
+				if err != nil {
+					base.err = err
+					p.close()
+					return
+				}
+				base.batchPPS[size] = max(base.batchPPS[size], float64(n)/d.Seconds())
+			}
+			p.close()
+		}
+		for range 3 {
+			d, err := pingPongRaw(2000, smallDatagram)
+			if err != nil {
+				base.err = err
+				return
+			}
+			if rt := d / 2000; base.rtt == 0 || rt < base.rtt {
+				base.rtt = rt
+			}
+		}
+	})
+	return base
+}
