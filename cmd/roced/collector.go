@@ -19,6 +19,8 @@ type source struct {
 	qpStates func() map[string]int
 	// pingpong holds the responder's session counters; nil exports none.
 	pingpong *ppStats
+	// rping holds the rping responder's counters; nil exports none.
+	rping *rpStats
 }
 
 // collector is a prometheus.Collector over the engine's transport.Stats. It builds
@@ -35,6 +37,7 @@ type collector struct {
 	latencyBucketsSeconds []float64
 
 	ppActive, ppStarted, ppMessages, ppFailed, ppRefused *prometheus.Desc
+	rpActive, rpEnded, rpFailed, rpPings                 *prometheus.Desc
 }
 
 // scalarCounter is one label-free counter and the snapshot field it reads.
@@ -62,6 +65,14 @@ func newCollector(src source) *collector {
 			"Time from sending an RC request to the ACK that covers it.",
 			nil, nil),
 	}
+	c.rpActive = prometheus.NewDesc("roced_rping_sessions",
+		"rping connections being served now.", nil, nil)
+	c.rpEnded = prometheus.NewDesc("roced_rping_sessions_total",
+		"rping connections that ended with the client's disconnect.", nil, nil)
+	c.rpFailed = prometheus.NewDesc("roced_rping_session_errors_total",
+		"rping connections that failed (CM accept, or a ping's RDMA READ, WRITE or SEND).", nil, nil)
+	c.rpPings = prometheus.NewDesc("roced_rping_pings_total",
+		"Pings the rping responder answered (one RDMA READ and one RDMA WRITE each).", nil, nil)
 	c.ppActive = prometheus.NewDesc("roced_pingpong_sessions",
 		"Pingpong responder sessions serving messages now, by client tool (rc, srq, ud).", []string{"kind"}, nil)
 	c.ppStarted = prometheus.NewDesc("roced_pingpong_sessions_total",
@@ -127,6 +138,12 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- c.ppFailed
 		ch <- c.ppRefused
 	}
+	if c.src.rping != nil {
+		ch <- c.rpActive
+		ch <- c.rpEnded
+		ch <- c.rpFailed
+		ch <- c.rpPings
+	}
 }
 
 // Collect implements prometheus.Collector: one snapshot, then const metrics from it.
@@ -159,6 +176,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.ppFailed, prometheus.CounterValue, float64(pp.failed.Load()))
 		ch <- prometheus.MustNewConstMetric(c.ppRefused, prometheus.CounterValue, float64(pp.refused.Load()))
+	}
+	if rp := c.src.rping; rp != nil {
+		ch <- prometheus.MustNewConstMetric(c.rpActive, prometheus.GaugeValue, float64(rp.active.Load()))
+		ch <- prometheus.MustNewConstMetric(c.rpEnded, prometheus.CounterValue, float64(rp.ended.Load()))
+		ch <- prometheus.MustNewConstMetric(c.rpFailed, prometheus.CounterValue, float64(rp.failed.Load()))
+		ch <- prometheus.MustNewConstMetric(c.rpPings, prometheus.CounterValue, float64(rp.pings.Load()))
 	}
 }
 

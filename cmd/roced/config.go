@@ -24,6 +24,7 @@ const (
 	defaultUDPingpong   = 18516
 	defaultPingpongMax  = 64 << 10
 	defaultPingpongIdle = 30 * time.Second
+	defaultRpingPort    = 7174 // rping's default rdma_cm port
 	defaultDrainTimeout = 5 * time.Second
 )
 
@@ -43,6 +44,8 @@ type config struct {
 	udPingPort   uint16
 	ppMaxSize    int
 	ppIdle       time.Duration
+	rping        bool   // rping clients, through the CM on QP1
+	rpingPort    uint16 // rdma_cm port (RDMA_PS_TCP) of the rping responder
 	drainTimeout time.Duration
 }
 
@@ -123,6 +126,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	udPingPort := fs.Int("ud-pingpong-port", defaultUDPingpong, "TCP `port` of the ud pingpong exchange")
 	ppMax := fs.Int("pingpong-max-size", defaultPingpongMax, "largest message in `bytes` a pingpong client may send (its -s)")
 	ppIdle := fs.Duration("pingpong-idle", defaultPingpongIdle, "end a pingpong session after this long without a message")
+	rpingOn := fs.Bool("rping", true, "serve rping clients (rdma_cm, connection manager on QP1) on -rping-port")
+	rpingPort := fs.Int("rping-port", defaultRpingPort, "rdma_cm `port` of the rping responder (rping -p)")
 	drain := fs.Duration("drain-timeout", defaultDrainTimeout, "on SIGINT/SIGTERM, how long to wait for sessions to finish")
 	fs.Usage = func() {} // a mistake gets one line, not the whole usage
 	if err := fs.Parse(args); err != nil {
@@ -146,6 +151,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		udPingpong:   *udPingpong,
 		ppMaxSize:    *ppMax,
 		ppIdle:       *ppIdle,
+		rping:        *rpingOn,
 		drainTimeout: *drain,
 	}
 	if *port < 1 || *port > 65535 {
@@ -162,6 +168,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -pingpong-port: want 1..65535", *pingpongPort)}
 	}
 	c.pingpongPort = uint16(*pingpongPort)
+	if *rpingPort < 1 || *rpingPort > 65535 {
+		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -rping-port: want 1..65535", *rpingPort)}
+	}
+	c.rpingPort = uint16(*rpingPort)
 	if *udPingPort < 1 || *udPingPort > 65535 {
 		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -ud-pingpong-port: want 1..65535", *udPingPort)}
 	}

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/link"
@@ -104,6 +105,7 @@ type served struct {
 	tap      *link.Tap // nil without -pcap
 	pcapPath string
 	pcap     *os.File
+	mads     *gsi.Conn // QP1 for the CM; nil without -rping
 }
 
 // daemon holds everything run starts, so shutdown can stop it in order.
@@ -119,12 +121,13 @@ type daemon struct {
 	ready      atomic.Bool
 	fatal      chan error
 	pingpong   ppStats
+	rping      rpStats
 
 	wg sync.WaitGroup // server goroutines: HTTP and responders
 }
 
 // responder is a built-in service that remote RDMA tools talk to (the pingpong
-// responder; rping and perftest later). Serve runs until Close; Close stops accepting
+// responders, rping; perftest later). Serve runs until Close; Close stops accepting
 // new sessions, moves the QPs of running sessions to ERR (so their peers see flushes)
 // and waits up to the drain deadline for the sessions to finish.
 type responder interface {
@@ -173,7 +176,7 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 			}
 			return nil, fmt.Errorf("-metrics %s: %w", cfg.metrics, unwrapOp(err))
 		}
-		reg := newRegistry(newCollector(source{stats: d.stats, qpStates: d.qpStates, pingpong: &d.pingpong}))
+		reg := newRegistry(newCollector(source{stats: d.stats, qpStates: d.qpStates, pingpong: &d.pingpong, rping: &d.rping}))
 		d.http = &http.Server{
 			Handler:           newMux(reg, &d.ready, d.debugQPs, d.log),
 			ReadHeaderTimeout: 10 * time.Second,
@@ -196,6 +199,13 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 			r, err := newPingpongResponder("ud_pingpong (ibv_ud_pingpong)", s.dev, netip.AddrPortFrom(s.dev.Addr(), cfg.udPingPort), pp, d.log)
 			if err != nil {
 				return nil, err
+			}
+			d.responders = append(d.responders, r)
+		}
+		if cfg.rping {
+			r, err := newRpingResponder(s.dev, s.mads, netip.AddrPortFrom(s.dev.Addr(), cfg.rpingPort), &d.rping, d.log)
+			if err != nil {
+				return nil, fmt.Errorf("-rping-port %d on %s: %w", cfg.rpingPort, s.dev.Addr(), err)
 			}
 			d.responders = append(d.responders, r)
 		}
@@ -251,6 +261,11 @@ func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 			return nil, fmt.Errorf("-pcap %s: %w", s.pcapPath, err)
 		}
 		l = s.tap
+	}
+	if cfg.rping {
+		// The CM's MADs go to QP1, which the gsi agent takes off the link before the
+		// engine sees it; inside the tap, so captures show the CM exchange too.
+		l, s.mads = gsi.Wrap(l)
 	}
 	s.dev, err = roce.OpenLink(l, roce.WithMTU(roce.MTU(mtuCode(cfg.mtu))))
 	if err != nil {
@@ -315,7 +330,11 @@ func (d *daemon) announce(w io.Writer) {
 		}
 	}
 	for _, r := range d.responders {
-		fmt.Fprintf(w, "roced: %s responder on TCP %s\n", r.Name(), r.Addr())
+		network := "TCP"
+		if r.Addr().Network() != "tcp" {
+			network = r.Addr().Network() + " port"
+		}
+		fmt.Fprintf(w, "roced: %s responder on %s %s\n", r.Name(), network, r.Addr())
 	}
 	if d.metrics != nil {
 		fmt.Fprintf(w, "roced: metrics on http://%s/metrics (also /healthz, /debug/qps)\n", d.metrics.Addr())

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/cm/rping"
+	"github.com/goroce/goroce/roce"
+)
+
+// rpStats counts rping sessions for the metrics, shared by every rping responder.
+type rpStats struct {
+	active atomic.Int64  // connections being served now
+	ended  atomic.Uint64 // connections that ended with the client's disconnect
+	failed atomic.Uint64 // connections that failed (accept, a ping's transfer)
+	pings  atomic.Uint64 // pings answered (one RDMA READ and one RDMA WRITE each)
+}
+
+// cmAddr is the rdma_cm address an rping responder listens on; it is not a socket,
+// so Network names the port space.
+type cmAddr netip.AddrPort
+
+func (a cmAddr) Network() string { return "rdma_cm" }
+func (a cmAddr) String() string  { return netip.AddrPort(a).String() }
+
+// rpingResponder is rping -s -P on one device: the CM runs on the device's QP1 (the gsi
+// agent, set up by openDevice) and every connection request to the rdma_cm port is
+// accepted and served on its own goroutine by cm/rping.
+type rpingResponder struct {
+	dev   *roce.Device
+	mgr   *cm.Manager
+	ln    *cm.Listener
+	stats *rpStats
+	log   *slog.Logger
+
+	ctx    context.Context // cancelled by Close: ends sessions in progress
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // sessions
+}
+
+// newRpingResponder starts a CM on mads for dev and listens on addr's rdma_cm port.
+func newRpingResponder(dev *roce.Device, mads *gsi.Conn, addr netip.AddrPort, stats *rpStats, log *slog.Logger) (*rpingResponder, error) {
+	pa, err := dev.QueryPort(1)
+	if err != nil {
+		return nil, err
+	}
+	mgr := cm.NewManager(mads, cm.ManagerConfig{CAGUID: nodeGUID(dev), PathMTU: uint8(pa.ActiveMTU)})
+	ln, err := mgr.Listen(addr)
+	if err != nil {
+		mgr.Close()
+		return nil, err
+	}
+	r := &rpingResponder{dev: dev, mgr: mgr, ln: ln, stats: stats, log: log.With("responder", "rping")}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	return r, nil
+}
+
+// nodeGUID is the CA GUID rxe would use: the EUI-64 in the link-local GID, or 0.
+func nodeGUID(dev *roce.Device) uint64 {
+	g, err := dev.QueryGID(0)
+	if err != nil {
+		return 0
+	}
+	b := [16]byte(g)
+	if b[0] != 0xfe || b[1] != 0x80 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b[8:])
+}
+
+// Name implements responder.
+func (r *rpingResponder) Name() string { return "rping" }
+
+// Addr implements responder.
+func (r *rpingResponder) Addr() net.Addr { return cmAddr(r.ln.Addr()) }
+
+// Serve implements responder: it accepts connection requests until Close.
+func (r *rpingResponder) Serve() error {
+	for {
+		req, err := r.ln.GetRequest(r.ctx)
+		if err != nil {
+			if r.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		r.wg.Add(1)
+		go r.serveConn(req)
+	}
+}
+
+// serveConn runs one rping session. The server's -v lines are counted as pings, not
+// printed; rping's error and event messages go to the log.
+func (r *rpingResponder) serveConn(req *cm.ConnRequest) {
+	defer r.wg.Done()
+	r.stats.active.Add(1)
+	defer r.stats.active.Add(-1)
+	peer := req.REQ()
+	log := r.log.With("peer_qpn", peer.LocalQPN)
+	pings := &lineCounter{n: &r.stats.pings}
+	o := rping.Options{Verbose: true, Out: pings, Err: &logWriter{log: log}}
+	start := time.Now()
+	if err := rping.ServeConn(r.ctx, r.dev, req, o); err != nil {
+		r.stats.failed.Add(1)
+		log.Warn("rping session failed", "err", err, "pings", pings.local.Load(), "after", time.Since(start))
+		return
+	}
+	r.stats.ended.Add(1)
+	log.Info("rping session ended", "pings", pings.local.Load(), "after", time.Since(start))
+}
+
+// Close implements responder: stop accepting, end the sessions (each disconnects and
+// destroys its QP), wait for them until deadline, then stop the CM.
+func (r *rpingResponder) Close(deadline time.Time) {
+	r.ln.Close()
+	r.cancel()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Until(deadline)):
+		r.log.Warn("rping sessions still running at the drain deadline")
+	}
+	r.mgr.Close()
+}
+
+// lineCounter counts the newline-terminated lines written to it: rping's server writes
+// one "server ping data: ..." line per ping.
+type lineCounter struct {
+	n     *atomic.Uint64
+	local atomic.Uint64
+}
+
+func (c *lineCounter) Write(b []byte) (int, error) {
+	k := uint64(bytes.Count(b, []byte{'\n'}))
+	c.n.Add(k)
+	c.local.Add(k)
+	return len(b), nil
+}
+
+// logWriter turns rping's stderr messages into log records, one per line.
+type logWriter struct{ log *slog.Logger }
+
+func (w *logWriter) Write(b []byte) (int, error) {
+	for _, line := range bytes.Split(bytes.TrimRight(b, "\n"), []byte{'\n'}) {
+		if len(line) > 0 {
+			w.log.Info("rping", "msg", string(line))
+		}
+	}
+	return len(b), nil
+}
