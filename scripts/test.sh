@@ -19,6 +19,12 @@ go vet ./...
 if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
   echo "== install prometheus (cmd/roced end-to-end tests)"
   bash cmd/roced/testdata/install-prometheus.sh
+  # tshark checks that Wireshark decodes our captures as InfiniBand (roce capture test).
+  if ! command -v tshark >/dev/null; then
+    echo "== install tshark"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark >/dev/null ||
+      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark >/dev/null; }
+  fi
 fi
 
 echo "== go test -race"

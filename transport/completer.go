@@ -153,12 +153,18 @@ func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 		q.complete(now, w, cq.Success)
 		progress = true
 	}
+	// The expected PSN moves past everything acknowledged, but never into a READ
+	// or atomic at the head: only its own responses may advance it there. A READ
+	// response that implicitly acknowledges the WRITE before it (no separate ACK,
+	// as rxe coalesces) must still find comp.psn at the READ's first PSN.
 	w := q.head()
-	if w == nil || !w.isReadOrAtomic() {
-		if through.Diff(q.comp.psn) >= 0 {
-			q.comp.psn = through.Add(1)
-			progress = true
-		}
+	next := through.Add(1)
+	if w != nil && w.isReadOrAtomic() && next.After(w.firstPSN) {
+		next = w.firstPSN
+	}
+	if next.After(q.comp.psn) {
+		q.comp.psn = next
+		progress = true
 	}
 	switch op {
 	case bth.RCAck:
