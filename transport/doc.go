@@ -1,4 +1,4 @@
-// Package transport is the RoCEv2 engine: RC and UD queue pairs over a
+// Package transport is the RoCEv2 engine: RC, UC and UD queue pairs over a
 // link.Link (UDP port 4791), with the IBTA reliability protocol as Linux
 // soft-RoCE (rdma_rxe) speaks it on the wire.
 //
@@ -49,6 +49,12 @@
 // in max_dest_rd_atomic responder resources and replayed, atomics never
 // executed twice; retry_cnt and rnr_retry of 7 mean infinite; the
 // retransmission timeout is 4.096 µs × 2^timeout.
+//
+// UC (uc.go) shares the requester with RC but sends UC opcodes without
+// AckReq and completes a WQE once its last packet is sent; its responder
+// never acknowledges, and a PSN gap, an opcode out of sequence, a bad R_Key
+// or length, or a missing receive WR drops the whole message silently, the
+// responder resynchronizing at the next FIRST or ONLY.
 //
 // The UDP source port rxe derives per QP (rdma_get_udp_sport for RC,
 // 0xC000 + hash_32(qpn, 14) otherwise) is computed and shown in QPInfo, but

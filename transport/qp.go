@@ -70,9 +70,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		return nil, newErr(op, 0, syscall.EINVAL, "nil init attributes")
 	}
 	switch init.Type {
-	case QPTypeRC, QPTypeUD:
-	case QPTypeUC:
-		return nil, newErr(op, 0, syscall.ENOSYS, "UC QPs are not implemented")
+	case QPTypeRC, QPTypeUC, QPTypeUD:
 	default:
 		return nil, newErr(op, 0, syscall.EINVAL, "unknown QP type %d", init.Type)
 	}
@@ -332,7 +330,7 @@ func (q *QP) modify(now time.Time, a *QPAttr, mask QPAttrMask) error {
 	} else {
 		q.rto = 0
 	}
-	if mask&(QPAttrAV|QPAttrDestQPN) != 0 && q.typ == QPTypeRC {
+	if mask&(QPAttrAV|QPAttrDestQPN) != 0 && q.typ != QPTypeUD {
 		if t.AV.SrcPort != 0 {
 			q.sport = t.AV.SrcPort
 		} else {
@@ -524,6 +522,12 @@ func (q *QP) postOne(wr *SendWR) error {
 		}
 		if wr.AH == nil || !wr.AH.DGID.IsValid() {
 			return newErr(op, q.qpn, syscall.EINVAL, "UD WR without an address handle")
+		}
+	case QPTypeUC:
+		switch wr.Opcode {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm:
+		default:
+			return newErr(op, q.qpn, syscall.EINVAL, "opcode %d not valid on a UC QP", wr.Opcode)
 		}
 	default:
 		switch wr.Opcode {

@@ -276,6 +276,9 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 		var last bool
 		f.Opcode, last = nextOpcode(w.wr.Opcode, q.req.off, w.length, q.pmtu)
 		done = last
+		if q.typ == QPTypeUC {
+			f.Opcode = ucOpcode(f.Opcode)
+		}
 		switch w.wr.Opcode {
 		case WRRDMARead:
 			rem := w.length - q.req.off
@@ -309,7 +312,7 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 			}
 		}
 		q.req.noAck++
-		if last || q.req.noAck >= maxPktsPerAck {
+		if q.typ == QPTypeRC && (last || q.req.noAck >= maxPktsPerAck) {
 			f.AckReq = true
 			q.req.noAck = 0
 		}

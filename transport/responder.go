@@ -20,6 +20,7 @@ type responder struct {
 	sentNAK bool    // one PSN-sequence NAK per gap
 
 	inSend, inWrite bool       // inside a multi-packet SEND / WRITE
+	dropping        bool       // UC: dropping until the next FIRST/ONLY
 	wr              srq.RecvWR // receive WR taken for the current message
 	haveWR          bool
 	off             uint32 // bytes placed into wr
@@ -93,8 +94,12 @@ func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 		q.commEst = true
 		q.e.event(Event{Type: EventCommEst, QPN: q.qpn})
 	}
-	if q.typ == QPTypeUD {
+	switch q.typ {
+	case QPTypeUD:
 		q.udReceive(pkt, it)
+		return
+	case QPTypeUC:
+		q.ucRequest(now, pkt)
 		return
 	}
 	p := pkt.PSN()

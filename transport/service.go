@@ -9,6 +9,7 @@ import (
 
 // classOf maps an opcode to its counting class.
 func classOf(op bth.Opcode) OpClass {
+	op = rcTwin(op) // UC SEND/WRITE count with their RC twins
 	switch {
 	case op == bth.CNP:
 		return ClassCNP
@@ -80,8 +81,8 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 			e.stats.Malformed.Add(1)
 			return
 		}
-	case QPTypeRC:
-		if !op.IsRC() {
+	case QPTypeRC, QPTypeUC:
+		if (q.typ == QPTypeRC && !op.IsRC()) || (q.typ == QPTypeUC && !op.IsUC()) {
 			if op != bth.CNP {
 				e.stats.Malformed.Add(1)
 			}

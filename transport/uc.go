@@ -1,0 +1,147 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cq"
+)
+
+// ucOpcode turns an RC SEND/WRITE opcode into its UC twin: the UC family
+// (0x20-0x2b) has the same low five bits as RC's 0x00-0x0b.
+func ucOpcode(rc bth.Opcode) bth.Opcode { return bth.Opcode(bth.TransportUC) | rc&0x1F }
+
+// rcTwin maps a UC opcode onto the RC opcode with the same layout, so the
+// SEND/WRITE helpers serve both transports.
+func rcTwin(op bth.Opcode) bth.Opcode {
+	if op.IsUC() {
+		return op & 0x1F
+	}
+	return op
+}
+
+// ucDrop abandons the message in progress and drops packets until the next
+// FIRST or ONLY (IBA 9.7.5.2.x, rxe drop_msg): UC never NAKs. A receive WR
+// taken for the abandoned SEND stays with the QP for the next message.
+func (q *QP) ucDrop() {
+	q.ucAbandon()
+	q.resp.dropping = true
+}
+
+// ucAbandon forgets a partial SEND or WRITE; bytes already placed stay.
+func (q *QP) ucAbandon() {
+	q.resp.inSend, q.resp.inWrite = false, false
+	q.resp.off = 0
+	q.resp.wbuf, q.resp.woff, q.resp.wlen = nil, 0, 0
+}
+
+// ucFail is an IBA class D responder error on a UC QP (the receive WR
+// cannot hold the message or names bad memory): the WR completes with
+// status and the QP moves to ERR.
+func (q *QP) ucFail(now time.Time, status cq.Status) {
+	if q.resp.haveWR {
+		q.resp.haveWR = false
+		q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: status, Opcode: cq.OpRecv, QPNum: q.qpn}, false)
+	}
+	q.toError(now)
+}
+
+// ucRequest is the UC responder for one inbound SEND or WRITE packet. There
+// are no ACKs, duplicates or retries: a PSN gap inside a message, a packet
+// out of the opcode sequence, a bad R_Key or length, or no receive WR (RNR)
+// silently drops the whole message, and the responder resynchronizes at the
+// next FIRST or ONLY whatever its PSN.
+func (q *QP) ucRequest(now time.Time, pkt *bth.Packet) {
+	op := rcTwin(pkt.Opcode())
+	p := pkt.PSN()
+	start := op.IsFirst() || op.IsOnly()
+	if p != q.resp.psn {
+		q.e.stats.OutOfSequence.Add(1)
+	}
+	switch {
+	case start:
+		q.ucAbandon() // a lost LAST: the partial message is gone
+		q.resp.dropping = false
+	case q.resp.dropping || p != q.resp.psn ||
+		(q.resp.inSend && !isSend(op)) || (q.resp.inWrite && !isWrite(op)) ||
+		(!q.resp.inSend && !q.resp.inWrite):
+		q.resp.psn = p.Add(1)
+		q.ucDrop()
+		return
+	}
+	q.resp.psn = p.Add(1)
+	end := op.IsLast() || op.IsOnly()
+	data := pkt.Payload()
+	n := uint32(len(data))
+	if ((op.IsFirst() || op.IsMiddle()) && n != q.pmtu) || (op.IsLast() && (n == 0 || n > q.pmtu)) ||
+		(op.IsOnly() && n > q.pmtu) {
+		q.ucDrop()
+		return
+	}
+	switch {
+	case isSend(op):
+		if start && !q.takeRecvWR() {
+			q.ucDrop() // RNR: UC drops the message
+			return
+		}
+		if st := q.scatter(q.resp.wr.SGL, q.resp.off, data); st != cq.Success {
+			q.ucFail(now, st)
+			return
+		}
+		q.resp.off += n
+		q.resp.inSend = !end
+		if end {
+			wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecv,
+				ByteLen: q.resp.off, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
+			if op.HasImm() {
+				wc.ImmData = pkt.Imm()
+				wc.Flags |= cq.FlagWithImm
+			}
+			q.resp.haveWR = false
+			q.resp.off = 0
+			q.pushWC(q.init.RecvCQ, &wc, pkt.SE())
+		}
+	case isWrite(op):
+		if q.attr.AccessFlags&AccessRemoteWrite == 0 {
+			q.ucDrop()
+			return
+		}
+		if start {
+			reth := pkt.RETH()
+			if reth.DMALen > 1<<31 || (op.IsOnly() && n != reth.DMALen) || n > reth.DMALen {
+				q.ucDrop()
+				return
+			}
+			var b []byte
+			if reth.DMALen > 0 {
+				if b = q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteWrite); b == nil {
+					q.ucDrop()
+					return
+				}
+			}
+			q.resp.wbuf, q.resp.woff, q.resp.wlen = b, 0, reth.DMALen
+		} else if rem := uint32(len(q.resp.wbuf)) - q.resp.woff; n > rem || (op.IsLast() && n != rem) {
+			q.ucDrop()
+			return
+		}
+		if op.HasImm() && !q.takeRecvWR() {
+			q.ucDrop()
+			return
+		}
+		copy(q.resp.wbuf[q.resp.woff:], data)
+		q.resp.woff += n
+		q.resp.inWrite = !end
+		if end {
+			wlen := q.resp.wlen
+			q.resp.wbuf, q.resp.woff, q.resp.wlen = nil, 0, 0
+			if op.HasImm() {
+				wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecvRDMAWithImm,
+					ByteLen: wlen, ImmData: pkt.Imm(), Flags: cq.FlagWithImm, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
+				q.resp.haveWR = false
+				q.pushWC(q.init.RecvCQ, &wc, pkt.SE())
+			}
+		}
+	default:
+		q.ucDrop()
+	}
+}
