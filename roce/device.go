@@ -369,12 +369,11 @@ func reserve(n interface {
 	return true
 }
 
-// barrier returns once every engine shard that owns a QP has finished the step it was
+// barrier returns once every engine shard has finished the step it was
 // in when barrier was called. The engine resolves keys and copies data within one
 // step and keeps no region across steps, so after unregister plus barrier no access
-// through the old keys is in flight. It uses Engine.QPs, which runs a query on each
-// QP's owner shard and waits for it.
-func (d *Device) barrier() { d.eng.QPs() }
+// through the old keys is in flight (Engine.Barrier: one command per shard).
+func (d *Device) barrier() { d.eng.Barrier() }
 
 // QPInfo is a debugging snapshot of one QP (state, PSNs, queue depth, counters).
 type QPInfo = transport.QPInfo

@@ -96,7 +96,7 @@ func (mr *MR) String() string {
 
 // Close is ibv_dereg_mr. Once it returns, the keys resolve to nothing, and no
 // access the engine started through them is still running: it waits for every engine
-// shard that owns a QP to finish the step it was in, so no remote write lands in the
+// shard to finish the step it was in (Engine.Barrier), so no remote write lands in the
 // buffer after Close returns. WRs that still name the keys complete with
 // an error, as in C.
 func (mr *MR) Close() error {

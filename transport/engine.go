@@ -150,6 +150,26 @@ func (e *Engine) Close() error {
 	return err
 }
 
+// Barrier returns once every shard has finished the step it was in when
+// Barrier was called. A shard resolves memory keys and copies data within
+// one step and keeps no region across steps, so after a key is unregistered
+// from Memory, Barrier guarantees that no access through it is still in
+// flight (ibv_dereg_mr). It costs one command per shard. After Close it
+// waits for the shards to stop. It must not be called from an OnEvent
+// callback, which runs on a shard.
+func (e *Engine) Barrier() {
+	for _, s := range e.shards {
+		// The command channel is unbuffered and a shard only receives
+		// between steps: the send completing is the barrier.
+		select {
+		case s.cmds <- func() {}:
+		case <-e.done:
+			e.wg.Wait()
+			return
+		}
+	}
+}
+
 func (e *Engine) event(ev Event) {
 	if e.onEvent != nil {
 		e.onEvent(ev)
