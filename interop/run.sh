@@ -78,10 +78,13 @@ log "boot 2 guests"
 step timeout 300 "$HERE/lab" up 2 || fail "the lab did not come up (see above)"
 
 cd "$ROOT"
-log "build cmd/roce-pingpong"
-step go build -o "$HERE/run/roce-pingpong" ./cmd/roce-pingpong || fail "go build ./cmd/roce-pingpong failed"
+for cmd in roce-pingpong rping-go roced; do
+  log "build cmd/$cmd"
+  step go build -o "$HERE/run/$cmd" "./cmd/$cmd" || fail "go build ./cmd/$cmd failed"
+done
 log "go test ./interop/..."
 export GOROCE_INTEROP=1 GOROCE_LAB_ENV=$HERE/run/lab.env GOROCE_PINGPONG=$HERE/run/roce-pingpong
+export GOROCE_RPING=$HERE/run/rping-go GOROCE_ROCED=$HERE/run/roced
 export GOROCE_INTEROP_RESULTS=$HERE/run/results.tsv
 rm -f "$GOROCE_INTEROP_RESULTS" "$HERE"/run/pcap/*.pcap
 args=(-count=1 -v -timeout "${GOROCE_INTEROP_TIMEOUT:-600}s")
@@ -89,6 +92,13 @@ args=(-count=1 -v -timeout "${GOROCE_INTEROP_TIMEOUT:-600}s")
 rc=0
 step bash -c 'go test "$@" ./interop/... 2>&1 | tee "$0"; exit "${PIPESTATUS[0]}"' \
   "$HERE/run/go-test.log" "${args[@]}" || rc=$?
+# cmd/roced's own lab tests (TestRxe*: stock tools against the daemon), unless -run
+# selects none of them.
+if [ -z "${GOROCE_INTEROP_RUN:-}" ] || [[ TestRxePingpong =~ $GOROCE_INTEROP_RUN ]]; then
+  log "go test -run '^TestRxe' ./cmd/roced"
+  step bash -c 'go test "$@" ./cmd/roced 2>&1 | tee -a "$0"; exit "${PIPESTATUS[0]}"' \
+    "$HERE/run/go-test.log" -count=1 -v -timeout "${GOROCE_INTEROP_TIMEOUT:-600}s" -run '^TestRxe' || rc=$?
+fi
 if [ -s "$GOROCE_INTEROP_RESULTS" ]; then
   echo "== interop results (tool, direction, transport, options, verdict, usec/iter, rxe hw_counters | goroce counters)"
   column -t -s $'\t' "$GOROCE_INTEROP_RESULTS" 2>/dev/null || cat "$GOROCE_INTEROP_RESULTS"

@@ -1,12 +1,12 @@
 // Command roced runs the goroce RoCEv2 engine as a service on a host without an RDMA
 // NIC: it owns UDP 4791 on its addresses, serves built-in responders that the stock
-// rdma-core tools talk to (ibv_rc_pingpong, ibv_srq_pingpong, ibv_ud_pingpong, and rping
-// through the connection manager on QP1), and
-// exports the engine's counters to Prometheus.
+// rdma-core tools talk to (ibv_rc_pingpong, ibv_srq_pingpong, ibv_ud_pingpong; rping
+// through the connection manager on QP1), and exports the engine's counters to
+// Prometheus.
 //
 // With no flags it serves 127.0.0.1 (UDP 4791, pingpong on TCP 18515 and 18516, rping on
-// rdma_cm port 7174) with
-// metrics on http://127.0.0.1:9464/metrics, and prints one line per endpoint.
+// rdma_cm port 7174) with metrics on http://127.0.0.1:9464/metrics, and prints one line
+// per endpoint.
 //
 // Layout: run (run.go) is the whole daemon behind a testable function; config.go parses
 // and validates flags; collector.go turns one transport.StatsSnapshot per scrape into
