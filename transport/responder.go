@@ -427,7 +427,11 @@ const grhLen = 40
 func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
 	deth := pkt.DETH()
 	data := pkt.Payload()
-	if deth.QKey != q.attr.QKey || uint32(len(data)) > q.pmtu {
+	if deth.QKey != q.attr.QKey {
+		q.e.stats.BadQKey.Add(1)
+		return
+	}
+	if uint32(len(data)) > q.pmtu {
 		q.e.stats.Malformed.Add(1)
 		return
 	}

@@ -72,7 +72,7 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 	e.stats.RcvdBytes[class].Add(uint64(len(b)))
 	q.cnt.rxPackets.Add(1)
 	if pkt.PKey()&0x7FFF != 0x7FFF {
-		e.stats.Malformed.Add(1)
+		e.stats.BadPKey.Add(1)
 		return
 	}
 	switch q.typ {
@@ -90,7 +90,7 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 		}
 		// rxe check_addr: an RC packet must come from the QP's peer.
 		if q.attr.AV.DGID.IsValid() && !sameAddr(src, q.attr.AV.DGID) {
-			e.stats.Malformed.Add(1)
+			e.stats.BadSource.Add(1)
 			return
 		}
 	}

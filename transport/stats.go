@@ -77,6 +77,9 @@ type Stats struct {
 
 	ICRCErrors        atomic.Uint64 // bad ICRC: dropped (rxe: silently)
 	Malformed         atomic.Uint64 // failed bth.Parse or header checks
+	BadPKey           atomic.Uint64 // P_Key not the default 0xFFFF (rxe: bad_pkey_cntr)
+	BadQKey           atomic.Uint64 // UD Q_Key differs from the QP's (rxe: qkey_viol_cntr)
+	BadSource         atomic.Uint64 // RC/UC packet not from the QP's peer address (rxe check_addr)
 	UnknownQP         atomic.Uint64 // DestQP not found
 	OutOfSequence     atomic.Uint64 // rxe out_of_seq_request
 	DuplicateRequests atomic.Uint64 // rxe duplicate_request
@@ -112,6 +115,7 @@ func (s *Stats) ObserveLatency(d time.Duration) {
 type StatsSnapshot struct {
 	SentPackets, SentBytes, RcvdPackets, RcvdBytes         [NumOpClasses]uint64
 	ICRCErrors, Malformed, UnknownQP, OutOfSequence        uint64
+	BadPKey, BadQKey, BadSource                            uint64
 	DuplicateRequests                                      uint64
 	NAKsSent, NAKsRcvd                                     [NumNAKKinds]uint64
 	Retransmits, Timeouts, RetryExceeded, RNRRetryExceeded uint64
@@ -139,6 +143,9 @@ func (s *Stats) Snapshot() StatsSnapshot {
 	}
 	o.ICRCErrors = s.ICRCErrors.Load()
 	o.Malformed = s.Malformed.Load()
+	o.BadPKey = s.BadPKey.Load()
+	o.BadQKey = s.BadQKey.Load()
+	o.BadSource = s.BadSource.Load()
 	o.UnknownQP = s.UnknownQP.Load()
 	o.OutOfSequence = s.OutOfSequence.Load()
 	o.DuplicateRequests = s.DuplicateRequests.Load()

@@ -85,8 +85,8 @@ func udExchange(t *testing.T, a, b *node) {
 	if rwc[1].Flags&cq.FlagWithImm == 0 || rwc[1].ImmData != 0x5a5a {
 		t.Fatalf("imm %#x flags %v", rwc[1].ImmData, rwc[1].Flags)
 	}
-	if n := b.e.Stats().Snapshot().Malformed; n != 2 {
-		t.Fatalf("Q_Key violations counted %d, want 2", n)
+	if s := b.e.Stats().Snapshot(); s.BadQKey != 2 || s.Malformed != 0 {
+		t.Fatalf("Q_Key violations counted %d (malformed %d), want 2 (0)", s.BadQKey, s.Malformed)
 	}
 }
 

@@ -38,8 +38,8 @@ func TestLoopbackUDP(t *testing.T) {
 	udExchange(t, a, b)
 	sa := a.e.Stats().Snapshot()
 	sb := b.e.Stats().Snapshot()
-	if sa.ICRCErrors+sb.ICRCErrors != 0 || sa.Malformed+sb.Malformed != 2 /* the Q_Key drops */ {
-		t.Fatalf("icrc errors %d/%d malformed %d/%d", sa.ICRCErrors, sb.ICRCErrors, sa.Malformed, sb.Malformed)
+	if sa.ICRCErrors+sb.ICRCErrors != 0 || sa.Malformed+sb.Malformed != 0 || sa.BadQKey+sb.BadQKey != 2 {
+		t.Fatalf("icrc errors %d/%d malformed %d/%d bad Q_Key %d/%d", sa.ICRCErrors, sb.ICRCErrors, sa.Malformed, sb.Malformed, sa.BadQKey, sb.BadQKey)
 	}
 	t.Logf("A sent %v packets, retransmits %d", sa.SentPackets, sa.Retransmits)
 }
