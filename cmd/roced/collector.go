@@ -92,6 +92,12 @@ func newCollector(src source) *collector {
 		func(s *transport.StatsSnapshot) uint64 { return s.Malformed })
 	sc("roce_unknown_qp_total", "Received packets dropped because no QP has their destination QPN.",
 		func(s *transport.StatsSnapshot) uint64 { return s.UnknownQP })
+	sc("roce_bad_pkey_total", "Received packets dropped because their P_Key is not the port's.",
+		func(s *transport.StatsSnapshot) uint64 { return s.BadPKey })
+	sc("roce_bad_qkey_total", "UD datagrams dropped because their Q_Key does not match the QP's.",
+		func(s *transport.StatsSnapshot) uint64 { return s.BadQKey })
+	sc("roce_bad_source_total", "RC/UC packets dropped because they did not come from the QP's peer.",
+		func(s *transport.StatsSnapshot) uint64 { return s.BadSource })
 	sc("roce_out_of_sequence_total", "Requests received with a PSN ahead of the expected one.",
 		func(s *transport.StatsSnapshot) uint64 { return s.OutOfSequence })
 	sc("roce_duplicate_requests_total", "Requests received with a PSN already acknowledged.",

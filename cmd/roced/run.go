@@ -458,6 +458,9 @@ func addSnapshot(a *transport.StatsSnapshot, b transport.StatsSnapshot) {
 	a.ICRCErrors += b.ICRCErrors
 	a.Malformed += b.Malformed
 	a.UnknownQP += b.UnknownQP
+	a.BadPKey += b.BadPKey
+	a.BadQKey += b.BadQKey
+	a.BadSource += b.BadSource
 	a.OutOfSequence += b.OutOfSequence
 	a.DuplicateRequests += b.DuplicateRequests
 	a.Retransmits += b.Retransmits
