@@ -262,7 +262,9 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 			SGL:        []roce.SGE{{Addr: x.mr.Addr(), Length: uint32(size), LKey: x.mr.LKey()}},
 			RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}
 	}
-	groups := make([]int, 0, depth) // sizes of the posted groups, each ending in a signaled WR
+	// groups is a ring of the sizes of the posted groups, each ending in a signaled
+	// WR; at most depth/every+1 are outstanding.
+	groups, gHead, gLen := make([]int, depth/every+1), 0, 0
 	w := newWaiter(x.scq, depth)
 	class := transport.ClassWrite
 	if op == roce.WRSend {
@@ -284,7 +286,8 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 			if err := postAll(x.qp, wrs[:k], &sqFull); err != nil {
 				b.Fatal(err)
 			}
-			groups = append(groups, k)
+			groups[(gHead+gLen)%len(groups)] = k
+			gLen++
 			posted += k
 			outstanding += k
 		}
@@ -293,11 +296,8 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 			b.Fatalf("send completions (%d posted, %d outstanding): %v", posted, outstanding, err)
 		}
 		for range wcs {
-			outstanding -= groups[0]
-			groups = groups[1:]
-		}
-		if len(groups) == 0 {
-			groups = groups[:0:cap(groups)]
+			outstanding -= groups[gHead]
+			gHead, gLen = (gHead+1)%len(groups), gLen-1
 		}
 	}
 	if recvDone != nil {
