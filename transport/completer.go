@@ -37,12 +37,14 @@ func (q *QP) head() *sendWQE {
 // is signaled, the QP signals all WRs, or the status is an error (IBA
 // 10.7.3.1, rxe do_complete).
 func (q *QP) complete(now time.Time, w *sendWQE, status cq.Status) {
-	if status != cq.Success || w.wr.Flags&SendSignaled != 0 || q.init.SQSigAll {
-		wc := cq.WorkCompletion{WRID: w.wr.WRID, Status: status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
-		if status == cq.Success {
-			wc.ByteLen = w.length
-		}
-		q.pushWC(q.init.SendCQ, &wc, false)
+	// Everything needed from the slot is read first, and the slot is retired
+	// before the completion becomes visible: once a user has polled a
+	// completion, its send-queue slots must already be free for PostSend, as
+	// with libibverbs (a PostSend right after Poll must not see ENOMEM).
+	signal := status != cq.Success || w.wr.Flags&SendSignaled != 0 || q.init.SQSigAll
+	wc := cq.WorkCompletion{WRID: w.wr.WRID, Status: status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
+	if status == cq.Success {
+		wc.ByteLen = w.length
 	}
 	if status == cq.Success && q.typ == QPTypeRC && !w.sentAt.IsZero() {
 		q.e.stats.ObserveLatency(now.Sub(w.sentAt))
@@ -53,6 +55,9 @@ func (q *QP) complete(now time.Time, w *sendWQE, status cq.Status) {
 		q.req.idx = q.comp.idx
 	}
 	q.sq.retire()
+	if signal {
+		q.pushWC(q.init.SendCQ, &wc, false)
+	}
 }
 
 // completeSent completes UD/UC WQEs once sent: nothing acknowledges them.
