@@ -39,7 +39,10 @@ type config struct {
 	pcap     string
 	rocePort int
 	linger   time.Duration
-	stats    bool
+	// lastAckWait bounds the wait for the last send completions once every receive
+	// has completed (0: wait as long as it takes, as the stock tools do).
+	lastAckWait time.Duration
+	stats       bool
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -71,6 +74,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.pcap, "pcap", "", "write our RoCEv2 datagrams to this pcap `file`")
 	fs.IntVar(&c.rocePort, "roce-port", 4791, "UDP port of RoCEv2 (both sides must agree)")
 	fs.BoolVar(&c.stats, "stats", false, "print the device's counters to stderr at exit")
+	fs.DurationVar(&c.lastAckWait, "last-ack-wait", 0, "once every receive has completed, wait at most this long for the last sends' ACKs (0: forever, as the stock tools); a peer that exited after its last receive can never ACK a retransmission")
 	fs.DurationVar(&c.linger, "linger", 500*time.Millisecond, "keep answering retransmissions this long after the last completion")
 	if len(args) == 0 {
 		usage(stderr, fs)

@@ -460,8 +460,21 @@ func (s *session) loop(ctx context.Context) error {
 	lastRecv := make([][]byte, len(s.qps))
 	scnt, rcnt := 0, 0
 	for rcnt < c.iters || scnt < c.iters {
-		n, err := s.wait(ctx, wc)
+		waitCtx, cancel := ctx, context.CancelFunc(func() {})
+		tail := c.lastAckWait > 0 && rcnt >= c.iters
+		if tail {
+			waitCtx, cancel = context.WithTimeout(ctx, c.lastAckWait)
+		}
+		n, err := s.wait(waitCtx, wc)
+		cancel()
 		if err != nil {
+			if tail && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				// Every receive completed, so the peer sent everything; only the ACK
+				// of our last send(s) is missing. If the peer lost it and then
+				// exited, no retransmission can ever be acknowledged.
+				fmt.Fprintf(os.Stderr, "roce-pingpong: %d last send(s) not acknowledged within %v after every receive completed (the peer may have exited)\n", c.iters-scnt, c.lastAckWait)
+				break
+			}
 			return fmt.Errorf("%w after %d/%d sends and %d/%d receives", err, scnt, c.iters, rcnt, c.iters)
 		}
 		for _, w := range wc[:n] {
