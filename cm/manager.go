@@ -359,12 +359,7 @@ func (mg *Manager) onConnectRequestLocked(ev Event) {
 
 // Listener receives connection requests for one port (rdma_listen).
 type Listener struct {
-	mg        *Manager
-	addr      netip.AddrPort
-	serviceID uint64
-	reqs      chan *ConnRequest
-	done      chan struct{}
-	closeOnce sync.Once
+	requestQueue[*ConnRequest]
 }
 
 // Listen accepts connection requests to addr's port in the TCP port space
@@ -380,8 +375,8 @@ func (mg *Manager) Listen(addr netip.AddrPort) (*Listener, error) {
 	if err := mg.m.Listen(sid); err != nil {
 		return nil, fmt.Errorf("cm: listen %v: %w", addr, err)
 	}
-	l := &Listener{mg: mg, addr: netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port()), serviceID: sid,
-		reqs: make(chan *ConnRequest, 64), done: make(chan struct{})}
+	l := &Listener{}
+	l.init(mg, addr, sid)
 	mg.listeners[sid] = l
 	return l, nil
 }
@@ -390,18 +385,7 @@ func (mg *Manager) Listen(addr netip.AddrPort) (*Listener, error) {
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
 // GetRequest waits for the next connection request (rdma_get_request).
-func (l *Listener) GetRequest(ctx context.Context) (*ConnRequest, error) {
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-l.mg.readDone:
-		return nil, net.ErrClosed
-	case <-l.done:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
+func (l *Listener) GetRequest(ctx context.Context) (*ConnRequest, error) { return l.get(ctx) }
 
 // Close stops listening; pending requests are rejected.
 func (l *Listener) Close() error {
@@ -412,20 +396,8 @@ func (l *Listener) Close() error {
 }
 
 func (l *Listener) closeLocked() {
-	l.closeOnce.Do(func() {
-		close(l.done)
-		l.mg.m.Unlisten(l.serviceID)
-		delete(l.mg.listeners, l.serviceID)
-		for {
-			select {
-			case r := <-l.reqs:
-				l.mg.m.Reject(time.Now(), r.h.id, RejConsumerDefined, nil)
-			default:
-				l.mg.flushLocked()
-				return
-			}
-		}
-	})
+	l.requestQueue.closeLocked(func() { delete(l.mg.listeners, l.serviceID) },
+		func(now time.Time, r *ConnRequest) { l.mg.m.Reject(now, r.h.id, RejConsumerDefined, nil) })
 }
 
 // ConnRequest is a received REQ waiting for Accept or Reject.

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
 )
 
@@ -96,12 +95,7 @@ func (mg *Manager) ResolveUD(ctx context.Context, local, remote netip.AddrPort, 
 
 // UDListener receives SIDR requests for one port of the UDP port space.
 type UDListener struct {
-	mg        *Manager
-	addr      netip.AddrPort
-	serviceID uint64
-	reqs      chan *UDRequest
-	done      chan struct{}
-	closeOnce sync.Once
+	requestQueue[*UDRequest]
 }
 
 // ListenUD accepts SIDR requests to addr's port in the UDP port space
@@ -116,25 +110,14 @@ func (mg *Manager) ListenUD(addr netip.AddrPort) (*UDListener, error) {
 	if err := mg.m.Listen(sid); err != nil {
 		return nil, fmt.Errorf("cm: listen %v: %w", addr, err)
 	}
-	l := &UDListener{mg: mg, addr: netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port()), serviceID: sid,
-		reqs: make(chan *UDRequest, 64), done: make(chan struct{})}
+	l := &UDListener{}
+	l.init(mg, addr, sid)
 	mg.udListen[sid] = l
 	return l, nil
 }
 
 // GetRequest waits for the next SIDR request.
-func (l *UDListener) GetRequest(ctx context.Context) (*UDRequest, error) {
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-l.mg.readDone:
-		return nil, net.ErrClosed
-	case <-l.done:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
+func (l *UDListener) GetRequest(ctx context.Context) (*UDRequest, error) { return l.get(ctx) }
 
 // Close stops listening; pending requests are refused.
 func (l *UDListener) Close() error {
@@ -145,20 +128,8 @@ func (l *UDListener) Close() error {
 }
 
 func (l *UDListener) closeLocked() {
-	l.closeOnce.Do(func() {
-		close(l.done)
-		l.mg.m.Unlisten(l.serviceID)
-		delete(l.mg.udListen, l.serviceID)
-		for {
-			select {
-			case r := <-l.reqs:
-				l.mg.m.SIDRReply(time.Now(), r.id, SIDRREP{Status: SIDRReject})
-			default:
-				l.mg.flushLocked()
-				return
-			}
-		}
-	})
+	l.requestQueue.closeLocked(func() { delete(l.mg.udListen, l.serviceID) },
+		func(now time.Time, r *UDRequest) { l.mg.m.SIDRReply(now, r.id, SIDRREP{Status: SIDRReject}) })
 }
 
 // UDRequest is a received SIDR_REQ waiting for Accept or Reject.
