@@ -1,0 +1,535 @@
+package interop
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/interop/labtest"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport"
+)
+
+// The stock rdmacm-utils examples udaddy (UD over SIDR, rdma_cm port space UDP) and
+// ucmatose (RC over REQ/REP/RTU) run as clients in guest a against goroce's CM on the
+// host side of the bridge. The goroce side is this test binary itself, re-executed in
+// the lab namespace with $GOROCE_CMPEER naming the role (see init below): the engine
+// must bind 198.18.0.1, which only exists inside the namespace.
+
+// cmtoolCount and cmtoolSize are -C and -S of both tools (their defaults, made explicit).
+const (
+	cmtoolCount = 10
+	cmtoolSize  = 100
+)
+
+// Well-known ports of the tools (udaddy.c, cmatose.c: "7174" and "7471").
+const (
+	udaddyPort   = 7174
+	ucmatosePort = 7471
+)
+
+// cmPeerReady is the line the peer prints once its CM listens.
+const cmPeerReady = "cmpeer: listening"
+
+func init() {
+	if role := os.Getenv("GOROCE_CMPEER"); role != "" {
+		if err := runCMPeer(role); err != nil {
+			fmt.Fprintf(os.Stderr, "cmpeer %s: %v\n", role, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+// TestUdaddy runs stock `udaddy -s HOST` in guest a against a goroce SIDR server: the
+// client resolves port 7174 through SIDR_REQ/SIDR_REP, SENDs cmtoolCount messages
+// with immediate data (its QPN) to the QPN and Q_Key of the SIDR_REP, and waits for as
+// many replies, which goroce sends back to the QPN carried in the immediate data.
+func TestUdaddy(t *testing.T) {
+	runCMTool(t, "udaddy", "udaddy -s %s -C %d -S %d", "UD (SIDR)", cmtoolCount+1)
+}
+
+// TestUcmatose runs stock `ucmatose -s HOST` in guest a against a goroce RC server:
+// REQ/REP/RTU, goroce SENDs cmtoolCount messages, the client answers with as many,
+// then goroce disconnects (DREQ/DREP) and the client exits on DISCONNECTED.
+func TestUcmatose(t *testing.T) {
+	runCMTool(t, "ucmatose", "ucmatose -s %s -C %d -S %d", "RC (rdma_cm)", cmtoolCount+3)
+}
+
+// runCMTool runs the goroce peer for role and the stock client (clientFmt takes the
+// host address, -C and -S), checks both exit 0 and report every message, and that rxe
+// counted no error and received at least minRcvd packets: the SIDR_REP and the
+// replies (UD), or REP, DREQ, the SENDs and at least one ACK (RC).
+func runCMTool(t *testing.T, role, clientFmt, transportName string, minRcvd uint64) {
+	lab := labtest.Open(t)
+	g := lab.Guest(t, "a")
+	host := lab.HostIP.String()
+	var ours string
+	var took time.Duration
+	var rxe labtest.Counters
+	defer func() { recordCMTool(t, role, transportName, took, rxe, ours) }()
+	defer rpingCapture(t, lab, t.Name())()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	chk := startRpingCheck(ctx, t, g)
+
+	peer := lab.Command(ctx, os.Args[0], "-test.run=^$")
+	peer.Env = append(os.Environ(), "GOROCE_CMPEER="+role, "GOROCE_CMPEER_ADDR="+host,
+		"GOROCE_CMPEER_COUNT="+strconv.Itoa(cmtoolCount), "GOROCE_CMPEER_SIZE="+strconv.Itoa(cmtoolSize))
+	out, err := peer.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errBuf bytes.Buffer
+	peer.Stderr = &lockedBuffer{b: &errBuf}
+	if err := peer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	var outBuf bytes.Buffer
+	outDone := make(chan struct{})
+	go func() {
+		defer close(outDone)
+		buf := make([]byte, 4096)
+		signalled := false
+		for {
+			n, err := out.Read(buf)
+			outBuf.Write(buf[:n])
+			if !signalled && strings.Contains(outBuf.String(), cmPeerReady) {
+				close(ready)
+				signalled = true
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	done := make(chan error, 1)
+	go func() {
+		<-outDone
+		done <- peer.Wait()
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("goroce %s peer exited before listening: %v\n%s", role, err, errBuf.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("goroce %s peer did not listen within 20 s\n%s", role, errBuf.String())
+	}
+
+	start := time.Now()
+	res, err := g.Run(ctx, fmt.Sprintf(clientFmt, host, cmtoolCount, cmtoolSize)+" 2>&1")
+	took = time.Since(start)
+	if err != nil {
+		t.Errorf("stock %s client: %v", role, err)
+	}
+	if res.RC != 0 || !strings.Contains(res.Out, "return status 0") {
+		t.Errorf("stock %s client exit %d:\n%s", role, res.RC, tail(res.Out, 15))
+	}
+	var werr error
+	select {
+	case werr = <-done:
+	case <-time.After(20 * time.Second):
+		peer.Process.Kill()
+		werr = <-done
+		t.Errorf("goroce %s peer still running 20 s after the client ended; killed", role)
+	}
+	if rc := exitCode(werr); rc != 0 {
+		t.Errorf("goroce %s peer exit %d:\n%s\n%s", role, rc, tail(outBuf.String(), 10), errBuf.String())
+	}
+	for _, want := range []string{fmt.Sprintf("received %d", cmtoolCount), fmt.Sprintf("sent %d", cmtoolCount)} {
+		if !strings.Contains(outBuf.String(), want) {
+			t.Errorf("goroce %s peer did not report %q:\n%s", role, want, outBuf.String())
+		}
+	}
+	t.Logf("stock %s client: %v\n%s", role, took, tail(res.Out, 8))
+	t.Logf("goroce peer:\n%s", strings.TrimSpace(outBuf.String()))
+
+	after, err := g.Counters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.Sub(chk.before)
+	if bad := d.Unexpected(); len(bad) > 0 {
+		t.Errorf("rxe counters: %v (all: %v)", bad, d)
+	}
+	if d["rcvd_pkts"] < minRcvd {
+		t.Errorf("rxe rcvd_pkts=%d, want at least %d", d["rcvd_pkts"], minRcvd)
+	}
+	t.Logf("rxe: %v", d)
+	rxe = d
+	for _, l := range strings.Split(outBuf.String(), "\n") {
+		if s, ok := strings.CutPrefix(l, "goroce: "); ok {
+			ours = s
+		}
+	}
+}
+
+// recordCMTool appends the run's row to $GOROCE_INTEROP_RESULTS, in the pingpong rows'
+// columns.
+func recordCMTool(t *testing.T, role, transportName string, took time.Duration, rxe labtest.Counters, ours string) {
+	verdict := "pass"
+	if t.Failed() {
+		verdict = "FAIL"
+	}
+	path := os.Getenv("GOROCE_INTEROP_RESULTS")
+	if path == "" {
+		return
+	}
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Logf("results: %v", err)
+		return
+	}
+	defer f.Close()
+	usec := "-"
+	if took > 0 {
+		usec = fmt.Sprintf("%.0f", float64(took.Microseconds())/cmtoolCount)
+	}
+	fmt.Fprintf(f, "%s\trxe %s client -> goroce CM server\t%s\t-C %d -S %d\t%s\t%s\t%s\n", role, role, transportName,
+		cmtoolCount, cmtoolSize, verdict, usec, strings.TrimSpace(rxe.String()+" | goroce: "+ours))
+}
+
+// runCMPeer is the goroce side of TestUdaddy ("udaddy") and TestUcmatose
+// ("ucmatose"), run in the lab namespace.
+func runCMPeer(role string) error {
+	addr, err := netip.ParseAddr(os.Getenv("GOROCE_CMPEER_ADDR"))
+	if err != nil {
+		return err
+	}
+	count, err := strconv.Atoi(os.Getenv("GOROCE_CMPEER_COUNT"))
+	if err != nil || count < 1 {
+		return fmt.Errorf("bad GOROCE_CMPEER_COUNT: %v", err)
+	}
+	size, err := strconv.Atoi(os.Getenv("GOROCE_CMPEER_SIZE"))
+	if err != nil || size < 1 {
+		return fmt.Errorf("bad GOROCE_CMPEER_SIZE: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	dev, mads, err := gsi.Open(addr, 0)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	mg := cm.NewManager(mads, cm.ManagerConfig{})
+	defer mg.Close()
+	switch role {
+	case "udaddy":
+		err = udaddyServer(ctx, dev, mg, count, size)
+	case "ucmatose":
+		err = ucmatoseServer(ctx, dev, mg, count, size)
+	default:
+		err = fmt.Errorf("unknown role")
+	}
+	if err != nil {
+		return err
+	}
+	return checkPeerStats(dev.Stats())
+}
+
+// checkPeerStats fails on any engine error counter and prints the packet totals.
+func checkPeerStats(s transport.StatsSnapshot) error {
+	var sent, rcvd uint64
+	for i := range s.SentPackets {
+		sent += s.SentPackets[i]
+		rcvd += s.RcvdPackets[i]
+	}
+	fmt.Printf("goroce: sent_pkts=%d rcvd_pkts=%d\n", sent, rcvd)
+	for _, c := range []struct {
+		name string
+		v    uint64
+	}{
+		{"icrc_errors", s.ICRCErrors}, {"malformed", s.Malformed}, {"unknown_qp", s.UnknownQP},
+		{"bad_pkey", s.BadPKey}, {"bad_qkey", s.BadQKey}, {"bad_source", s.BadSource},
+		{"retry_exceeded", s.RetryExceeded}, {"rnr_retry_exceeded", s.RNRRetryExceeded},
+		{"tx_errors", s.TxErrors}, {"cq_overruns", s.CQOverruns},
+	} {
+		if c.v != 0 {
+			return fmt.Errorf("engine counter %s=%d", c.name, c.v)
+		}
+	}
+	return nil
+}
+
+// peerVerbs holds one side's verbs objects: a CQ for sends and receives, and one
+// buffer per receive (size+40 for UD's GRH) followed by the send buffer.
+type peerVerbs struct {
+	pd   *roce.PD
+	cq   *roce.CQ
+	qp   *roce.QP
+	mr   *roce.MR
+	mem  []byte
+	slot int
+}
+
+func newPeerVerbs(dev *roce.Device, typ roce.QPType, count, size int) (*peerVerbs, error) {
+	v := &peerVerbs{slot: size + 40}
+	var err error
+	if v.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	if v.cq, err = dev.CreateCQ(2 * count); err != nil {
+		v.close()
+		return nil, err
+	}
+	v.qp, err = v.pd.CreateQP(roce.QPInitAttr{Type: typ, SendCQ: v.cq, RecvCQ: v.cq,
+		Cap: roce.QPCap{MaxSendWR: uint32(count), MaxRecvWR: uint32(count), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		v.close()
+		return nil, err
+	}
+	v.mem = make([]byte, (count+1)*v.slot)
+	for i := range size {
+		v.mem[count*v.slot+i] = byte('a' + i%26)
+	}
+	if v.mr, err = v.pd.RegMR(v.mem, roce.AccessLocalWrite); err != nil {
+		v.close()
+		return nil, err
+	}
+	return v, nil
+}
+
+func (v *peerVerbs) close() {
+	if v.qp != nil {
+		v.qp.Close()
+	}
+	if v.mr != nil {
+		v.mr.Close()
+	}
+	if v.cq != nil {
+		v.cq.Close()
+	}
+	if v.pd != nil {
+		v.pd.Close()
+	}
+}
+
+// postRecvs posts count receives, one buffer slot each.
+func (v *peerVerbs) postRecvs(count int) error {
+	for i := range count {
+		_, err := v.qp.PostRecv([]roce.RecvWR{{WRID: uint64(i), SGL: []roce.SGE{{Addr: v.mr.Addr() + uint64(i*v.slot),
+			Length: uint32(v.slot), LKey: v.mr.LKey()}}}})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendWR is a signaled SEND of the send buffer's first size bytes.
+func (v *peerVerbs) sendWR(count, size int) roce.SendWR {
+	return roce.SendWR{WRID: 1 << 32, Opcode: roce.WRSend, Flags: roce.SendSignaled,
+		SGL: []roce.SGE{{Addr: v.mr.Addr() + uint64(count*v.slot), Length: uint32(size), LKey: v.mr.LKey()}}}
+}
+
+// poll returns the next n successful completions, or the first failed one as an error.
+func (v *peerVerbs) poll(ctx context.Context, n int) ([]roce.WC, error) {
+	var got []roce.WC
+	var wc [8]roce.WC
+	armed := false
+	for len(got) < n {
+		k, err := v.cq.Poll(wc[:min(len(wc), n-len(got))])
+		if err != nil {
+			return got, err
+		}
+		for _, w := range wc[:k] {
+			if w.Status != roce.WCSuccess {
+				return got, fmt.Errorf("completion wr %#x opcode %v status %d", w.WRID, w.Opcode, w.Status)
+			}
+			got = append(got, w)
+		}
+		switch {
+		case k > 0:
+			armed = false
+		case !armed:
+			// Arm, then poll once more: a completion may have landed in between.
+			if err := v.cq.ReqNotify(false); err != nil {
+				return got, err
+			}
+			armed = true
+		default:
+			select {
+			case <-v.cq.Notify():
+				armed = false
+			case <-ctx.Done():
+				return got, fmt.Errorf("%d of %d completions: %w", len(got), n, ctx.Err())
+			}
+		}
+	}
+	return got, nil
+}
+
+// udaddyServer is `udaddy` (server) for one SIDR request: a UD QP with rdma_cm's
+// Q_Key, count receives posted before SIDR_REP, then as many SEND_WITH_IMM replies to
+// the QPN each client message carries in its immediate data.
+func udaddyServer(ctx context.Context, dev *roce.Device, mg *cm.Manager, count, size int) error {
+	l, err := mg.ListenUD(netip.AddrPortFrom(dev.Addr(), udaddyPort))
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	fmt.Println(cmPeerReady)
+	req, err := l.GetRequest(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("SIDR request from %v\n", req.Remote)
+	v, err := newPeerVerbs(dev, roce.QPTypeUD, count, size)
+	if err != nil {
+		req.Reject(nil)
+		return err
+	}
+	defer v.close()
+	err = v.qp.Modify(&roce.QPAttr{State: roce.QPSInit, PortNum: 1, QKey: cm.UDPQKey},
+		roce.QPAttrState|roce.QPAttrPKeyIndex|roce.QPAttrPort|roce.QPAttrQKey)
+	if err == nil {
+		err = v.qp.Modify(&roce.QPAttr{State: roce.QPSRTR}, roce.QPAttrState)
+	}
+	if err == nil {
+		err = v.qp.Modify(&roce.QPAttr{State: roce.QPSRTS, SQPSN: cm.RandomPSN()}, roce.QPAttrState|roce.QPAttrSQPSN)
+	}
+	if err == nil {
+		err = v.postRecvs(count)
+	}
+	if err != nil {
+		req.Reject(nil)
+		return err
+	}
+	if err := req.Accept(v.qp.QPN(), cm.UDPQKey, nil); err != nil {
+		return err
+	}
+	wcs, err := v.poll(ctx, count)
+	if err != nil {
+		return fmt.Errorf("receive: %w", err)
+	}
+	var srcQP uint32
+	for i, w := range wcs {
+		switch {
+		case w.Opcode != roce.WCRecv || w.Flags&roce.WCWithImm == 0 || w.Flags&roce.WCGRH == 0:
+			return fmt.Errorf("message %d: completion %+v, want a RECV with GRH and immediate data", i, w)
+		case w.ByteLen != uint32(40+size):
+			return fmt.Errorf("message %d: %d bytes, want %d (GRH + %d)", i, w.ByteLen, 40+size, size)
+		case w.ImmData != w.SrcQP:
+			return fmt.Errorf("message %d: immediate data %#x, source QP %#x", i, w.ImmData, w.SrcQP)
+		case i > 0 && w.SrcQP != srcQP:
+			return fmt.Errorf("message %d from QP %#x, earlier ones from %#x", i, w.SrcQP, srcQP)
+		}
+		srcQP = w.SrcQP
+	}
+	fmt.Printf("received %d messages from QP %#x\n", len(wcs), srcQP)
+	ah, err := v.pd.CreateAH(roce.AHAttr{DGID: req.Remote.Addr(), SGIDIndex: uint8(dev.GIDIndex()), HopLimit: 64, IsGlobal: true})
+	if err != nil {
+		return err
+	}
+	defer ah.Close()
+	wr := v.sendWR(count, size)
+	wr.Opcode, wr.Imm = roce.WRSendWithImm, v.qp.QPN()
+	wr.AH, wr.RemoteQPN, wr.RemoteQKey = ah.AV(), srcQP, cm.UDPQKey
+	for range count {
+		if _, err := v.qp.PostSend([]roce.SendWR{wr}); err != nil {
+			return err
+		}
+	}
+	if wcs, err = v.poll(ctx, count); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	fmt.Printf("sent %d messages\n", len(wcs))
+	return nil
+}
+
+// ucmatoseServer is `ucmatose` (server) for one connection: an RC QP with count
+// receives posted before REP; after RTU it SENDs count messages, waits for the
+// client's count replies, then disconnects.
+func ucmatoseServer(ctx context.Context, dev *roce.Device, mg *cm.Manager, count, size int) error {
+	l, err := mg.Listen(netip.AddrPortFrom(dev.Addr(), ucmatosePort))
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	fmt.Println(cmPeerReady)
+	req, err := l.GetRequest(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("connection request from %v\n", req.Remote)
+	v, err := newPeerVerbs(dev, roce.QPTypeRC, count, size)
+	if err != nil {
+		req.Reject(nil)
+		return err
+	}
+	defer v.close()
+	err = v.qp.Modify(&roce.QPAttr{State: roce.QPSInit, PortNum: 1, AccessFlags: roce.AccessLocalWrite},
+		roce.QPAttrState|roce.QPAttrPKeyIndex|roce.QPAttrPort|roce.QPAttrAccessFlags)
+	if err == nil {
+		err = v.postRecvs(count)
+	}
+	if err != nil {
+		req.Reject(nil)
+		return err
+	}
+	ready := func(q cm.QPParams) error {
+		err := v.qp.Modify(&roce.QPAttr{State: roce.QPSRTR, PathMTU: roce.MTU(q.PathMTU), DestQPN: q.RemoteQPN,
+			RQPSN: q.RQPSN, MaxDestRDAtomic: q.MaxDestRdAtomic, MinRNRTimer: 12,
+			AV: roce.AddressVector{DGID: q.RemoteAddr, SGIDIndex: uint8(dev.GIDIndex()), HopLimit: q.HopLimit,
+				TrafficClass: q.TrafficClass, FlowLabel: q.FlowLabel, SrcPort: q.UDPSourcePort, IsGlobal: true}},
+			roce.QPAttrState|roce.QPAttrAV|roce.QPAttrPathMTU|roce.QPAttrDestQPN|roce.QPAttrRQPSN|
+				roce.QPAttrMaxDestRDAtomic|roce.QPAttrMinRNRTimer)
+		if err != nil {
+			return err
+		}
+		return v.qp.Modify(&roce.QPAttr{State: roce.QPSRTS, SQPSN: q.SQPSN, Timeout: q.Timeout,
+			RetryCnt: q.RetryCount, RNRRetry: q.RNRRetry, MaxRDAtomic: q.MaxRdAtomic},
+			roce.QPAttrState|roce.QPAttrSQPSN|roce.QPAttrTimeout|roce.QPAttrRetryCnt|roce.QPAttrRNRRetry|roce.QPAttrMaxQPRDAtomic)
+	}
+	// cmatose's rdma_accept parameters: 1/1 READs, retry 7 (rnr 7).
+	conn, err := req.Accept(ctx, cm.ConnParam{QPN: v.qp.QPN(), StartingPSN: cm.RandomPSN(), ResponderResources: 1,
+		InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7, Ready: ready})
+	if err != nil {
+		return fmt.Errorf("accept: %w", err)
+	}
+	fmt.Println("established")
+	wr := v.sendWR(count, size)
+	for range count {
+		if _, err := v.qp.PostSend([]roce.SendWR{wr}); err != nil {
+			return err
+		}
+	}
+	wcs, err := v.poll(ctx, 2*count)
+	if err != nil {
+		return err
+	}
+	var sent, rcvd int
+	for i, w := range wcs {
+		switch {
+		case w.Opcode == roce.WCSend:
+			sent++
+		case w.Opcode == roce.WCRecv && w.ByteLen == uint32(size):
+			rcvd++
+		default:
+			return fmt.Errorf("completion %d: %+v", i, w)
+		}
+	}
+	fmt.Printf("sent %d messages\nreceived %d messages\n", sent, rcvd)
+	if sent != count || rcvd != count {
+		return errors.New("wrong completion counts")
+	}
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := conn.Disconnect(dctx); err != nil {
+		return fmt.Errorf("disconnect: %w", err)
+	}
+	fmt.Println("disconnected")
+	return nil
+}
