@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -17,6 +18,9 @@ type source struct {
 	stats func() transport.StatsSnapshot
 	// qpStates returns how many QPs are in each state, keyed by a qpStateNames value.
 	qpStates func() map[string]int
+	// queues returns how full the CQs and SRQs are, summed over every device; nil
+	// exports none.
+	queues func() roce.QueueOccupancy
 	// pingpong holds the responder's session counters; nil exports none.
 	pingpong *ppStats
 	// rping holds the rping responder's counters; nil exports none.
@@ -32,6 +36,8 @@ type collector struct {
 	packets, bytes        *prometheus.Desc
 	naks                  *prometheus.Desc
 	qps                   *prometheus.Desc
+	cqs, cqHeld, cqCap    *prometheus.Desc
+	srqs, srqWRs, srqCap  *prometheus.Desc
 	ackLatency            *prometheus.Desc
 	scalars               []scalarCounter
 	latencyBucketsSeconds []float64
@@ -61,6 +67,12 @@ func newCollector(src source) *collector {
 		qps: prometheus.NewDesc("roce_qps",
 			"Queue pairs by state.",
 			[]string{"state"}, nil),
+		cqs:    prometheus.NewDesc("roce_cqs", "Completion queues open.", nil, nil),
+		cqHeld: prometheus.NewDesc("roce_cq_completions", "Completions held in CQs and not yet polled.", nil, nil),
+		cqCap:  prometheus.NewDesc("roce_cq_capacity", "Summed capacity (cqe) of the open CQs.", nil, nil),
+		srqs:   prometheus.NewDesc("roce_srqs", "Shared receive queues open.", nil, nil),
+		srqWRs: prometheus.NewDesc("roce_srq_receive_wrs", "Receive WRs posted to SRQs and not yet consumed.", nil, nil),
+		srqCap: prometheus.NewDesc("roce_srq_capacity", "Summed max_wr of the open SRQs.", nil, nil),
 		ackLatency: prometheus.NewDesc("roce_ack_latency_seconds",
 			"Time from sending an RC request to the ACK that covers it.",
 			nil, nil),
@@ -134,6 +146,11 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.naks
 	ch <- c.qps
 	ch <- c.ackLatency
+	if c.src.queues != nil {
+		for _, d := range []*prometheus.Desc{c.cqs, c.cqHeld, c.cqCap, c.srqs, c.srqWRs, c.srqCap} {
+			ch <- d
+		}
+	}
 	for _, s := range c.scalars {
 		ch <- s.desc
 	}
@@ -174,6 +191,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.qps, prometheus.GaugeValue, float64(states[st]), st)
 	}
 	ch <- c.latencyHistogram(&s)
+	if c.src.queues != nil {
+		o := c.src.queues()
+		for _, g := range []struct {
+			d *prometheus.Desc
+			v int
+		}{{c.cqs, o.CQs}, {c.cqHeld, o.CQEntries}, {c.cqCap, o.CQCapacity}, {c.srqs, o.SRQs}, {c.srqWRs, o.SRQWRs}, {c.srqCap, o.SRQCapacity}} {
+			ch <- prometheus.MustNewConstMetric(g.d, prometheus.GaugeValue, float64(g.v))
+		}
+	}
 	if pp := c.src.pingpong; pp != nil {
 		for k := kindRC; k <= kindUD; k++ {
 			ch <- prometheus.MustNewConstMetric(c.ppActive, prometheus.GaugeValue, float64(pp.active[k].Load()), k.String())

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -158,5 +159,39 @@ func TestCollectorLint(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestCollectorQueueOccupancy exports the CQ and SRQ occupancy the source reports as
+// gauges, exactly.
+func TestCollectorQueueOccupancy(t *testing.T) {
+	var st transport.Stats
+	src := fakeSource(&st, nil)
+	src.queues = func() roce.QueueOccupancy {
+		return roce.QueueOccupancy{CQs: 3, CQEntries: 7, CQCapacity: 768, SRQs: 1, SRQWRs: 9, SRQCapacity: 16}
+	}
+	want := `
+# HELP roce_cq_completions Completions held in CQs and not yet polled.
+# TYPE roce_cq_completions gauge
+roce_cq_completions 7
+# HELP roce_cq_capacity Summed capacity (cqe) of the open CQs.
+# TYPE roce_cq_capacity gauge
+roce_cq_capacity 768
+# HELP roce_cqs Completion queues open.
+# TYPE roce_cqs gauge
+roce_cqs 3
+# HELP roce_srq_receive_wrs Receive WRs posted to SRQs and not yet consumed.
+# TYPE roce_srq_receive_wrs gauge
+roce_srq_receive_wrs 9
+# HELP roce_srq_capacity Summed max_wr of the open SRQs.
+# TYPE roce_srq_capacity gauge
+roce_srq_capacity 16
+# HELP roce_srqs Shared receive queues open.
+# TYPE roce_srqs gauge
+roce_srqs 1
+`
+	if err := testutil.CollectAndCompare(newCollector(src), strings.NewReader(want),
+		"roce_cqs", "roce_cq_completions", "roce_cq_capacity", "roce_srqs", "roce_srq_receive_wrs", "roce_srq_capacity"); err != nil {
+		t.Fatal(err)
 	}
 }

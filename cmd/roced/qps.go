@@ -72,3 +72,19 @@ func (d *daemon) qpStates() map[string]int {
 	}
 	return m
 }
+
+// queues sums the CQ and SRQ occupancy of every device, for the roce_cq_* and
+// roce_srq_* gauges.
+func (d *daemon) queues() roce.QueueOccupancy {
+	var t roce.QueueOccupancy
+	for _, s := range d.devs {
+		o := s.dev.QueueOccupancy()
+		t.CQs += o.CQs
+		t.CQEntries += o.CQEntries
+		t.CQCapacity += o.CQCapacity
+		t.SRQs += o.SRQs
+		t.SRQWRs += o.SRQWRs
+		t.SRQCapacity += o.SRQCapacity
+	}
+	return t
+}

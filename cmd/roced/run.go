@@ -176,7 +176,7 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 			}
 			return nil, fmt.Errorf("-metrics %s: %w", cfg.metrics, unwrapOp(err))
 		}
-		reg := newRegistry(newCollector(source{stats: d.stats, qpStates: d.qpStates, pingpong: &d.pingpong, rping: &d.rping}))
+		reg := newRegistry(newCollector(source{stats: d.stats, qpStates: d.qpStates, queues: d.queues, pingpong: &d.pingpong, rping: &d.rping}))
 		d.http = &http.Server{
 			Handler:           newMux(reg, &d.ready, d.debugQPs, d.log),
 			ReadHeaderTimeout: 10 * time.Second,

@@ -1,0 +1,34 @@
+package roce
+
+// QueueOccupancy is how full a device's queues are, summed over its CQs and SRQs.
+// It exists for monitoring (roced exports it as gauges) without per-queue labels.
+type QueueOccupancy struct {
+	CQs         int // CQs open
+	CQEntries   int // completions they hold, not yet polled
+	CQCapacity  int // their summed capacity (the cqe each was created or resized with)
+	SRQs        int // SRQs open
+	SRQWRs      int // receive WRs posted to them and not yet consumed
+	SRQCapacity int // their summed max_wr
+}
+
+// QueueOccupancy samples every CQ and SRQ of the device. Each queue is read under its
+// own lock, one after the other, so the sum is not one instant; it never blocks the
+// engine for longer than one queue's read.
+func (d *Device) QueueOccupancy() QueueOccupancy {
+	var o QueueOccupancy
+	d.objMu.RLock()
+	defer d.objMu.RUnlock()
+	for q := range d.cqs {
+		o.CQs++
+		o.CQEntries += q.Len()
+		o.CQCapacity += q.Cap()
+	}
+	for q := range d.srqs {
+		o.SRQs++
+		o.SRQWRs += q.Len()
+		if a, err := q.Query(); err == nil {
+			o.SRQCapacity += int(a.MaxWR)
+		}
+	}
+	return o
+}
