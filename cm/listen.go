@@ -2,6 +2,7 @@ package cm
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -22,6 +23,20 @@ type requestQueue[T any] struct {
 
 // backlog is how many requests wait for GetRequest before new ones are refused.
 const backlog = 64
+
+// listenLocked registers addr's port in port space ps with the CM and readies
+// the queue for it. mg.mu is held.
+func (q *requestQueue[T]) listenLocked(mg *Manager, addr netip.AddrPort, ps PortSpace) error {
+	if mg.closed {
+		return net.ErrClosed
+	}
+	sid := ServiceID(ps, addr.Port())
+	if err := mg.m.Listen(sid); err != nil {
+		return fmt.Errorf("cm: listen %v: %w", addr, err)
+	}
+	q.init(mg, addr, sid)
+	return nil
+}
 
 func (q *requestQueue[T]) init(mg *Manager, addr netip.AddrPort, sid uint64) {
 	q.mg, q.serviceID = mg, sid

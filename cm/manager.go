@@ -368,16 +368,11 @@ type Listener struct {
 func (mg *Manager) Listen(addr netip.AddrPort) (*Listener, error) {
 	mg.mu.Lock()
 	defer mg.mu.Unlock()
-	if mg.closed {
-		return nil, net.ErrClosed
-	}
-	sid := ServiceID(PortSpaceTCP, addr.Port())
-	if err := mg.m.Listen(sid); err != nil {
-		return nil, fmt.Errorf("cm: listen %v: %w", addr, err)
-	}
 	l := &Listener{}
-	l.init(mg, addr, sid)
-	mg.listeners[sid] = l
+	if err := l.listenLocked(mg, addr, PortSpaceTCP); err != nil {
+		return nil, err
+	}
+	mg.listeners[l.serviceID] = l
 	return l, nil
 }
 

@@ -103,16 +103,11 @@ type UDListener struct {
 func (mg *Manager) ListenUD(addr netip.AddrPort) (*UDListener, error) {
 	mg.mu.Lock()
 	defer mg.mu.Unlock()
-	if mg.closed {
-		return nil, net.ErrClosed
-	}
-	sid := ServiceID(PortSpaceUDP, addr.Port())
-	if err := mg.m.Listen(sid); err != nil {
-		return nil, fmt.Errorf("cm: listen %v: %w", addr, err)
-	}
 	l := &UDListener{}
-	l.init(mg, addr, sid)
-	mg.udListen[sid] = l
+	if err := l.listenLocked(mg, addr, PortSpaceUDP); err != nil {
+		return nil, err
+	}
+	mg.udListen[l.serviceID] = l
 	return l, nil
 }
 
