@@ -370,13 +370,7 @@ func (s *session) printRemote() {
 func (s *session) connect() error {
 	// Only the first record's GID counts (srq_pingpong uses dest->gid for all QPs).
 	dgid := s.remote[0].GID
-	dst := netip.AddrFrom16(dgid)
-	if dst.IsLinkLocalUnicast() {
-		// A link-local GID is scoped to the link the device is on: give it the zone of
-		// the device address so it compares equal to the source of the peer's packets.
-		dst = dst.WithZone(s.c.addr.Zone())
-	}
-	av := roce.AddressVector{DGID: dst, SGIDIndex: uint8(s.gidx), HopLimit: 1}
+	av := roce.AddressVector{DGID: netip.AddrFrom16(dgid), SGIDIndex: uint8(s.gidx), HopLimit: 1}
 	var ifid [8]byte
 	av.IsGlobal = [8]byte(dgid[8:]) != ifid // the stock is_global rule: a non-zero interface ID
 	mtu := mtuCode(s.c.mtu)

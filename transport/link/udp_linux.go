@@ -405,6 +405,9 @@ func (u *UDP) putName(b *[sockaddrLen]byte, ap netip.AddrPort) (int, error) {
 	var scope uint32
 	if z := a.Zone(); z != "" {
 		scope = u.zoneIndex(z)
+	} else if a.IsLinkLocalUnicast() {
+		// A GID carries no zone: an unzoned link-local peer is on our own link.
+		scope = u.zoneIdx
 	}
 	binary.NativeEndian.PutUint32(b[24:28], scope)
 	return unix.SizeofSockaddrInet6, nil
