@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport/link"
 )
@@ -275,6 +276,20 @@ type shard struct {
 	tx      []link.Message
 	txBufs  []*[link.MaxDatagram]byte
 	rwr     srq.RecvWR // scratch for SRQ pops (reused, no allocation)
+
+	// Completions made while processing wait in wcs until the transmit
+	// batch is on the wire (see drainWC).
+	deferWC bool
+	wcs     []deferredWC
+}
+
+// deferredWC is a completion held back until the packets of its batch are
+// sent.
+type deferredWC struct {
+	q         *QP
+	c         *cq.Queue
+	wc        cq.WorkCompletion
+	solicited bool
 }
 
 func (s *shard) wake() {
@@ -339,6 +354,7 @@ func (s *shard) process() {
 			break
 		}
 		now := s.e.clock.Now()
+		s.deferWC = true
 		for i := range s.work {
 			it := &s.work[i]
 			q := it.qp
@@ -361,7 +377,23 @@ func (s *shard) process() {
 		}
 		s.touched = s.touched[:0]
 		s.flushTx()
+		s.drainWC()
 	}
+}
+
+// drainWC makes the completions of the batch visible. It runs after
+// flushTx, so an application never sees a receive completion before the
+// ACK that acknowledges it has left: a peer that learns of delivery over a
+// side channel (a CM DREQ, a TCP "done") and tears down cannot race the
+// ACK, and a UD or UC send completes only once its packets are sent.
+func (s *shard) drainWC() {
+	s.deferWC = false
+	for i := range s.wcs {
+		d := &s.wcs[i]
+		d.q.pushWC(d.c, &d.wc, d.solicited)
+		*d = deferredWC{}
+	}
+	s.wcs = s.wcs[:0]
 }
 
 func (s *shard) touch(q *QP) {

@@ -421,6 +421,10 @@ func (q *QP) toError(now time.Time) {
 // pushWC posts a completion; an overrun raises CQ_ERR and moves every QP
 // feeding the CQ to ERR, as a device does.
 func (q *QP) pushWC(c *cq.Queue, wc *cq.WorkCompletion, solicited bool) {
+	if s := q.sh; s.deferWC {
+		s.wcs = append(s.wcs, deferredWC{q: q, c: c, wc: *wc, solicited: solicited})
+		return
+	}
 	err := c.Push(wc, solicited)
 	if err != nil && errors.Is(err, cq.ErrOverrun) {
 		q.e.stats.CQOverruns.Add(1)

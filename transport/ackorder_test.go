@@ -1,0 +1,82 @@
+package transport
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/srq"
+	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/transport/link/linktest"
+)
+
+// ackWatch is a Link that records the newest PSN acknowledged by an ACK that
+// has been handed to the link below.
+type ackWatch struct {
+	link.Link
+	acked atomic.Int64 // newest ACK PSN written, -1 before the first
+}
+
+func (w *ackWatch) WriteBatch(msgs []link.Message) (int, error) {
+	n, err := w.Link.WriteBatch(msgs)
+	for _, m := range msgs[:n] {
+		if len(m.Buf) >= bth.BTHLen && bth.Opcode(m.Buf[0]) == bth.RCAck {
+			w.acked.Store(int64(uint32(m.Buf[9])<<16 | uint32(m.Buf[10])<<8 | uint32(m.Buf[11])))
+		}
+	}
+	return n, err
+}
+
+// TestRecvCompletionAfterAck: a receive completion becomes visible only
+// after the ACK covering it has been written. A peer that learns of
+// delivery through a side channel (rping's DREQ, pingpong's TCP "done") and
+// destroys its QP must never make the ACK arrive late.
+func TestRecvCompletionAfterAck(t *testing.T) {
+	la, lb := linktest.Pipe(addrA, addrB)
+	w := &ackWatch{Link: lb}
+	w.acked.Store(-1)
+	a, b := newNode(t, la, 2), newNode(t, w, 2)
+	defer a.close(t)
+	defer b.close(t)
+	qa, qb := rcPair(t, a, b, rcOpts{})
+	const n = 200
+	src := a.mem.reg(1, pattern(8, 1), AccessLocalWrite)
+	dst := b.mem.reg(1, make([]byte, 8*n), AccessLocalWrite)
+	for i := 0; i < n; i++ {
+		if _, err := qb.PostRecv([]srq.RecvWR{{WRID: uint64(i), SGL: []srq.SGE{dst.sge(8*i, 8)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := bth.PSN(0x123400 + qa.QPN())
+	go func() {
+		for i := 0; i < n; i++ {
+			if _, err := qa.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 8)}}}); err != nil {
+				t.Error(err)
+				return
+			}
+			if i%8 == 7 {
+				time.Sleep(20 * time.Microsecond)
+			}
+		}
+	}()
+	buf := make([]cq.WorkCompletion, 16)
+	got := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for got < n {
+		k, _ := b.rcq.Poll(buf)
+		if k == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d receive completions", got, n)
+			}
+			continue
+		}
+		acked := w.acked.Load() // read right after the completions became visible
+		got += k
+		if acked < 0 || int(bth.PSN(acked).Diff(first))+1 < got {
+			t.Fatalf("%d receive completions visible, but the newest ACK written is for PSN %#x (first %#x)", got, acked, first)
+		}
+	}
+	waitWC(t, a.scq, n, 5*time.Second)
+}
