@@ -80,3 +80,71 @@ func TestRecvCompletionAfterAck(t *testing.T) {
 	}
 	waitWC(t, a.scq, n, 5*time.Second)
 }
+
+// batchLink is a Link whose ReadBatch returns only once it has gathered
+// want datagrams, so the engine above sees them as one receive batch.
+type batchLink struct {
+	link.Link
+	want int
+}
+
+func (b *batchLink) ReadBatch(msgs []link.Message) (int, error) {
+	if len(msgs) < b.want {
+		return b.Link.ReadBatch(msgs)
+	}
+	n := 0
+	for n < b.want {
+		k, err := b.Link.ReadBatch(msgs[n:b.want])
+		if err != nil {
+			return n, err
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// TestAckCoalescing: SENDs that arrive in one receive batch are answered by
+// one cumulative ACK for the newest PSN, not one ACK each, and every WR
+// completes once.
+func TestAckCoalescing(t *testing.T) {
+	const n = 32
+	la, lb := linktest.Pipe(addrA, addrB)
+	w := &ackWatch{Link: lb}
+	w.acked.Store(-1)
+	a, b := newNode(t, la, 2), newNode(t, &batchLink{Link: w, want: n}, 2)
+	defer a.close(t)
+	defer b.close(t)
+	qa, qb := rcPair(t, a, b, rcOpts{})
+	src := a.mem.reg(1, pattern(8, 1), AccessLocalWrite)
+	dst := b.mem.reg(1, make([]byte, 8*n), AccessLocalWrite)
+	var rwr []srq.RecvWR
+	var swr []SendWR
+	for i := 0; i < n; i++ {
+		rwr = append(rwr, srq.RecvWR{WRID: uint64(i), SGL: []srq.SGE{dst.sge(8*i, 8)}})
+		swr = append(swr, SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 8)}})
+	}
+	if _, err := qb.PostRecv(rwr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qa.PostSend(swr); err != nil {
+		t.Fatal(err)
+	}
+	for i, wc := range waitWC(t, a.scq, n, 5*time.Second) {
+		if wc.Status != cq.Success || wc.WRID != uint64(i) {
+			t.Fatalf("send completion %d: %s", i, wcString(wc))
+		}
+	}
+	waitWC(t, b.rcq, n, time.Second)
+	acks := b.e.Stats().SentPackets[ClassAck].Load()
+	// The shard may split the batch if it was already awake; a handful of
+	// ACKs is coalescing, one per SEND is not.
+	if acks == 0 || acks > n/4 {
+		t.Errorf("%d ACKs for %d SENDs received in one batch", acks, n)
+	}
+	if last := bth.PSN(0x123400 + qa.QPN()).Add(n - 1); w.acked.Load() != int64(last) {
+		t.Errorf("newest ACK PSN %#x, want %#x", w.acked.Load(), last)
+	}
+	if s := a.e.Stats(); s.Retransmits.Load() != 0 {
+		t.Errorf("%d retransmissions", s.Retransmits.Load())
+	}
+}

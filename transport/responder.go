@@ -30,6 +30,13 @@ type responder struct {
 
 	res     []rdResource // max_dest_rd_atomic saved READ/atomic requests
 	resNext int
+
+	// A positive ACK waits here until the end of the receive batch, so a
+	// burst of requests is answered by one cumulative ACK. Anything else the
+	// responder sends (NAK, READ response, atomic ACK) sends it first.
+	ackPending bool
+	ackPSN     bth.PSN
+	ackMSN     uint32
 }
 
 // rdResource is a responder resource: a READ or atomic accepted, kept so a
@@ -375,16 +382,37 @@ func (q *QP) duplicate(pkt *bth.Packet) {
 	}
 }
 
-// sendAck sends an ACK or NAK with the given syndrome for PSN p.
+// sendAck acknowledges PSN p with syndrome. A positive ACK is coalesced:
+// it is held until flushAck, and a later one for a newer PSN replaces it
+// (ACKs are cumulative, C9-142). A NAK goes out at once, after any held ACK.
 func (q *QP) sendAck(syndrome uint8, p bth.PSN) {
+	if (bth.AETH{Syndrome: syndrome}).IsACK() {
+		q.resp.ackPending, q.resp.ackPSN, q.resp.ackMSN = true, p, q.resp.msn
+		return
+	}
+	q.flushAck()
+	q.putAck(syndrome, p, q.resp.msn)
+}
+
+// flushAck sends the held ACK, if any. The shard calls it once per batch
+// (service), before the batch is written.
+func (q *QP) flushAck() {
+	if q.resp.ackPending {
+		q.resp.ackPending = false
+		q.putAck(bth.ACKSyndrome(bth.CreditInvalid), q.resp.ackPSN, q.resp.ackMSN)
+	}
+}
+
+func (q *QP) putAck(syndrome uint8, p bth.PSN, msn uint32) {
 	f := bth.Fields{Opcode: bth.RCAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
-		AETH: bth.AETH{Syndrome: syndrome, MSN: q.resp.msn}}
+		AETH: bth.AETH{Syndrome: syndrome, MSN: msn}}
 	buf := q.sh.txBuf()
 	q.sh.xmit(buf, bth.Append(buf[:0], &f, nil), q.attr.AV.DGID, ClassAck)
 	q.cnt.txPackets.Add(1)
 }
 
 func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
+	q.flushAck()
 	f := bth.Fields{Opcode: bth.RCAtomicAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
 		AETH:      bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn},
 		AtomicAck: bth.AtomicAckETH{Orig: orig}}
@@ -395,6 +423,7 @@ func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
 
 // sendReadResponses sends data as READ RESPONSE packets with PSNs from p.
 func (q *QP) sendReadResponses(p bth.PSN, data []byte) {
+	q.flushAck()
 	n := len(data)
 	pmtu := int(q.pmtu)
 	npk := max((n+pmtu-1)/pmtu, 1)

@@ -105,6 +105,7 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 // the error transition, timers, the requester, SQD drain, and the timer
 // re-arm. Owner shard only.
 func (q *QP) service(now time.Time) {
+	q.flushAck()
 	if q.fatal.Load() && q.attr.State != QPSErr {
 		q.toError(now)
 	}
