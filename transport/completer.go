@@ -71,14 +71,21 @@ func (q *QP) completeSent(now time.Time) {
 	}
 }
 
-// failWQE completes the head WQE with an error status and moves the QP to
-// ERR, flushing the rest.
+// failWQE completes the head WQE with an error status and flushes the
+// rest. An RC QP moves to ERR. A UD or UC QP moves to SQE (IBA 10.3.1.8):
+// only its send queue has failed, so receives go on, and ibv_modify_qp back
+// to RTS resumes sending.
 func (q *QP) failWQE(now time.Time, w *sendWQE, status cq.Status) {
 	if w == nil {
 		w = q.head()
 	}
 	if w != nil && w.state != wqeDone && w == q.sq.slot(q.comp.idx) {
 		q.complete(now, w, status)
+	}
+	if q.typ != QPTypeRC && q.attr.State != QPSErr {
+		q.setState(QPSSQE)
+		q.flushSQ(now)
+		return
 	}
 	q.toError(now)
 }

@@ -409,6 +409,12 @@ func (q *QP) toError(now time.Time) {
 		q.lastWQE = true
 		q.e.event(Event{Type: EventQPLastWQEReached, QPN: qpn, SRQ: q.srq})
 	}
+	q.flushSQ(now)
+}
+
+// flushSQ completes every send WR not yet completed with WR_FLUSH_ERR (in
+// ERR and SQE, also those posted since the last flush).
+func (q *QP) flushSQ(now time.Time) {
 	tail := q.sq.loadTail()
 	for q.comp.idx < tail {
 		w := q.sq.slot(q.comp.idx)
@@ -490,7 +496,8 @@ func (q *QP) Destroy() error {
 // for the QP type, SGE count, inline size, UD address) and queues it; it
 // stops at the first bad WR and returns how many were queued and an error
 // whose Index names the bad one (the Go bad_wr). A full send queue is ENOMEM.
-// Posting before RTS is EINVAL; in ERR the WRs complete with WR_FLUSH_ERR.
+// Posting before RTS is EINVAL; in SQE and ERR the WRs complete with
+// WR_FLUSH_ERR.
 func (q *QP) PostSend(wrs []SendWR) (int, error) {
 	const op = "ibv_post_send"
 	if q.e.closed.Load() {

@@ -113,6 +113,9 @@ func (q *QP) service(now time.Time) {
 		q.toError(now) // flush WRs posted since
 		return
 	}
+	if q.attr.State == QPSSQE {
+		q.flushSQ(now) // send WRs posted in SQE are flushed; receives go on
+	}
 	if !q.timerAt.IsZero() && !now.Before(q.timerAt) {
 		q.timerAt = time.Time{}
 	}
