@@ -86,7 +86,9 @@ func TestLoopback(t *testing.T) {
 	}{
 		{"rc", []string{"-s", "1"}},
 		{"rc", []string{"-s", "65536", "-m", "4096"}},
-		{"rc", []string{"-s", "4096", "-loss", "0.05", "-seed", "7"}},
+		// Linger past a few retransmission timeouts (67 ms each): the peer may
+		// have lost our last ACK.
+		{"rc", []string{"-s", "4096", "-loss", "0.05", "-seed", "7", "-linger", "500ms"}},
 		{"ud", []string{"-s", "1024"}},
 		{"srq", []string{"-q", "4", "-s", "64"}},
 	}

@@ -66,9 +66,10 @@ type session struct {
 
 	fill      byte // the byte the buffers start filled with: 0x7b, or 0 for srq
 	sendFlags roce.SendFlags
-	slotLen   int // a receive buffer: size, plus the GRH room for ud
-	slots     int // receive buffers, used round robin by the posted receive WRs
-	posted    int // receive WRs posted so far
+	slotLen   int      // a receive buffer: size, plus the GRH room for ud
+	slots     int      // receive buffers: one per receive WR that can be posted
+	free      []int    // slots no receive WR owns and this program is done with
+	echo      [][]byte // server: what each QP received last, to send back
 	local     []oob.Dest
 	remote    []oob.Dest
 	closers   []func() error
@@ -166,15 +167,24 @@ func (s *session) open() error {
 	if c.mode == "srq" {
 		s.fill = 0 // srq_pingpong clears its buffer; the others fill it with '{'
 	}
-	// The stock tools send from and receive into one buffer. Here every receive WR
-	// gets a slot of its own and every QP a send buffer, so the engine never writes a
-	// buffer that it or this program is reading: receive WRs are consumed in order
-	// and at most one message per QP is in flight, so 2*numQP+2 slots never collide.
+	// The stock tools send from and receive into one buffer. Here every posted
+	// receive WR owns a slot, and a slot is posted again only after this program
+	// is done with it, so the engine never writes a buffer being read: messages
+	// on different QPs of an SRQ can complete in any order, so no smaller ring
+	// of slots is safe. Every QP has its own send buffer.
 	s.slotLen = c.size
 	if c.mode == "ud" {
 		s.slotLen += udGRH
 	}
-	s.slots = min(2*c.numQP+2, c.rxDepth)
+	s.slots = c.rxDepth
+	s.free = make([]int, s.slots)
+	for i := range s.free {
+		s.free[i] = i
+	}
+	s.echo = make([][]byte, c.numQP)
+	for i := range s.echo {
+		s.echo[i] = make([]byte, c.size)
+	}
 	s.buf = make([]byte, s.slots*s.slotLen+c.numQP*c.size)
 	for i := range s.buf {
 		s.buf[i] = s.fill
@@ -271,12 +281,12 @@ func (s *session) sendOff(qi int) int { return s.slots*s.slotLen + qi*s.c.size }
 // sendBuf is QP qi's send buffer.
 func (s *session) sendBuf(qi int) []byte { return s.buf[s.sendOff(qi) : s.sendOff(qi)+s.c.size] }
 
-// postRecv posts n receives and returns how many were posted. Each WR carries its
-// slot in the bits above the WR kind.
+// postRecv posts up to n receives into free slots and returns how many were
+// posted. Each WR carries its slot in the bits above the WR kind.
 func (s *session) postRecv(n int) int {
-	wrs := make([]roce.RecvWR, n)
+	wrs := make([]roce.RecvWR, min(n, len(s.free)))
 	for i := range wrs {
-		slot := (s.posted + i) % s.slots
+		slot := s.free[i]
 		wrs[i] = roce.RecvWR{WRID: recvWRID | uint64(slot)<<8, SGL: []roce.SGE{{
 			Addr: s.mr.Addr() + uint64(slot*s.slotLen), Length: uint32(s.slotLen), LKey: s.mr.LKey()}}}
 	}
@@ -286,7 +296,7 @@ func (s *session) postRecv(n int) int {
 	} else {
 		got, _ = s.qps[0].PostRecv(wrs)
 	}
-	s.posted += got
+	s.free = s.free[got:]
 	return got
 }
 
@@ -451,7 +461,6 @@ func (s *session) loop(ctx context.Context) error {
 		wantLen += udGRH
 	}
 	wc := make([]roce.WC, 16)
-	lastRecv := make([][]byte, len(s.qps))
 	scnt, rcnt := 0, 0
 	for rcnt < c.iters || scnt < c.iters {
 		waitCtx, cancel := ctx, context.CancelFunc(func() {})
@@ -484,23 +493,28 @@ func (s *session) loop(ctx context.Context) error {
 			case sendWRID:
 				scnt++
 			case recvWRID:
+				rcnt++
+				if w.ByteLen != wantLen {
+					return fmt.Errorf("receive %d: %d bytes, want %d", rcnt, w.ByteLen, wantLen)
+				}
+				slot := int(w.WRID >> 8)
+				p := s.payload(slot)
+				if c.validate {
+					if err := s.check(p); err != nil {
+						return fmt.Errorf("receive %d: %w", rcnt, err)
+					}
+				}
+				if c.server == "" {
+					copy(s.echo[qi], p)
+				}
+				// Done with the slot: only now may a receive WR own it again.
+				s.free = append(s.free, slot)
 				if routs--; routs <= refill {
 					routs += s.postRecv(c.rxDepth - routs)
 					if routs < c.rxDepth {
 						return fmt.Errorf("couldn't post receive (%d)", routs)
 					}
 				}
-				rcnt++
-				if w.ByteLen != wantLen {
-					return fmt.Errorf("receive %d: %d bytes, want %d", rcnt, w.ByteLen, wantLen)
-				}
-				p := s.payload(int(w.WRID >> 8))
-				if c.validate {
-					if err := s.check(p); err != nil {
-						return fmt.Errorf("receive %d: %w", rcnt, err)
-					}
-				}
-				lastRecv[qi] = p
 			default:
 				return fmt.Errorf("completion for unknown wr_id %d", w.WRID)
 			}
@@ -510,7 +524,7 @@ func (s *session) loop(ctx context.Context) error {
 				// sending from its receive buffer. The copy waits until now: only
 				// once the previous send has completed is the engine done with it.
 				if c.server == "" {
-					copy(s.sendBuf(qi), lastRecv[qi])
+					copy(s.sendBuf(qi), s.echo[qi])
 				}
 				if err := s.postSend(qi); err != nil {
 					return fmt.Errorf("couldn't post send: %w", err)

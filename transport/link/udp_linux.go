@@ -315,6 +315,7 @@ func (u *UDP) ReadBatch(msgs []Message) (int, error) {
 			n++
 		}
 		if n > 0 {
+			raceAcquireIO()
 			return n, nil
 		}
 	}
@@ -322,6 +323,7 @@ func (u *UDP) ReadBatch(msgs []Message) (int, error) {
 
 // WriteBatch implements Link. It does not allocate in steady state.
 func (u *UDP) WriteBatch(msgs []Message) (int, error) {
+	raceReleaseIO()
 	s := u.scratch.Get().(*mmsgScratch)
 	defer u.scratch.Put(s)
 	sent := 0
