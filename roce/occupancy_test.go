@@ -1,6 +1,9 @@
 package roce
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestQueueOccupancyCountsHeldCompletionsAndPostedWRs posts receives to an SRQ and
 // leaves completions unpolled in a CQ, and checks the sums move by exactly that.
@@ -27,9 +30,15 @@ func TestQueueOccupancyCountsHeldCompletionsAndPostedWRs(t *testing.T) {
 			SGL: []SGE{{Addr: a.mr.Addr(), Length: 8, LKey: a.mr.LKey()}}}}))
 		pollN(t, a.scq, 1, wcTimeout)
 	}
-	// Both receive completions are in b's CQ (the sender waited for the ACKs, which
-	// the responder sends after pushing them), and two WRs left the SRQ.
+	// Both receive completions reach b's CQ (the responder makes them visible
+	// just after its ACKs leave, so wait for them without polling), and two WRs
+	// left the SRQ.
+	deadline := time.Now().Add(wcTimeout)
 	o = db.QueueOccupancy()
+	for o.CQEntries != base.CQEntries+2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		o = db.QueueOccupancy()
+	}
 	if o.CQEntries != base.CQEntries+2 || o.SRQWRs != base.SRQWRs+3 {
 		t.Fatalf("after 2 SENDs: %+v (base %+v)", o, base)
 	}
