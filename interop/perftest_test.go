@@ -1,0 +1,345 @@
+package interop
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/interop/labtest"
+)
+
+// ptDirection says which side of a perftest run is goroce.
+type ptDirection string
+
+const (
+	ptOursToRxe ptDirection = "roce-perftest client -> rxe server"
+	ptRxeToOurs ptDirection = "rxe client -> roce-perftest server"
+)
+
+func (d ptDirection) short() string {
+	if d == ptOursToRxe {
+		return "ours-to-rxe"
+	}
+	return "rxe-to-ours"
+}
+
+// ptCase is one perftest run, made in both directions.
+type ptCase struct {
+	test  string // write_bw, read_bw, send_bw, write_lat
+	size  int
+	iters int
+}
+
+func (c ptCase) name() string { return fmt.Sprintf("%s/s%d", c.test, c.size) }
+
+// packets is how many request packets one message takes at MTU 1024 (a READ
+// request is one packet whatever its size).
+func (c ptCase) packets() int {
+	if c.test == "read_bw" {
+		return 1
+	}
+	return max(1, (c.size+1023)/1024)
+}
+
+var (
+	ptBinOnce sync.Once
+	ptBinPath string
+	ptBinErr  error
+)
+
+// perftestBin returns the roce-perftest binary: $GOROCE_PERFTEST, or one built now
+// into the lab's run directory.
+func perftestBin(t *testing.T, lab *labtest.Lab) string {
+	t.Helper()
+	ptBinOnce.Do(func() {
+		if p := os.Getenv("GOROCE_PERFTEST"); p != "" {
+			ptBinPath = p
+			return
+		}
+		dir := filepath.Join(lab.Dir, "run")
+		if ptBinErr = os.MkdirAll(dir, 0o755); ptBinErr != nil {
+			return
+		}
+		ptBinPath = filepath.Join(dir, "roce-perftest")
+		out, err := exec.Command("go", "build", "-o", ptBinPath, "github.com/goroce/goroce/cmd/roce-perftest").CombinedOutput()
+		if err != nil {
+			ptBinErr = fmt.Errorf("go build cmd/roce-perftest: %v\n%s", err, out)
+		}
+	})
+	if ptBinErr != nil {
+		t.Fatal(ptBinErr)
+	}
+	return ptBinPath
+}
+
+// TestPerftest runs the stock perftest tools (ib_write_bw, ib_read_bw, ib_send_bw,
+// ib_write_lat) in an rxe guest against cmd/roce-perftest on the host side of the lab
+// bridge, in both directions, and checks both tools' result rows, goroce's counters
+// and rxe's hw_counters after every run.
+func TestPerftest(t *testing.T) {
+	lab := labtest.Open(t)
+	bin := perftestBin(t, lab)
+	g := lab.Guest(t, "a")
+	const n = 200
+	var cases []ptCase
+	for _, test := range []string{"write_bw", "read_bw", "send_bw"} {
+		for _, s := range []int{64, 4096, 65536} {
+			cases = append(cases, ptCase{test: test, size: s, iters: n})
+		}
+	}
+	for _, s := range []int{64, 65536} {
+		cases = append(cases, ptCase{test: "write_lat", size: s, iters: n})
+	}
+	for _, c := range cases {
+		for _, dir := range []ptDirection{ptOursToRxe, ptRxeToOurs} {
+			t.Run(c.name()+"/"+dir.short(), func(t *testing.T) { runPerftest(t, lab, g, bin, c, dir) })
+		}
+	}
+}
+
+// ptResult is one row of the results table (GOROCE_INTEROP_RESULTS).
+type ptResult struct {
+	c         ptCase
+	dir       ptDirection
+	verdict   string
+	usec      float64
+	rxe       labtest.Counters
+	oursStats map[string]uint64
+}
+
+// record appends the row to $GOROCE_INTEROP_RESULTS in the columns the pingpong rows
+// use; the usec/iter column is goroce's figure (per message for bw, t_avg for lat).
+func (r *ptResult) record(t *testing.T) {
+	path := os.Getenv("GOROCE_INTEROP_RESULTS")
+	if path == "" {
+		return
+	}
+	if t.Failed() {
+		r.verdict = "FAIL"
+	}
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Logf("results: %v", err)
+		return
+	}
+	defer f.Close()
+	var ours []string
+	for _, k := range []string{"sent_pkts", "rcvd_pkts", "retransmits", "out_of_seq", "dup_req", "naks_sent", "naks_rcvd", "rx_queue_drops"} {
+		if v := r.oursStats[k]; v != 0 {
+			ours = append(ours, fmt.Sprintf("%s=%d", k, v))
+		}
+	}
+	sort.Strings(ours)
+	usec := "-"
+	if r.usec > 0 {
+		usec = fmt.Sprintf("%.0f", r.usec)
+	}
+	fmt.Fprintf(f, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", "ib_"+r.c.test, r.dir, "RC", fmt.Sprintf("-s %d -n %d", r.c.size, r.c.iters),
+		r.verdict, usec, strings.TrimSpace(r.rxe.String()+" | goroce: "+strings.Join(ours, " ")))
+}
+
+// ptRow is the figures of a perftest results row.
+type ptRow struct {
+	bytes, iters int
+	value        float64 // BW average [MB/sec], or t_avg [usec]
+}
+
+// parsePTRow finds the results row under perftest's "#bytes" header.
+func parsePTRow(out string, lat bool) (ptRow, error) {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if !strings.Contains(l, "#bytes") {
+			continue
+		}
+		for _, row := range lines[i+1:] {
+			f := strings.Fields(row)
+			if len(f) < 5 {
+				continue
+			}
+			b, err1 := strconv.Atoi(f[0])
+			n, err2 := strconv.Atoi(f[1])
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			col := 3 // BW average
+			if lat {
+				col = 5 // t_avg
+				if len(f) < 6 {
+					return ptRow{}, fmt.Errorf("short latency row %q", row)
+				}
+			}
+			v, err := strconv.ParseFloat(f[col], 64)
+			if err != nil {
+				return ptRow{}, fmt.Errorf("row %q: %v", row, err)
+			}
+			return ptRow{bytes: b, iters: n, value: v}, nil
+		}
+	}
+	return ptRow{}, fmt.Errorf("no results row")
+}
+
+// runPerftest makes one run and checks it.
+func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c ptCase, dir ptDirection) {
+	res := ptResult{c: c, dir: dir, verdict: "FAIL"}
+	defer func() { res.record(t) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	before, err := g.Counters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcap := filepath.Join(lab.Dir, "run", "pcap", "perftest-"+strings.ReplaceAll(c.name()+"-"+dir.short(), "/", "_")+".pcap")
+	os.MkdirAll(filepath.Dir(pcap), 0o755)
+	capture, cerr := lab.StartCapture("labbr0", pcap)
+	if cerr != nil {
+		t.Logf("no capture: %v", cerr)
+	}
+	defer func() {
+		if capture == nil {
+			return
+		}
+		capture.Stop()
+		if t.Failed() {
+			t.Logf("capture kept: %s", pcap)
+			logDump(t, pcap)
+		} else {
+			os.Remove(pcap)
+		}
+	}()
+
+	stock := fmt.Sprintf("ib_%s -d rxe0 -x %d -s %d -n %d -F", c.test, g.GIDIndex, c.size, c.iters)
+	ours := []string{c.test, "-d", lab.HostIP.String(), "-x", "1", "-s", strconv.Itoa(c.size), "-n", strconv.Itoa(c.iters),
+		"-F", "-stats", "-timeout", "120s"}
+	var stockRes labtest.Result
+	var oursOut, oursErr string
+	var oursRC int
+	switch dir {
+	case ptOursToRxe:
+		job, err := g.Start(ctx, stock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oursRC, oursOut, oursErr = runOurs(ctx, lab, bin, append(ours, g.IP.String()), true)
+		if oursRC != 0 {
+			job.Kill()
+		}
+		stockRes, err = waitJob(job, 20*time.Second)
+		if err != nil {
+			t.Errorf("stock server: %v", err)
+		}
+	case ptRxeToOurs:
+		srv := lab.Command(ctx, bin, ours...)
+		var so, se bytes.Buffer
+		srv.Stdout, srv.Stderr = &so, &se
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Wait() }()
+		stockRes = retryPerftestClient(ctx, t, g, stock+" "+lab.HostIP.String(), done)
+		var werr error
+		select {
+		case werr = <-done:
+		case <-time.After(20 * time.Second):
+			srv.Process.Kill()
+			werr = <-done
+		}
+		oursRC, oursOut, oursErr = exitCode(werr), so.String(), se.String()
+	}
+
+	if oursRC != 0 {
+		t.Errorf("roce-perftest exit %d:\n%s%s", oursRC, oursOut, oursErr)
+	}
+	if stockRes.RC != 0 {
+		t.Errorf("ib_%s exit %d:\n%s", c.test, stockRes.RC, stockRes.Out)
+	}
+	lat := strings.HasSuffix(c.test, "_lat")
+	for _, side := range []struct{ who, out string }{{"roce-perftest", oursOut}, {"ib_" + c.test, stockRes.Out}} {
+		row, err := parsePTRow(side.out, lat)
+		if err != nil {
+			t.Errorf("%s: %v:\n%s", side.who, err, side.out)
+			continue
+		}
+		// The passive write/read server prints the client's report, so its row
+		// also proves the report exchange.
+		if row.bytes != c.size || row.iters != c.iters || !(row.value > 0) {
+			t.Errorf("%s: row %+v; want %d bytes, %d iterations, a positive figure", side.who, row, c.size, c.iters)
+		}
+		if side.who == "roce-perftest" && row.value > 0 {
+			res.usec = row.value
+			if !lat {
+				res.usec = float64(c.size) / (row.value * (1 << 20)) * 1e6
+			}
+		}
+		t.Logf("%s: %+v", side.who, row)
+	}
+	st := parseStats(oursErr)
+	res.oursStats = st
+	for _, k := range []string{"icrc_err", "malformed", "unknown_qp", "retry_exceeded", "tx_errors", "cq_overruns"} {
+		if v, ok := st[k]; !ok {
+			t.Errorf("roce-perftest printed no %s counter: %q", k, lastLine(oursErr))
+		} else if v != 0 {
+			t.Errorf("roce-perftest counted %s=%d", k, v)
+		}
+	}
+	after, err := g.Counters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.Sub(before)
+	res.rxe = d
+	if bad := d.Unexpected(); len(bad) > 0 {
+		t.Errorf("rxe counters: %v (all: %v)", bad, d)
+	}
+	// Every request goroce sent must have reached rxe's transport: a packet with a
+	// bad ICRC, P_Key or address is dropped silently and would be missing here.
+	var want int
+	switch {
+	case lat:
+		want = c.iters * c.packets() // both sides write
+	case dir == ptOursToRxe:
+		want = c.iters * c.packets() // our requests
+	case c.test == "read_bw":
+		want = c.iters * max(1, (c.size+1023)/1024) // our READ responses
+	default:
+		want = 1 // our ACKs, coalesced per receive batch: at least one
+	}
+	if d["rcvd_pkts"] < uint64(want) {
+		t.Errorf("rxe rcvd_pkts=%d, want at least %d", d["rcvd_pkts"], want)
+	}
+	if !t.Failed() {
+		res.verdict = "pass"
+	}
+	t.Logf("rxe: %v", d)
+	t.Logf("goroce: %s", lastLine(oursErr))
+}
+
+// retryPerftestClient runs a stock perftest client until it gets past the TCP
+// connection (our server may not listen yet), for up to 15 s or until our server has
+// exited.
+func retryPerftestClient(ctx context.Context, t *testing.T, g *labtest.Guest, cmd string, srvDone <-chan error) labtest.Result {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, err := g.Run(ctx, cmd)
+		if err != nil {
+			t.Errorf("stock client: %v", err)
+			return r
+		}
+		if r.RC == 0 || !strings.Contains(r.Out, "Unable to init the socket connection") || time.Now().After(deadline) || len(srvDone) > 0 {
+			return r
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
