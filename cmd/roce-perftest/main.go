@@ -27,10 +27,12 @@ const (
 	readBW   test = "read_bw"
 	sendBW   test = "send_bw"
 	writeLat test = "write_lat"
+	readLat  test = "read_lat"
+	sendLat  test = "send_lat"
 )
 
 // bw reports whether t is a bandwidth test.
-func (t test) bw() bool { return t != writeLat }
+func (t test) bw() bool { return t == writeBW || t == readBW || t == sendBW }
 
 // config is the parsed command line.
 type config struct {
@@ -51,7 +53,7 @@ type config struct {
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "usage: roce-perftest write_bw|read_bw|send_bw|write_lat -d ADDR [flags] [SERVER]\n")
+	fmt.Fprintf(w, "usage: roce-perftest write_bw|read_bw|send_bw|write_lat|read_lat|send_lat -d ADDR [flags] [SERVER]\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
@@ -65,13 +67,13 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	var qps int
 	fs.IntVar(&c.tcpPort, "p", oob.DefaultPort, "TCP `port` of the exchange")
 	fs.StringVar(&addr, "d", "", "local IP `address` the device binds (required)")
-	fs.IntVar(&c.size, "s", 0, "message `size` (default 65536; write_lat 2)")
-	fs.IntVar(&c.iters, "n", 0, "`iterations` (default 5000; write_lat 1000)")
+	fs.IntVar(&c.size, "s", 0, "message `size` (default 65536; the lat tests 2)")
+	fs.IntVar(&c.iters, "n", 0, "`iterations` (default 5000; the lat tests 1000)")
 	fs.IntVar(&c.mtu, "m", 0, "path `MTU` in bytes: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU)")
 	fs.IntVar(&c.gidIndex, "x", -1, "local GID `index` (default: the device's RoCEv2 GID)")
 	fs.IntVar(&qps, "q", 1, "number of QPs (only 1)")
 	fs.IntVar(&c.txDepth, "t", 128, "send queue `depth` of the bw tests")
-	fs.IntVar(&c.rxDepth, "r", 512, "receives posted at a time by the send_bw server")
+	fs.IntVar(&c.rxDepth, "r", 512, "receives posted at a time by the send tests")
 	fs.Bool("F", false, "accepted and ignored")
 	fs.DurationVar(&c.timeout, "timeout", 0, "fail after this long (0: never)")
 	fs.IntVar(&c.rocePort, "roce-port", 4791, "UDP port of RoCEv2 (both sides must agree)")
@@ -83,13 +85,13 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	}
 	c.test = test(args[0])
 	switch c.test {
-	case writeBW, readBW, sendBW, writeLat:
+	case writeBW, readBW, sendBW, writeLat, readLat, sendLat:
 	case "-h", "-help", "--help":
 		usage(stderr, fs)
 		return nil, fmt.Errorf("help requested")
 	default:
 		usage(stderr, fs)
-		return nil, fmt.Errorf("unknown TEST %q (write_bw, read_bw, send_bw, write_lat)", c.test)
+		return nil, fmt.Errorf("unknown TEST %q (write_bw, read_bw, send_bw, write_lat, read_lat, send_lat)", c.test)
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		usage(stderr, fs)

@@ -288,7 +288,7 @@ func (s *session) createQP() error {
 	// perftest advertises the device's max_qp_rd_atom for READ (ctx_set_out_reads)
 	// and its default of 1 otherwise.
 	outReads := 1
-	if c.test == readBW {
+	if c.test == readBW || c.test == readLat {
 		outReads = dattr.MaxQPRdAtom
 	}
 	s.local = oob.PerftestDest{OutReads: uint16(outReads), QPN: s.qp.QPN(), PSN: rand.Uint32() & 0xffffff,
@@ -317,8 +317,8 @@ func (s *session) handShake(ctx context.Context) error {
 func (s *session) exchangeDests(ctx context.Context) error {
 	x, cancel := xctx(ctx)
 	defer cancel()
-	if s.c.test == writeLat {
-		// write_lat hand-shakes once more before the per-QP one.
+	if s.c.test == writeLat || s.c.test == readLat {
+		// write_lat and read_lat hand-shake once more before the per-QP one.
 		if err := s.handShake(x); err != nil {
 			return err
 		}

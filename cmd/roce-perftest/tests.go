@@ -23,6 +23,13 @@ func (s *session) runTest(ctx context.Context) error {
 	switch {
 	case s.c.test == writeLat:
 		return s.writeLat(ctx)
+	case s.c.test == sendLat:
+		return s.sendLat(ctx)
+	case s.c.test == readLat && !client:
+		// read_lat's server only waits for the client's closing hand-shake.
+		return s.closeConnection(ctx)
+	case s.c.test == readLat:
+		return s.readLat(ctx)
 	case s.c.test == sendBW && !client:
 		return s.sendServer(ctx)
 	case !client:
@@ -319,7 +326,7 @@ func (s *session) writeLat(ctx context.Context) error {
 			}
 		}
 	}
-	printLat(s.out, c.size, c.iters, posted)
+	printLat(s.out, c.size, c.iters, posted, 2)
 	return nil
 }
 
@@ -349,28 +356,42 @@ func (s *session) waitByte(ctx context.Context, i int, v byte) error {
 	}
 }
 
-// printLat prints perftest's latency row: the gaps between consecutive posts are
-// round trips, and each is reported halved, as ib_write_lat does.
-func printLat(w interface{ Write([]byte) (int, error) }, size, iters int, posted []time.Time) {
+// latTail is perftest's LAT_MEASURE_TAIL: the largest samples it drops.
+const latTail = 2
+
+// printLat prints perftest's latency row as print_report_lat computes it: the gaps
+// between consecutive posts are round trips, each divided by rtt (2 for write_lat
+// and send_lat, one way; 1 for read_lat); sorted, the two largest are dropped, and
+// the rest give min, max, median (t_typical), mean, standard deviation and the
+// 99% and 99.9% percentiles.
+func printLat(w interface{ Write([]byte) (int, error) }, size, iters int, posted []time.Time, rtt float64) {
 	var d []float64
 	for i := 1; i < len(posted); i++ {
-		d = append(d, float64(posted[i].Sub(posted[i-1]).Nanoseconds())/2/1e3)
+		d = append(d, float64(posted[i].Sub(posted[i-1]).Nanoseconds())/rtt/1e3)
+	}
+	slices.Sort(d)
+	if len(d) > latTail {
+		d = d[:len(d)-latTail]
 	}
 	if len(d) == 0 {
 		d = []float64{0}
 	}
-	slices.Sort(d)
+	n := len(d)
+	median := d[n/2]
+	if (n-1)%2 != 0 {
+		median = (d[n/2] + d[n/2-1]) / 2
+	}
 	var sum, sq float64
 	for _, v := range d {
 		sum += v
 	}
-	avg := sum / float64(len(d))
+	avg := sum / float64(n)
 	for _, v := range d {
 		sq += (v - avg) * (v - avg)
 	}
-	pct := func(p float64) float64 { return d[min(len(d)-1, int(p*float64(len(d))))] }
+	pct := func(p float64) float64 { return d[max(0, int(math.Ceil(p*float64(n)))-1)] }
 	fmt.Fprintf(w, " %-7d %-10d     %-7.2f        %-7.2f      %-7.2f         %-7.2f          %-7.2f            %-7.2f                 %-7.2f\n",
-		size, iters, d[0], d[len(d)-1], d[len(d)/2], avg, math.Sqrt(sq/float64(len(d))), pct(0.99), pct(0.999))
+		size, iters, d[0], d[n-1], median, avg, math.Sqrt(sq/float64(n)), pct(0.99), pct(0.999))
 }
 
 // peekByte reads b[i] the way perftest reads its volatile poll buffer. The engine
@@ -383,3 +404,137 @@ func printLat(w interface{ Write([]byte) (int, error) }, size, iters int, posted
 //go:norace
 //go:noinline
 func peekByte(b []byte, i int) byte { return b[i] }
+
+// readLat is read_lat's client (run_iter_lat with RDMA READ): one READ at a time
+// from the server's buffer, each waited for, then the closing exchange.
+func (s *session) readLat(ctx context.Context) error {
+	c := s.c
+	fmt.Fprintln(s.out, resultLine)
+	fmt.Fprintln(s.out, latHeader)
+	posted := make([]time.Time, c.iters)
+	wc := make([]roce.WC, 1)
+	for i := range c.iters {
+		posted[i] = time.Now()
+		wr := roce.SendWR{WRID: uint64(i), Opcode: roce.WRRDMARead, Flags: roce.SendSignaled,
+			SGL:        []roce.SGE{{Addr: s.mr.Addr(), Length: uint32(c.size), LKey: s.mr.LKey()}},
+			RemoteAddr: s.remote.VAddr, RKey: s.remote.RKey}
+		if _, err := s.qp.PostSend([]roce.SendWR{wr}); err != nil {
+			return fmt.Errorf("couldn't post send: scnt=%d: %w", i, err)
+		}
+		if _, err := s.wait(ctx, wc); err != nil {
+			return fmt.Errorf("%w after %d/%d reads", err, i, c.iters)
+		}
+		if wc[0].Status != roce.WCSuccess {
+			return fmt.Errorf("completion with error: status %v (%d) for read %d", wc[0].Status, wc[0].Status, i)
+		}
+	}
+	printLat(s.out, c.size, c.iters, posted, 1)
+	if err := s.closeConnection(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(s.out, resultLine)
+	return nil
+}
+
+// sendLat is send_lat (run_iter_lat_send): both sides post receives before a
+// hand-shake, then the client sends first and each side answers every message it
+// receives with one of its own; then the closing exchange.
+func (s *session) sendLat(ctx context.Context) error {
+	c := s.c
+	client := c.server != ""
+	rposted := 0
+	post := func(k int) error {
+		wrs := make([]roce.RecvWR, k)
+		for i := range wrs {
+			// Every receive lands in the same place: nobody reads it.
+			wrs[i] = roce.RecvWR{WRID: uint64(rposted + i), SGL: []roce.SGE{{Addr: s.mr.Addr() + uint64(s.half),
+				Length: uint32(c.size), LKey: s.mr.LKey()}}}
+		}
+		n, err := s.qp.PostRecv(wrs)
+		rposted += n
+		if err != nil {
+			return fmt.Errorf("couldn't post receive: %w", err)
+		}
+		return nil
+	}
+	if err := post(min(c.rxDepth, c.iters)); err != nil {
+		return err
+	}
+	x, cancel := xctx(ctx)
+	err := s.handShake(x)
+	cancel()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(s.out, resultLine)
+	fmt.Fprintln(s.out, latHeader)
+	posted := make([]time.Time, c.iters)
+	wc := make([]roce.WC, 16)
+	scnt, rcnt, ccnt := 0, 0, 0
+	// handle takes the completions in wc[:n]; it returns how many were receives.
+	handle := func(n int) (int, error) {
+		recvs := 0
+		for _, w := range wc[:n] {
+			if w.Status != roce.WCSuccess {
+				return 0, fmt.Errorf("completion with error: status %v (%d) for wr_id %d; scnt=%d rcnt=%d", w.Status, w.Status, w.WRID, scnt, rcnt)
+			}
+			if w.Opcode != roce.WCRecv {
+				ccnt++
+				continue
+			}
+			if w.ByteLen != uint32(c.size) {
+				return 0, fmt.Errorf("receive %d: %d bytes, want %d", rcnt+recvs, w.ByteLen, c.size)
+			}
+			recvs++
+		}
+		return recvs, nil
+	}
+	for scnt < c.iters || rcnt < c.iters {
+		if rcnt < c.iters && !(scnt < 1 && client) {
+			for got := 0; got == 0; {
+				n, err := s.wait(ctx, wc)
+				if err != nil {
+					return fmt.Errorf("%w after %d/%d receives", err, rcnt, c.iters)
+				}
+				if got, err = handle(n); err != nil {
+					return err
+				}
+				rcnt += got
+			}
+			if need := c.iters - rposted; need > 0 {
+				if err := post(1); err != nil {
+					return err
+				}
+			}
+		}
+		if scnt < c.iters {
+			posted[scnt] = time.Now()
+			wr := roce.SendWR{WRID: uint64(scnt), Opcode: roce.WRSend, Flags: roce.SendSignaled,
+				SGL: []roce.SGE{{Addr: s.mr.Addr(), Length: uint32(c.size), LKey: s.mr.LKey()}}}
+			if _, err := s.qp.PostSend([]roce.SendWR{wr}); err != nil {
+				return fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			}
+			scnt++
+		}
+	}
+	// Every send is acknowledged before the closing exchange.
+	for ccnt < scnt {
+		n, err := s.wait(ctx, wc)
+		if err != nil {
+			return fmt.Errorf("%w after %d/%d send completions", err, ccnt, scnt)
+		}
+		got, err := handle(n)
+		if err != nil {
+			return err
+		}
+		if got > 0 {
+			return fmt.Errorf("%d receives beyond the %d expected", got, c.iters)
+		}
+	}
+	printLat(s.out, c.size, c.iters, posted, 2)
+	if err := s.closeConnection(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(s.out, resultLine)
+	return nil
+}
