@@ -34,20 +34,34 @@ func (d ptDirection) short() string {
 
 // ptCase is one perftest run, made in both directions.
 type ptCase struct {
-	test  string // write_bw, read_bw, send_bw, write_lat
+	test  string // write_bw, read_bw, send_bw, write_lat, read_lat, send_lat
 	size  int
 	iters int
 }
 
 func (c ptCase) name() string { return fmt.Sprintf("%s/s%d", c.test, c.size) }
 
-// packets is how many request packets one message takes at MTU 1024 (a READ
-// request is one packet whatever its size).
-func (c ptCase) packets() int {
-	if c.test == "read_bw" {
-		return 1
+// read reports whether the test moves its data with RDMA READ.
+func (c ptCase) read() bool { return strings.HasPrefix(c.test, "read_") }
+
+// lat reports whether c is a latency test.
+func (c ptCase) lat() bool { return strings.HasSuffix(c.test, "_lat") }
+
+// minRxePackets is how many packets from goroce rxe must count at least: the
+// requests goroce sent (a READ request is one packet, a READ response one per
+// MTU of 1024), or for a goroce server of a write/send bw test its ACKs, which it
+// coalesces per receive batch.
+func (c ptCase) minRxePackets(dir ptDirection) int {
+	data := max(1, (c.size+1023)/1024)
+	switch {
+	case c.read() && dir == ptOursToRxe:
+		return c.iters
+	case c.read():
+		return c.iters * data
+	case c.lat() || dir == ptOursToRxe:
+		return c.iters * data
 	}
-	return max(1, (c.size+1023)/1024)
+	return 1
 }
 
 var (
@@ -82,7 +96,7 @@ func perftestBin(t *testing.T, lab *labtest.Lab) string {
 }
 
 // TestPerftest runs the stock perftest tools (ib_write_bw, ib_read_bw, ib_send_bw,
-// ib_write_lat) in an rxe guest against cmd/roce-perftest on the host side of the lab
+// ib_write_lat, ib_read_lat, ib_send_lat) in an rxe guest against cmd/roce-perftest on the host side of the lab
 // bridge, in both directions, and checks both tools' result rows, goroce's counters
 // and rxe's hw_counters after every run.
 func TestPerftest(t *testing.T) {
@@ -96,8 +110,10 @@ func TestPerftest(t *testing.T) {
 			cases = append(cases, ptCase{test: test, size: s, iters: n})
 		}
 	}
-	for _, s := range []int{64, 65536} {
-		cases = append(cases, ptCase{test: "write_lat", size: s, iters: n})
+	for _, test := range []string{"write_lat", "read_lat", "send_lat"} {
+		for _, s := range []int{64, 65536} {
+			cases = append(cases, ptCase{test: test, size: s, iters: n})
+		}
 	}
 	for _, c := range cases {
 		for _, dir := range []ptDirection{ptOursToRxe, ptRxeToOurs} {
@@ -153,6 +169,7 @@ func (r *ptResult) record(t *testing.T) {
 type ptRow struct {
 	bytes, iters int
 	value        float64 // BW average [MB/sec], or t_avg [usec]
+	line         string
 }
 
 // parsePTRow finds the results row under perftest's "#bytes" header.
@@ -183,7 +200,7 @@ func parsePTRow(out string, lat bool) (ptRow, error) {
 			if err != nil {
 				return ptRow{}, fmt.Errorf("row %q: %v", row, err)
 			}
-			return ptRow{bytes: b, iters: n, value: v}, nil
+			return ptRow{bytes: b, iters: n, value: v, line: strings.TrimSpace(row)}, nil
 		}
 	}
 	return ptRow{}, fmt.Errorf("no results row")
@@ -264,8 +281,14 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	if stockRes.RC != 0 {
 		t.Errorf("ib_%s exit %d:\n%s", c.test, stockRes.RC, stockRes.Out)
 	}
-	lat := strings.HasSuffix(c.test, "_lat")
-	for _, side := range []struct{ who, out string }{{"roce-perftest", oursOut}, {"ib_" + c.test, stockRes.Out}} {
+	lat := c.lat()
+	for _, side := range []struct {
+		who, out string
+		server   bool
+	}{{"roce-perftest", oursOut, dir == ptRxeToOurs}, {"ib_" + c.test, stockRes.Out, dir == ptOursToRxe}} {
+		if c.test == "read_lat" && side.server {
+			continue // read_lat's server measures nothing and prints no row
+		}
 		row, err := parsePTRow(side.out, lat)
 		if err != nil {
 			t.Errorf("%s: %v:\n%s", side.who, err, side.out)
@@ -282,7 +305,7 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 				res.usec = float64(c.size) / (row.value * (1 << 20)) * 1e6
 			}
 		}
-		t.Logf("%s: %+v", side.who, row)
+		t.Logf("%s: %s", side.who, row.line)
 	}
 	st := parseStats(oursErr)
 	res.oursStats = st
@@ -304,18 +327,7 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	}
 	// Every request goroce sent must have reached rxe's transport: a packet with a
 	// bad ICRC, P_Key or address is dropped silently and would be missing here.
-	var want int
-	switch {
-	case lat:
-		want = c.iters * c.packets() // both sides write
-	case dir == ptOursToRxe:
-		want = c.iters * c.packets() // our requests
-	case c.test == "read_bw":
-		want = c.iters * max(1, (c.size+1023)/1024) // our READ responses
-	default:
-		want = 1 // our ACKs, coalesced per receive batch: at least one
-	}
-	if d["rcvd_pkts"] < uint64(want) {
+	if want := c.minRxePackets(dir); d["rcvd_pkts"] < uint64(want) {
 		t.Errorf("rxe rcvd_pkts=%d, want at least %d", d["rcvd_pkts"], want)
 	}
 	if !t.Failed() {
