@@ -380,7 +380,13 @@ func (s *session) connect() error {
 func (s *session) closeConnection(ctx context.Context) error {
 	x, cancel := xctx(ctx)
 	defer cancel()
-	if err := s.handShake(x); err != nil {
+	return s.closeAfter(x, x)
+}
+
+// closeAfter is closeConnection with the hand-shake bounded by wait: the read_lat
+// server's hand-shake returns only once the client has run the whole test.
+func (s *session) closeAfter(wait, x context.Context) error {
+	if err := s.handShake(wait); err != nil {
 		return fmt.Errorf("failed to close connection between server and client: %w", err)
 	}
 	if err := s.conn.Done(x); err != nil {

@@ -26,8 +26,11 @@ func (s *session) runTest(ctx context.Context) error {
 	case s.c.test == sendLat:
 		return s.sendLat(ctx)
 	case s.c.test == readLat && !client:
-		// read_lat's server only waits for the client's closing hand-shake.
-		return s.closeConnection(ctx)
+		// read_lat's server only waits for the client's closing hand-shake, for
+		// as long as the client's test takes.
+		x, cancel := xctx(ctx)
+		defer cancel()
+		return s.closeAfter(ctx, x)
 	case s.c.test == readLat:
 		return s.readLat(ctx)
 	case s.c.test == sendBW && !client:
