@@ -27,9 +27,16 @@
 //	        ├─ request  ─► responder: PSN (expected / duplicate / ahead: one NAK per gap)
 //	        │                 ─► opcode sequence ─► QP access ─► length ─► receive WR (RQ/SRQ, else RNR NAK)
 //	        │                 ─► rkey/PD/range (else NAK remote access) ─► one copy into the WR or MR
-//	        │                 ─► receive CQE ─► ACK if AckReq / READ responses / atomic ACK
+//	        │                 ─► receive CQE (held) ─► ACK if AckReq (held) / READ responses / atomic ACK
 //	        └─ response ─► completer: cumulative ACK retires WQEs ─► send CQE (signaled or error)
 //	                          NAK seq ─► go-back-N; RNR NAK ─► wait RNR timer; others ─► error, ERR, flush
+//
+// The shard holds a positive ACK until the end of its batch and sends one
+// cumulative ACK for the newest PSN (NAKs, READ responses and atomic ACKs
+// send the held ACK first). Completions made during a batch are held too and
+// pushed to their CQs only after the batch's packets are written, so an
+// application never sees a receive before the peer can see its ACK, and a
+// UD or UC send completes once its packets are on the wire.
 //
 // # Send flow
 //
@@ -44,7 +51,7 @@
 // # Wire behaviour matched to rxe
 //
 // ACKs only for AckReq (set on the last packet of a message and at least
-// every 64 packets), credit code 0x1F, MSN counting completed messages;
+// every 64 packets; a batch of them answered by one cumulative ACK), credit code 0x1F, MSN counting completed messages;
 // duplicates re-ACKed with the last acknowledged PSN; READ and atomics saved
 // in max_dest_rd_atomic responder resources and replayed, atomics never
 // executed twice; retry_cnt and rnr_retry of 7 mean infinite; the
@@ -55,6 +62,10 @@
 // never acknowledges, and a PSN gap, an opcode out of sequence, a bad R_Key
 // or length, or a missing receive WR drops the whole message silently, the
 // responder resynchronizing at the next FIRST or ONLY.
+//
+// A local send error (bad lkey, a UD message above the port MTU) fails the
+// WR and moves an RC QP to ERR, but a UD or UC QP to SQE: its other send WRs
+// are flushed, receives go on, and ibv_modify_qp SQE→RTS resumes sending.
 //
 // The UDP source port rxe derives per QP (rdma_get_udp_sport for RC,
 // 0xC000 + hash_32(qpn, 14) otherwise) is computed and shown in QPInfo, but
