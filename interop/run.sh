@@ -78,13 +78,13 @@ log "boot 2 guests"
 step timeout 300 "$HERE/lab" up 2 || fail "the lab did not come up (see above)"
 
 cd "$ROOT"
-for cmd in roce-pingpong rping-go roced; do
+for cmd in roce-pingpong roce-perftest rping-go roced; do
   log "build cmd/$cmd"
   step go build -o "$HERE/run/$cmd" "./cmd/$cmd" || fail "go build ./cmd/$cmd failed"
 done
 log "go test ./interop/..."
 export GOROCE_INTEROP=1 GOROCE_LAB_ENV=$HERE/run/lab.env GOROCE_PINGPONG=$HERE/run/roce-pingpong
-export GOROCE_RPING=$HERE/run/rping-go GOROCE_ROCED=$HERE/run/roced
+export GOROCE_RPING=$HERE/run/rping-go GOROCE_ROCED=$HERE/run/roced GOROCE_PERFTEST=$HERE/run/roce-perftest
 export GOROCE_INTEROP_RESULTS=$HERE/run/results.tsv
 rm -f "$GOROCE_INTEROP_RESULTS" "$HERE"/run/pcap/*.pcap
 args=(-count=1 -v -timeout "${GOROCE_INTEROP_TIMEOUT:-600}s")
