@@ -177,28 +177,9 @@ func runCMTool(t *testing.T, role, clientFmt, transportName string, minRcvd uint
 // recordCMTool appends the run's row to $GOROCE_INTEROP_RESULTS, in the pingpong rows'
 // columns.
 func recordCMTool(t *testing.T, role, transportName string, took time.Duration, rxe labtest.Counters, ours string) {
-	verdict := "pass"
-	if t.Failed() {
-		verdict = "FAIL"
-	}
-	path := os.Getenv("GOROCE_INTEROP_RESULTS")
-	if path == "" {
-		return
-	}
-	resultsMu.Lock()
-	defer resultsMu.Unlock()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Logf("results: %v", err)
-		return
-	}
-	defer f.Close()
-	usec := "-"
-	if took > 0 {
-		usec = fmt.Sprintf("%.0f", float64(took.Microseconds())/cmtoolCount)
-	}
-	fmt.Fprintf(f, "%s\trxe %s client -> goroce CM server\t%s\t-C %d -S %d\t%s\t%s\t%s\n", role, role, transportName,
-		cmtoolCount, cmtoolSize, verdict, usec, strings.TrimSpace(rxe.String()+" | goroce: "+ours))
+	appendResult(t, resultRow{tool: role, dir: "rxe " + role + " client -> goroce CM server", transport: transportName,
+		opts: fmt.Sprintf("-C %d -S %d", cmtoolCount, cmtoolSize), usec: float64(took.Microseconds()) / cmtoolCount,
+		counters: rxe.String() + " | goroce: " + ours})
 }
 
 // runCMPeer is the goroce side of TestUdaddy ("udaddy") and TestUcmatose

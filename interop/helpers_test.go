@@ -31,14 +31,32 @@ type result struct {
 
 var resultsMu sync.Mutex
 
-// record appends the row to $GOROCE_INTEROP_RESULTS, tab-separated.
-func (r *result) record(t *testing.T) {
+// resultRow is one line of $GOROCE_INTEROP_RESULTS: the columns of the README's
+// results table.
+type resultRow struct {
+	tool, dir, transport, opts string
+	verdict                    string  // "" is pass; a failed test is always FAIL
+	usec                       float64 // per iteration; 0 prints "-"
+	counters                   string  // rxe's hw_counters and goroce's, as printed
+}
+
+// appendResult appends row to $GOROCE_INTEROP_RESULTS, tab-separated, with the
+// verdict FAIL when t failed. Without the variable it does nothing.
+func appendResult(t *testing.T, row resultRow) {
 	path := os.Getenv("GOROCE_INTEROP_RESULTS")
 	if path == "" {
 		return
 	}
-	if t.Failed() {
-		r.verdict = "FAIL"
+	verdict := row.verdict
+	switch {
+	case t.Failed():
+		verdict = "FAIL"
+	case verdict == "":
+		verdict = "pass"
+	}
+	usec := "-"
+	if row.usec > 0 {
+		usec = fmt.Sprintf("%.0f", row.usec)
 	}
 	resultsMu.Lock()
 	defer resultsMu.Unlock()
@@ -48,7 +66,24 @@ func (r *result) record(t *testing.T) {
 		return
 	}
 	defer f.Close()
-	tool := "ibv_" + r.c.mode + "_pingpong"
+	fmt.Fprintln(f, strings.Join([]string{row.tool, row.dir, row.transport, row.opts, verdict, usec,
+		strings.TrimSpace(row.counters)}, "\t"))
+}
+
+// oursCounters formats the nonzero goroce counters among keys, sorted.
+func oursCounters(stats map[string]uint64, keys ...string) string {
+	var ours []string
+	for _, k := range keys {
+		if v := stats[k]; v != 0 {
+			ours = append(ours, fmt.Sprintf("%s=%d", k, v))
+		}
+	}
+	sort.Strings(ours)
+	return strings.Join(ours, " ")
+}
+
+// record appends the pingpong row to $GOROCE_INTEROP_RESULTS.
+func (r *result) record(t *testing.T) {
 	opts := fmt.Sprintf("-s %d -n %d", r.c.size, r.c.iters)
 	if r.c.qps > 0 {
 		opts += fmt.Sprintf(" -q %d", r.c.qps)
@@ -62,17 +97,7 @@ func (r *result) record(t *testing.T) {
 	if r.c.ipv6 {
 		opts += " IPv6 (-g 0)"
 	}
-	var ours []string
-	for _, k := range []string{"sent_pkts", "rcvd_pkts", "retransmits", "out_of_seq", "dup_req", "naks_sent", "naks_rcvd"} {
-		if v := r.oursStats[k]; v != 0 {
-			ours = append(ours, fmt.Sprintf("%s=%d", k, v))
-		}
-	}
-	sort.Strings(ours)
-	usec := "-"
-	if r.usec > 0 {
-		usec = fmt.Sprintf("%.0f", r.usec)
-	}
-	fmt.Fprintf(f, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tool, r.dir, strings.ToUpper(r.c.mode), opts, r.verdict, usec,
-		strings.TrimSpace(r.rxe.String()+" | goroce: "+strings.Join(ours, " ")))
+	ours := oursCounters(r.oursStats, "sent_pkts", "rcvd_pkts", "retransmits", "out_of_seq", "dup_req", "naks_sent", "naks_rcvd")
+	appendResult(t, resultRow{tool: "ibv_" + r.c.mode + "_pingpong", dir: string(r.dir), transport: strings.ToUpper(r.c.mode),
+		opts: opts, verdict: r.verdict, usec: r.usec, counters: r.rxe.String() + " | goroce: " + ours})
 }

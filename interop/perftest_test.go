@@ -5,12 +5,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -64,44 +61,13 @@ func (c ptCase) minRxePackets(dir ptDirection) int {
 	return 1
 }
 
-var (
-	ptBinOnce sync.Once
-	ptBinPath string
-	ptBinErr  error
-)
-
-// perftestBin returns the roce-perftest binary: $GOROCE_PERFTEST, or one built now
-// into the lab's run directory.
-func perftestBin(t *testing.T, lab *labtest.Lab) string {
-	t.Helper()
-	ptBinOnce.Do(func() {
-		if p := os.Getenv("GOROCE_PERFTEST"); p != "" {
-			ptBinPath = p
-			return
-		}
-		dir := filepath.Join(lab.Dir, "run")
-		if ptBinErr = os.MkdirAll(dir, 0o755); ptBinErr != nil {
-			return
-		}
-		ptBinPath = filepath.Join(dir, "roce-perftest")
-		out, err := exec.Command("go", "build", "-o", ptBinPath, "github.com/goroce/goroce/cmd/roce-perftest").CombinedOutput()
-		if err != nil {
-			ptBinErr = fmt.Errorf("go build cmd/roce-perftest: %v\n%s", err, out)
-		}
-	})
-	if ptBinErr != nil {
-		t.Fatal(ptBinErr)
-	}
-	return ptBinPath
-}
-
 // TestPerftest runs the stock perftest tools (ib_write_bw, ib_read_bw, ib_send_bw,
 // ib_write_lat, ib_read_lat, ib_send_lat) in an rxe guest against cmd/roce-perftest on the host side of the lab
 // bridge, in both directions, and checks both tools' result rows, goroce's counters
 // and rxe's hw_counters after every run.
 func TestPerftest(t *testing.T) {
 	lab := labtest.Open(t)
-	bin := perftestBin(t, lab)
+	bin := toolBin(t, "GOROCE_PERFTEST", "cmd/roce-perftest")
 	g := lab.Guest(t, "a")
 	const n = 200
 	var cases []ptCase
@@ -135,34 +101,10 @@ type ptResult struct {
 // record appends the row to $GOROCE_INTEROP_RESULTS in the columns the pingpong rows
 // use; the usec/iter column is goroce's figure (per message for bw, t_avg for lat).
 func (r *ptResult) record(t *testing.T) {
-	path := os.Getenv("GOROCE_INTEROP_RESULTS")
-	if path == "" {
-		return
-	}
-	if t.Failed() {
-		r.verdict = "FAIL"
-	}
-	resultsMu.Lock()
-	defer resultsMu.Unlock()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Logf("results: %v", err)
-		return
-	}
-	defer f.Close()
-	var ours []string
-	for _, k := range []string{"sent_pkts", "rcvd_pkts", "retransmits", "out_of_seq", "dup_req", "naks_sent", "naks_rcvd", "rx_queue_drops"} {
-		if v := r.oursStats[k]; v != 0 {
-			ours = append(ours, fmt.Sprintf("%s=%d", k, v))
-		}
-	}
-	sort.Strings(ours)
-	usec := "-"
-	if r.usec > 0 {
-		usec = fmt.Sprintf("%.0f", r.usec)
-	}
-	fmt.Fprintf(f, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", "ib_"+r.c.test, r.dir, "RC", fmt.Sprintf("-s %d -n %d", r.c.size, r.c.iters),
-		r.verdict, usec, strings.TrimSpace(r.rxe.String()+" | goroce: "+strings.Join(ours, " ")))
+	ours := oursCounters(r.oursStats, "sent_pkts", "rcvd_pkts", "retransmits", "out_of_seq", "dup_req", "naks_sent", "naks_rcvd", "rx_queue_drops")
+	appendResult(t, resultRow{tool: "ib_" + r.c.test, dir: string(r.dir), transport: "RC",
+		opts: fmt.Sprintf("-s %d -n %d", r.c.size, r.c.iters), verdict: r.verdict, usec: r.usec,
+		counters: r.rxe.String() + " | goroce: " + ours})
 }
 
 // ptRow is the figures of a perftest results row.

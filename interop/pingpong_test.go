@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,43 +54,14 @@ func (c ppCase) name() string {
 	return n
 }
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-	binDir  string
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
+	toolsMu.Lock()
+	for _, p := range toolBins {
+		os.RemoveAll(filepath.Dir(p))
 	}
+	toolsMu.Unlock()
 	os.Exit(code)
-}
-
-// pingpongBin returns the roce-pingpong binary: $GOROCE_PINGPONG, or one built now.
-func pingpongBin(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		if p := os.Getenv("GOROCE_PINGPONG"); p != "" {
-			binPath = p
-			return
-		}
-		binDir, binErr = os.MkdirTemp("", "goroce-interop-")
-		if binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "roce-pingpong")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/goroce/goroce/cmd/roce-pingpong").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build cmd/roce-pingpong: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
 }
 
 // TestPingpong runs the stock ibv_*_pingpong tools in an rxe guest against
@@ -100,7 +70,7 @@ func pingpongBin(t *testing.T) string {
 // hw_counters after every run.
 func TestPingpong(t *testing.T) {
 	lab := labtest.Open(t)
-	bin := pingpongBin(t)
+	bin := toolBin(t, "GOROCE_PINGPONG", "cmd/roce-pingpong")
 	g := lab.Guest(t, "a")
 	const n = 200
 	var cases []ppCase
@@ -131,7 +101,7 @@ func TestPingpong(t *testing.T) {
 // messages.
 func TestPingpongMTU4096(t *testing.T) {
 	lab := labtest.Open(t)
-	bin := pingpongBin(t)
+	bin := toolBin(t, "GOROCE_PINGPONG", "cmd/roce-pingpong")
 	g := lab.Guest(t, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -172,7 +142,7 @@ func dirShort(d direction) string {
 // on IPv4.
 func TestPingpongIPv6(t *testing.T) {
 	lab := labtest.Open(t)
-	bin := pingpongBin(t)
+	bin := toolBin(t, "GOROCE_PINGPONG", "cmd/roce-pingpong")
 	g := lab.Guest(t, "a")
 	for _, c := range []ppCase{
 		{mode: "rc", size: 1024, iters: 200, ipv6: true},

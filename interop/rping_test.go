@@ -34,7 +34,7 @@ var (
 )
 
 // toolBin returns the binary of a goroce command: $env if set (interop/run.sh builds
-// them), else one built now into the test's temporary directory.
+// them), else one built now into a temporary directory that TestMain removes.
 func toolBin(t *testing.T, env, pkg string) string {
 	t.Helper()
 	if p := os.Getenv(env); p != "" {
@@ -69,27 +69,9 @@ type rpingRow struct {
 }
 
 func (r *rpingRow) record(t *testing.T) {
-	if t.Failed() {
-		r.verdict = "FAIL"
-	}
-	path := os.Getenv("GOROCE_INTEROP_RESULTS")
-	if path == "" {
-		return
-	}
-	resultsMu.Lock()
-	defer resultsMu.Unlock()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Logf("results: %v", err)
-		return
-	}
-	defer f.Close()
-	usec := "-"
-	if r.usec > 0 {
-		usec = fmt.Sprintf("%.0f", r.usec)
-	}
-	fmt.Fprintf(f, "rping\t%s\tRC (rdma_cm)\t-S %d -C %d -V -v\t%s\t%s\t%s\n", r.dir, r.size, rpingCount, r.verdict, usec,
-		strings.TrimSpace(r.rxe.String()+" | goroce: "+r.ours))
+	appendResult(t, resultRow{tool: "rping", dir: r.dir, transport: "RC (rdma_cm)",
+		opts: fmt.Sprintf("-S %d -C %d -V -v", r.size, rpingCount), verdict: r.verdict, usec: r.usec,
+		counters: r.rxe.String() + " | goroce: " + r.ours})
 }
 
 // rpingLines returns the "ping data" lines of an rping -v output, checking there are
