@@ -155,6 +155,10 @@ const (
 	MTU4096 = transport.MTU4096
 )
 
+// MTUFromBytes returns the path MTU code of n bytes, or 0 when n is not 256,
+// 512, 1024, 2048 or 4096.
+func MTUFromBytes(n int) MTU { return transport.MTUFromBytes(n) }
+
 // QP attribute mask bits (enum ibv_qp_attr_mask).
 const (
 	QPAttrState            = transport.QPAttrState

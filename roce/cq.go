@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"context"
 	"syscall"
 
 	"github.com/goroce/goroce/cq"
@@ -74,6 +75,29 @@ func (c *CQ) ReqNotify(solicitedOnly bool) error {
 // Notify is the completion channel (ibv_comp_channel + ibv_get_cq_event): it receives
 // once per armed ReqNotify that fired. Events need no acknowledgement.
 func (c *CQ) Notify() <-chan struct{} { return c.q.Notify() }
+
+// Wait returns at least one completion, like Poll, but blocks until one arrives or ctx
+// ends (ctx's error). It is the loop every event-driven verbs program writes: poll,
+// arm with ReqNotify, poll again (a completion may have arrived in between), then
+// sleep on Notify.
+func (c *CQ) Wait(ctx context.Context, wc []WC) (int, error) {
+	for {
+		if n, err := c.Poll(wc); n > 0 || err != nil {
+			return n, err
+		}
+		if err := c.ReqNotify(false); err != nil {
+			return 0, err
+		}
+		if n, err := c.Poll(wc); n > 0 || err != nil {
+			return n, err
+		}
+		select {
+		case <-c.Notify():
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
 
 // Resize is ibv_resize_cq: it makes room for at least cqe completions and returns the
 // actual size. It keeps every completion held; cqe below their number or above

@@ -51,6 +51,7 @@
 //	ibv_req_notify_cq            (*CQ).ReqNotify(solicitedOnly) error
 //	ibv_get_cq_event             <-(*CQ).Notify()
 //	ibv_ack_cq_events            (none)
+//	poll + arm + poll + sleep    (*CQ).Wait(ctx, wc []WC) (int, error)
 //	ibv_resize_cq                (*CQ).Resize(cqe) (int, error)
 //	ibv_create_srq               (*PD).CreateSRQ(SRQInitAttr) (*SRQ, error)
 //	ibv_destroy_srq              (*SRQ).Close() error

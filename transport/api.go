@@ -129,6 +129,17 @@ func (m MTU) Bytes() int {
 	return 128 << m
 }
 
+// MTUFromBytes is the inverse of Bytes: the code for 256, 512, 1024, 2048 or
+// 4096 bytes, and 0 (no valid code) for any other value.
+func MTUFromBytes(n int) MTU {
+	for m := MTU256; m <= MTU4096; m++ {
+		if m.Bytes() == n {
+			return m
+		}
+	}
+	return 0
+}
+
 // AddressVector says how to reach a peer (the rxe_av analogue): an RC QP
 // copies it at RTR, a UD send WR carries one per WR.
 type AddressVector struct {

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
-	"github.com/goroce/goroce/oob"
+	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/roce"
 )
 
 func main() {
@@ -36,20 +32,15 @@ func (t test) bw() bool { return t == writeBW || t == readBW || t == sendBW }
 
 // config is the parsed command line.
 type config struct {
+	cli.Flags
 	test     test
 	server   string // empty: serve
-	tcpPort  int
-	addr     netip.Addr
 	size     int
 	iters    int
 	mtu      int // bytes; 0: the port's active MTU
 	gidIndex int // -1: the device's RoCEv2 index
 	txDepth  int
 	rxDepth  int
-	timeout  time.Duration
-	rocePort int
-	linger   time.Duration
-	stats    bool
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -63,10 +54,8 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("roce-perftest", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var addr string
 	var qps int
-	fs.IntVar(&c.tcpPort, "p", oob.DefaultPort, "TCP `port` of the exchange")
-	fs.StringVar(&addr, "d", "", "local IP `address` the device binds (required)")
+	c.Register(fs)
 	fs.IntVar(&c.size, "s", 0, "message `size` (default 65536; the lat tests 2)")
 	fs.IntVar(&c.iters, "n", 0, "`iterations` (default 5000; the lat tests 1000)")
 	fs.IntVar(&c.mtu, "m", 0, "path `MTU` in bytes: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU)")
@@ -75,10 +64,6 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.txDepth, "t", 128, "send queue `depth` of the bw tests")
 	fs.IntVar(&c.rxDepth, "r", 512, "receives posted at a time by the send tests")
 	fs.Bool("F", false, "accepted and ignored")
-	fs.DurationVar(&c.timeout, "timeout", 0, "fail after this long (0: never)")
-	fs.IntVar(&c.rocePort, "roce-port", 4791, "UDP port of RoCEv2 (both sides must agree)")
-	fs.DurationVar(&c.linger, "linger", 500*time.Millisecond, "keep answering retransmissions this long after the test")
-	fs.BoolVar(&c.stats, "stats", false, "print the device's counters to stderr at exit")
 	if len(args) == 0 {
 		usage(stderr, fs)
 		return nil, fmt.Errorf("missing TEST")
@@ -97,17 +82,13 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 		usage(stderr, fs)
 		return nil, err
 	}
-	switch fs.NArg() {
-	case 0:
-	case 1:
-		c.server = fs.Arg(0)
-	default:
-		usage(stderr, fs)
-		return nil, fmt.Errorf("too many arguments: %q", fs.Args())
-	}
 	var err error
-	if c.addr, err = netip.ParseAddr(addr); err != nil {
-		return nil, fmt.Errorf("-d: need the local IP address the device binds: %v", err)
+	if c.server, err = cli.Server(fs); err != nil {
+		usage(stderr, fs)
+		return nil, err
+	}
+	if err := c.Check(); err != nil {
+		return nil, err
 	}
 	if c.size == 0 {
 		c.size = 65536
@@ -126,7 +107,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-s %d: size must be in [1, %d]", c.size, maxSize)
 	case c.iters < 1:
 		return nil, fmt.Errorf("-n %d: iterations must be positive", c.iters)
-	case c.mtu != 0 && mtuCode(c.mtu) == 0:
+	case c.mtu != 0 && roce.MTUFromBytes(c.mtu) == 0:
 		return nil, fmt.Errorf("-m %d: MTU must be 256, 512, 1024, 2048 or 4096", c.mtu)
 	case qps != 1:
 		return nil, fmt.Errorf("-q %d: only one QP is supported", qps)
@@ -134,10 +115,6 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-t %d: tx depth must be positive", c.txDepth)
 	case c.rxDepth < 1:
 		return nil, fmt.Errorf("-r %d: rx depth must be positive", c.rxDepth)
-	case c.tcpPort < 1 || c.tcpPort > 65535:
-		return nil, fmt.Errorf("-p %d: not a TCP port", c.tcpPort)
-	case c.rocePort < 1 || c.rocePort > 65535:
-		return nil, fmt.Errorf("-roce-port %d: not a UDP port", c.rocePort)
 	case c.gidIndex < -1:
 		return nil, fmt.Errorf("-x %d: not a GID index", c.gidIndex)
 	}
@@ -151,13 +128,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-perftest: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if c.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
+	ctx, cancel := c.Context()
+	defer cancel()
 	if err := perftest(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "roce-perftest: %v\n", err)
 		return 1

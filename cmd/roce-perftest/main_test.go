@@ -25,11 +25,11 @@ func TestParseArgs(t *testing.T) {
 		want func(*config) bool
 	}{
 		{"bw server defaults", []string{"write_bw", "-d", "127.0.0.1"}, func(c *config) bool {
-			return c.server == "" && c.size == 65536 && c.iters == 5000 && c.mtu == 0 && c.tcpPort == 18515 && c.gidIndex == -1 && c.txDepth == 128
+			return c.server == "" && c.size == 65536 && c.iters == 5000 && c.mtu == 0 && c.TCPPort == 18515 && c.gidIndex == -1 && c.txDepth == 128
 		}},
 		{"lat defaults", []string{"write_lat", "-d", "127.0.0.1"}, func(c *config) bool { return c.size == 2 && c.iters == 1000 }},
 		{"client with perftest flags", []string{"send_bw", "-d", "198.18.0.1", "-x", "1", "-n", "200", "-s", "64", "-F", "-q", "1", "-m", "4096", "-p", "1234", "198.18.0.11"}, func(c *config) bool {
-			return c.server == "198.18.0.11" && c.gidIndex == 1 && c.iters == 200 && c.size == 64 && c.mtu == 4096 && c.tcpPort == 1234
+			return c.server == "198.18.0.11" && c.gidIndex == 1 && c.iters == 200 && c.size == 64 && c.mtu == 4096 && c.TCPPort == 1234
 		}},
 		{"read_bw", []string{"read_bw", "-d", "::1", "-s", "1"}, func(c *config) bool { return c.test == readBW && c.size == 1 }},
 	}

@@ -3,17 +3,16 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )
@@ -38,22 +37,6 @@ const (
 	hopLimit = 0xff
 )
 
-func mtuCode(bytes int) roce.MTU {
-	switch bytes {
-	case 256:
-		return roce.MTU256
-	case 512:
-		return roce.MTU512
-	case 1024:
-		return roce.MTU1024
-	case 2048:
-		return roce.MTU2048
-	case 4096:
-		return roce.MTU4096
-	}
-	return 0
-}
-
 // session holds one run's verbs objects and exchange state, shaped like perftest's
 // pingpong_context and perftest_comm.
 type session struct {
@@ -75,17 +58,17 @@ type session struct {
 	peerVersion      string
 	conn             *oob.PerftestConn
 	local, remote    oob.PerftestDest
-	closers          []func() error
+	cli.Closers
 }
 
 // perftest runs one test from the device to the closing exchange.
 func perftest(ctx context.Context, c *config, out, errOut io.Writer) (err error) {
 	s := &session{c: c, out: out, cycle: defCycleBuffer, cacheLine: defCacheLine}
 	defer func() {
-		if c.stats && s.dev != nil {
-			fmt.Fprintln(errOut, formatStats(s.dev))
+		if c.Stats && s.dev != nil {
+			fmt.Fprintln(errOut, cli.Stats(s.dev))
 		}
-		if cerr := s.close(); err == nil && cerr != nil {
+		if cerr := s.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
 	}()
@@ -107,36 +90,19 @@ func perftest(ctx context.Context, c *config, out, errOut io.Writer) (err error)
 	if err := s.runTest(ctx); err != nil {
 		return err
 	}
-	// Our last ACK may be lost; keep the QP alive a while so that a retransmission
-	// is answered instead of leaving the peer retrying against nothing.
-	select {
-	case <-time.After(c.linger):
-	case <-ctx.Done():
-	}
+	c.Hold(ctx)
 	return nil
-}
-
-func (s *session) onClose(f func() error) { s.closers = append(s.closers, f) }
-
-// close destroys everything in reverse order of creation.
-func (s *session) close() error {
-	var errs []error
-	for i := len(s.closers) - 1; i >= 0; i-- {
-		errs = append(errs, s.closers[i]())
-	}
-	s.closers = nil
-	return errors.Join(errs...)
 }
 
 // openDevice opens the device and picks the GID; the buffer and QP wait for the
 // exchanged cycle buffer size, as perftest's ctx_init waits for check_sys_data.
 func (s *session) openDevice() error {
 	var err error
-	s.dev, err = roce.Open(s.c.addr, roce.WithPort(uint16(s.c.rocePort)))
+	s.dev, err = roce.Open(s.c.Addr, roce.WithPort(uint16(s.c.RoCEPort)))
 	if err != nil {
-		return fmt.Errorf("couldn't open the device on %v: %w", s.c.addr, err)
+		return fmt.Errorf("couldn't open the device on %v: %w", s.c.Addr, err)
 	}
-	s.onClose(s.dev.Close)
+	s.Add(s.dev.Close)
 	s.gidx = s.c.gidIndex
 	if s.gidx < 0 {
 		s.gidx = s.dev.GIDIndex()
@@ -149,31 +115,11 @@ func (s *session) openDevice() error {
 
 // dial makes the TCP connection: to the server, or the first client that connects.
 func (s *session) dial(ctx context.Context) error {
-	var conn net.Conn
-	if s.c.server != "" {
-		var err error
-		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort(s.c.server, strconv.Itoa(s.c.tcpPort)))
-		if err != nil {
-			return fmt.Errorf("couldn't connect to %s:%d: %w", s.c.server, s.c.tcpPort, err)
-		}
-	} else {
-		var lc net.ListenConfig
-		ln, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(s.c.tcpPort))
-		if err != nil {
-			return fmt.Errorf("couldn't listen to port %d: %w", s.c.tcpPort, err)
-		}
-		stop := context.AfterFunc(ctx, func() { ln.Close() })
-		conn, err = ln.Accept()
-		stop()
-		ln.Close()
-		if err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("no client: %w", ctx.Err())
-			}
-			return fmt.Errorf("accept() failed: %w", err)
-		}
+	conn, err := s.c.Connect(ctx, s.c.server)
+	if err != nil {
+		return err
 	}
-	s.onClose(conn.Close)
+	s.Add(conn.Close)
 	s.conn = oob.NewPerftestConn(conn, s.c.server != "")
 	return nil
 }
@@ -232,7 +178,7 @@ func (s *session) exchangeParams(ctx context.Context) error {
 	}
 	mine := port.ActiveMTU
 	if s.c.mtu != 0 {
-		mine = mtuCode(s.c.mtu)
+		mine = roce.MTUFromBytes(s.c.mtu)
 	}
 	theirs, err := s.conn.ExchangeMTU(ctx, int(mine))
 	if err != nil {
@@ -257,22 +203,22 @@ func (s *session) createQP() error {
 	if s.pd, err = s.dev.AllocPD(); err != nil {
 		return err
 	}
-	s.onClose(s.pd.Close)
+	s.Add(s.pd.Close)
 	access := roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead
 	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
 		return err
 	}
-	s.onClose(s.mr.Close)
+	s.Add(s.mr.Close)
 	if s.cq, err = s.dev.CreateCQ(c.txDepth + c.rxDepth + 1); err != nil {
 		return err
 	}
-	s.onClose(s.cq.Close)
+	s.Add(s.cq.Close)
 	attr := roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq,
 		Cap: roce.QPCap{MaxSendWR: uint32(c.txDepth), MaxSendSGE: 1, MaxRecvWR: uint32(c.rxDepth), MaxRecvSGE: 1}}
 	if s.qp, err = s.pd.CreateQP(attr); err != nil {
 		return fmt.Errorf("couldn't create QP: %w", err)
 	}
-	s.onClose(s.qp.Close)
+	s.Add(s.qp.Close)
 	init := roce.QPAttr{State: roce.QPSInit, PKeyIndex: 0, PortNum: 1, AccessFlags: access}
 	if err := s.qp.Modify(&init, roce.QPAttrState|roce.QPAttrPKeyIndex|roce.QPAttrPort|roce.QPAttrAccessFlags); err != nil {
 		return fmt.Errorf("failed to modify QP to INIT: %w", err)
@@ -418,25 +364,4 @@ func (s *session) xchgReports(ctx context.Context, mine bwReport) (bwReport, err
 	}
 	return bwReport{size: in[0], iters: in[1], peak: math.Float64frombits(in[2]),
 		avg: math.Float64frombits(in[3]), msgRatep: math.Float64frombits(in[4])}, nil
-}
-
-// formatStats renders the counters a test needs to judge a run: packets each way and
-// every kind of drop or recovery the engine counted (the same line as roce-pingpong's).
-func formatStats(dev *roce.Device) string {
-	st := dev.Stats()
-	var sent, rcvd, naksSent, naksRcvd uint64
-	for i := range st.SentPackets {
-		sent += st.SentPackets[i]
-		rcvd += st.RcvdPackets[i]
-	}
-	for i := range st.NAKsSent {
-		naksSent += st.NAKsSent[i]
-		naksRcvd += st.NAKsRcvd[i]
-	}
-	return fmt.Sprintf("stats: sent_pkts=%d rcvd_pkts=%d icrc_err=%d malformed=%d unknown_qp=%d "+
-		"out_of_seq=%d dup_req=%d naks_sent=%d naks_rcvd=%d retransmits=%d timeouts=%d "+
-		"retry_exceeded=%d rnr_retry_exceeded=%d rx_queue_drops=%d tx_errors=%d cq_overruns=%d",
-		sent, rcvd, st.ICRCErrors, st.Malformed, st.UnknownQP, st.OutOfSequence, st.DuplicateRequests,
-		naksSent, naksRcvd, st.Retransmits, st.Timeouts, st.RetryExceeded, st.RNRRetryExceeded,
-		st.RxQueueDrops, st.TxErrors, st.CQOverruns)
 }

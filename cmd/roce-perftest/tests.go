@@ -129,7 +129,7 @@ func (s *session) bwClient(ctx context.Context) error {
 				return fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
 			}
 		}
-		n, err := s.wait(ctx, wc)
+		n, err := s.cq.Wait(ctx, wc)
 		if err != nil {
 			return fmt.Errorf("%w after %d/%d posted and %d completed", err, scnt, c.iters, ccnt)
 		}
@@ -205,7 +205,7 @@ func (s *session) sendServer(ctx context.Context) error {
 	best := time.Duration(math.MaxInt64)
 	last := start
 	for rcnt < c.iters {
-		n, err := s.wait(ctx, wc)
+		n, err := s.cq.Wait(ctx, wc)
 		if err != nil {
 			return fmt.Errorf("%w after %d/%d receives", err, rcnt, c.iters)
 		}
@@ -259,29 +259,6 @@ func printBW(w interface{ Write([]byte) (int, error) }, r bwReport) {
 	fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.size, r.iters, r.peak, r.avg, r.msgRatep)
 }
 
-// wait returns at least one completion, sleeping on the completion channel between
-// polls, or ctx's error.
-func (s *session) wait(ctx context.Context, wc []roce.WC) (int, error) {
-	for {
-		n, err := s.cq.Poll(wc)
-		if n > 0 || err != nil {
-			return n, err
-		}
-		if err := s.cq.ReqNotify(false); err != nil {
-			return 0, err
-		}
-		// A completion may have arrived between Poll and ReqNotify.
-		if n, err := s.cq.Poll(wc); n > 0 || err != nil {
-			return n, err
-		}
-		select {
-		case <-s.cq.Notify():
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
-}
-
 // writeLat is run_iter_lat_write: each side writes -s bytes to the other, the last
 // byte carrying its count, and waits for the peer's count in the last byte of its
 // own advertised buffer before writing again. The server writes first. There is no
@@ -317,7 +294,7 @@ func (s *session) writeLat(ctx context.Context) error {
 			}
 		}
 		if ccnt < c.iters {
-			n, err := s.wait(ctx, wc)
+			n, err := s.cq.Wait(ctx, wc)
 			if err != nil {
 				return fmt.Errorf("%w after %d/%d writes completed", err, ccnt, c.iters)
 			}
@@ -424,7 +401,7 @@ func (s *session) readLat(ctx context.Context) error {
 		if _, err := s.qp.PostSend([]roce.SendWR{wr}); err != nil {
 			return fmt.Errorf("couldn't post send: scnt=%d: %w", i, err)
 		}
-		if _, err := s.wait(ctx, wc); err != nil {
+		if _, err := s.cq.Wait(ctx, wc); err != nil {
 			return fmt.Errorf("%w after %d/%d reads", err, i, c.iters)
 		}
 		if wc[0].Status != roce.WCSuccess {
@@ -495,7 +472,7 @@ func (s *session) sendLat(ctx context.Context) error {
 	for scnt < c.iters || rcnt < c.iters {
 		if rcnt < c.iters && !(scnt < 1 && client) {
 			for got := 0; got == 0; {
-				n, err := s.wait(ctx, wc)
+				n, err := s.cq.Wait(ctx, wc)
 				if err != nil {
 					return fmt.Errorf("%w after %d/%d receives", err, rcnt, c.iters)
 				}
@@ -522,7 +499,7 @@ func (s *session) sendLat(ctx context.Context) error {
 	}
 	// Every send is acknowledged before the closing exchange.
 	for ccnt < scnt {
-		n, err := s.wait(ctx, wc)
+		n, err := s.cq.Wait(ctx, wc)
 		if err != nil {
 			return fmt.Errorf("%w after %d/%d send completions", err, ccnt, scnt)
 		}

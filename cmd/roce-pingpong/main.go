@@ -1,17 +1,15 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/oob"
+	"github.com/goroce/goroce/roce"
 )
 
 func main() {
@@ -20,10 +18,9 @@ func main() {
 
 // config is the parsed command line.
 type config struct {
+	cli.Flags
 	mode     string
 	server   string // empty: serve
-	tcpPort  int
-	addr     netip.Addr
 	size     int
 	mtu      int
 	rxDepth  int
@@ -33,16 +30,12 @@ type config struct {
 	gidIndex int // -1: the device's RoCEv2 index
 	numQP    int
 	validate bool
-	timeout  time.Duration
 	loss     float64
 	seed     int64
 	pcap     string
-	rocePort int
-	linger   time.Duration
 	// lastAckWait bounds the wait for the last send completions once every receive
 	// has completed (0: wait as long as it takes, as the stock tools do).
 	lastAckWait time.Duration
-	stats       bool
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -56,9 +49,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	c := &config{gidIndex: -1}
 	fs := flag.NewFlagSet("roce-pingpong", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var addr string
-	fs.IntVar(&c.tcpPort, "p", oob.DefaultPort, "TCP `port` of the address exchange")
-	fs.StringVar(&addr, "d", "", "local IP `address` the device binds (required)")
+	c.Register(fs)
 	fs.IntVar(&c.size, "s", 0, "message `size` (default 4096; ud 2048)")
 	fs.IntVar(&c.mtu, "m", 1024, "path `MTU` in bytes: 256, 512, 1024, 2048 or 4096")
 	fs.IntVar(&c.rxDepth, "r", 500, "receives posted at a time")
@@ -68,14 +59,10 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.gidIndex, "g", -1, "local GID `index` (default: the device's RoCEv2 GID)")
 	fs.IntVar(&c.numQP, "q", 16, "srq: number of QPs")
 	fs.BoolVar(&c.validate, "c", false, "validate received buffers")
-	fs.DurationVar(&c.timeout, "timeout", 0, "fail after this long (0: never)")
 	fs.Float64Var(&c.loss, "loss", 0, "drop this share of the datagrams we send (0..1)")
 	fs.Int64Var(&c.seed, "seed", 0, "seed of -loss (0: from the clock)")
 	fs.StringVar(&c.pcap, "pcap", "", "write our RoCEv2 datagrams to this pcap `file`")
-	fs.IntVar(&c.rocePort, "roce-port", 4791, "UDP port of RoCEv2 (both sides must agree)")
-	fs.BoolVar(&c.stats, "stats", false, "print the device's counters to stderr at exit")
 	fs.DurationVar(&c.lastAckWait, "last-ack-wait", 0, "once every receive has completed, wait at most this long for the last sends' ACKs (0: forever, as the stock tools); a peer that exited after its last receive can never ACK a retransmission")
-	fs.DurationVar(&c.linger, "linger", 500*time.Millisecond, "keep answering retransmissions this long after the last completion")
 	if len(args) == 0 {
 		usage(stderr, fs)
 		return nil, fmt.Errorf("missing MODE")
@@ -94,17 +81,13 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 		usage(stderr, fs)
 		return nil, err
 	}
-	switch fs.NArg() {
-	case 0:
-	case 1:
-		c.server = fs.Arg(0)
-	default:
-		usage(stderr, fs)
-		return nil, fmt.Errorf("too many arguments: %q", fs.Args())
-	}
 	var err error
-	if c.addr, err = netip.ParseAddr(addr); err != nil {
-		return nil, fmt.Errorf("-d: need the local IP address the device binds: %v", err)
+	if c.server, err = cli.Server(fs); err != nil {
+		usage(stderr, fs)
+		return nil, err
+	}
+	if err := c.Check(); err != nil {
+		return nil, err
 	}
 	if c.size == 0 {
 		c.size = 4096
@@ -115,16 +98,12 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	switch {
 	case c.size < 1:
 		return nil, fmt.Errorf("-s %d: size must be positive", c.size)
-	case mtuCode(c.mtu) == 0:
+	case roce.MTUFromBytes(c.mtu) == 0:
 		return nil, fmt.Errorf("-m %d: MTU must be 256, 512, 1024, 2048 or 4096", c.mtu)
 	case c.rxDepth < 1:
 		return nil, fmt.Errorf("-r %d: rx depth must be positive", c.rxDepth)
 	case c.iters < 1:
 		return nil, fmt.Errorf("-n %d: iterations must be positive", c.iters)
-	case c.tcpPort < 1 || c.tcpPort > 65535:
-		return nil, fmt.Errorf("-p %d: not a TCP port", c.tcpPort)
-	case c.rocePort < 1 || c.rocePort > 65535:
-		return nil, fmt.Errorf("-roce-port %d: not a UDP port", c.rocePort)
 	case c.mode == "srq" && (c.numQP < 1 || c.numQP > oob.SRQRecords):
 		return nil, fmt.Errorf("-q %d: between 1 and %d QPs", c.numQP, oob.SRQRecords)
 	case c.mode == "srq" && c.rxDepth <= c.numQP:
@@ -145,13 +124,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-pingpong: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if c.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
+	ctx, cancel := c.Context()
+	defer cancel()
 	if err := pingpong(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "roce-pingpong: %v\n", err)
 		return 1

@@ -19,11 +19,11 @@ func TestParseArgs(t *testing.T) {
 		want func(*config) bool
 	}{
 		{"rc server defaults", []string{"rc", "-d", "127.0.0.1"}, func(c *config) bool {
-			return c.server == "" && c.size == 4096 && c.mtu == 1024 && c.iters == 1000 && c.rxDepth == 500 && c.tcpPort == 18515 && c.numQP == 1
+			return c.server == "" && c.size == 4096 && c.mtu == 1024 && c.iters == 1000 && c.rxDepth == 500 && c.TCPPort == 18515 && c.numQP == 1
 		}},
 		{"ud default size", []string{"ud", "-d", "127.0.0.1"}, func(c *config) bool { return c.size == 2048 }},
 		{"client with flags", []string{"rc", "-d", "198.18.0.1", "-g", "1", "-n", "200", "-s", "1", "-c", "-p", "1234", "198.18.0.11"}, func(c *config) bool {
-			return c.server == "198.18.0.11" && c.gidIndex == 1 && c.iters == 200 && c.size == 1 && c.validate && c.tcpPort == 1234
+			return c.server == "198.18.0.11" && c.gidIndex == 1 && c.iters == 200 && c.size == 1 && c.validate && c.TCPPort == 1234
 		}},
 		{"srq keeps -q", []string{"srq", "-d", "::1", "-q", "4"}, func(c *config) bool { return c.numQP == 4 }},
 		{"rc ignores -q", []string{"rc", "-d", "::1", "-q", "4"}, func(c *config) bool { return c.numQP == 1 }},

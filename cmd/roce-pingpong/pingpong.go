@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"time"
 
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/link"
@@ -33,22 +32,6 @@ const udQKey = 0x11111111
 
 // pageSize is the stride of the stock tools' -c pattern (sysconf(_SC_PAGESIZE) on x86).
 const pageSize = 4096
-
-func mtuCode(bytes int) roce.MTU {
-	switch bytes {
-	case 256:
-		return roce.MTU256
-	case 512:
-		return roce.MTU512
-	case 1024:
-		return roce.MTU1024
-	case 2048:
-		return roce.MTU2048
-	case 4096:
-		return roce.MTU4096
-	}
-	return 0
-}
 
 // session holds the verbs objects of one run, shaped like the stock tools' context.
 type session struct {
@@ -72,16 +55,16 @@ type session struct {
 	echo      [][]byte // server: what each QP received last, to send back
 	local     []oob.Dest
 	remote    []oob.Dest
-	closers   []func() error
+	cli.Closers
 }
 
 func pingpong(ctx context.Context, c *config, out, errOut io.Writer) (err error) {
 	s := &session{c: c, out: out}
 	defer func() {
-		if c.stats && s.dev != nil {
-			fmt.Fprintln(errOut, formatStats(s.dev))
+		if c.Stats && s.dev != nil {
+			fmt.Fprintln(errOut, cli.Stats(s.dev))
 		}
-		if cerr := s.close(); err == nil && cerr != nil {
+		if cerr := s.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
 	}()
@@ -94,45 +77,28 @@ func pingpong(ctx context.Context, c *config, out, errOut io.Writer) (err error)
 	if err := s.loop(ctx); err != nil {
 		return err
 	}
-	// Our last ACK may be lost; keep the QPs alive a while so a retransmission gets
-	// answered instead of leaving the peer retrying forever.
-	select {
-	case <-time.After(c.linger):
-	case <-ctx.Done():
-	}
+	c.Hold(ctx)
 	return nil
-}
-
-func (s *session) onClose(f func() error) { s.closers = append(s.closers, f) }
-
-// close destroys everything in reverse order of creation.
-func (s *session) close() error {
-	var errs []error
-	for i := len(s.closers) - 1; i >= 0; i-- {
-		errs = append(errs, s.closers[i]())
-	}
-	s.closers = nil
-	return errors.Join(errs...)
 }
 
 // open creates the device, buffer, MR, CQ, SRQ and QPs, moves the QPs to INIT and posts
 // the receives: pp_init_ctx and the lines after it in the stock tools.
 func (s *session) open() error {
 	c := s.c
-	opts := []roce.Option{roce.WithPort(uint16(c.rocePort))}
+	opts := []roce.Option{roce.WithPort(uint16(c.RoCEPort))}
 	if c.pcap != "" {
 		f, err := os.Create(c.pcap)
 		if err != nil {
 			return err
 		}
-		s.onClose(f.Close)
+		s.Add(f.Close)
 		opts = append(opts, roce.WithPcap(f))
 	}
 	var err error
 	if c.loss > 0 {
-		u, lerr := link.ListenUDP(netip.AddrPortFrom(c.addr, uint16(c.rocePort)), link.Config{})
+		u, lerr := link.ListenUDP(netip.AddrPortFrom(c.Addr, uint16(c.RoCEPort)), link.Config{})
 		if lerr != nil {
-			return fmt.Errorf("couldn't open the device on %v: %w", c.addr, lerr)
+			return fmt.Errorf("couldn't open the device on %v: %w", c.Addr, lerr)
 		}
 		seed := c.seed
 		if seed == 0 {
@@ -140,12 +106,12 @@ func (s *session) open() error {
 		}
 		s.dev, err = roce.OpenLink(linktest.NewLossy(u, linktest.LossConfig{Seed: seed, Drop: c.loss}), opts...)
 	} else {
-		s.dev, err = roce.Open(c.addr, opts...)
+		s.dev, err = roce.Open(c.Addr, opts...)
 	}
 	if err != nil {
-		return fmt.Errorf("couldn't open the device on %v: %w", c.addr, err)
+		return fmt.Errorf("couldn't open the device on %v: %w", c.Addr, err)
 	}
-	s.onClose(s.dev.Close)
+	s.Add(s.dev.Close)
 
 	port, err := s.dev.QueryPort(1)
 	if err != nil {
@@ -202,15 +168,15 @@ func (s *session) open() error {
 	if s.pd, err = s.dev.AllocPD(); err != nil {
 		return err
 	}
-	s.onClose(s.pd.Close)
+	s.Add(s.pd.Close)
 	if s.mr, err = s.pd.RegMR(s.buf, roce.AccessLocalWrite); err != nil {
 		return err
 	}
-	s.onClose(s.mr.Close)
+	s.Add(s.mr.Close)
 	if s.cq, err = s.dev.CreateCQ(c.rxDepth + c.numQP); err != nil {
 		return err
 	}
-	s.onClose(s.cq.Close)
+	s.Add(s.cq.Close)
 	qpType := roce.QPTypeRC
 	switch c.mode {
 	case "uc":
@@ -221,7 +187,7 @@ func (s *session) open() error {
 		if s.srq, err = s.pd.CreateSRQ(roce.SRQInitAttr{Attr: roce.SRQAttr{MaxWR: uint32(c.rxDepth), MaxSGE: 1}}); err != nil {
 			return err
 		}
-		s.onClose(s.srq.Close)
+		s.Add(s.srq.Close)
 	}
 	s.sendFlags = roce.SendSignaled
 	for i := 0; i < c.numQP; i++ {
@@ -235,7 +201,7 @@ func (s *session) open() error {
 			return fmt.Errorf("couldn't create QP[%d]: %w", i, err)
 		}
 		s.qps = append(s.qps, qp)
-		s.onClose(qp.Close)
+		s.Add(qp.Close)
 		if got, err := qp.Query(); err == nil && int(got.Cap.MaxInlineData) >= c.size {
 			s.sendFlags |= roce.SendInline
 		}
@@ -326,36 +292,18 @@ func (s *session) exchange(ctx context.Context) error {
 		xctx, cancel = context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
 	}
-	var err error
+	conn, err := s.c.Connect(ctx, s.c.server)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
 	if s.c.server != "" {
-		var conn net.Conn
-		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort(s.c.server, strconv.Itoa(s.c.tcpPort)))
-		if err != nil {
-			return fmt.Errorf("couldn't connect to %s:%d: %w", s.c.server, s.c.tcpPort, err)
-		}
-		defer conn.Close()
 		if s.remote, err = oob.ClientExchange(xctx, conn, s.local, records); err != nil {
 			return fmt.Errorf("couldn't read/write remote address: %w", err)
 		}
 		s.printRemote()
 		return s.connect()
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(s.c.tcpPort))
-	if err != nil {
-		return fmt.Errorf("couldn't listen to port %d: %w", s.c.tcpPort, err)
-	}
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	conn, err := ln.Accept()
-	stop()
-	ln.Close()
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("no client: %w", ctx.Err())
-		}
-		return fmt.Errorf("accept() failed: %w", err)
-	}
-	defer conn.Close()
 	_, err = oob.ServerExchange(xctx, conn, records, func(remote []oob.Dest) ([]oob.Dest, error) {
 		s.remote = remote
 		if err := s.connect(); err != nil {
@@ -383,7 +331,7 @@ func (s *session) connect() error {
 	av := roce.AddressVector{DGID: netip.AddrFrom16(dgid), SGIDIndex: uint8(s.gidx), HopLimit: 1}
 	var ifid [8]byte
 	av.IsGlobal = [8]byte(dgid[8:]) != ifid // the stock is_global rule: a non-zero interface ID
-	mtu := mtuCode(s.c.mtu)
+	mtu := roce.MTUFromBytes(s.c.mtu)
 	for i, qp := range s.qps {
 		r := s.remote[i]
 		if r.QPN == 0 {
@@ -425,7 +373,7 @@ func (s *session) connect() error {
 			return fmt.Errorf("failed to create AH: %w", err)
 		}
 		s.ah = ah
-		s.onClose(ah.Close)
+		s.Add(ah.Close)
 	}
 	return nil
 }
@@ -468,7 +416,7 @@ func (s *session) loop(ctx context.Context) error {
 		if tail {
 			waitCtx, cancel = context.WithTimeout(ctx, c.lastAckWait)
 		}
-		n, err := s.wait(waitCtx, wc)
+		n, err := s.cq.Wait(waitCtx, wc)
 		cancel()
 		if err != nil {
 			if tail && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
@@ -543,29 +491,6 @@ func (s *session) loop(ctx context.Context) error {
 	return nil
 }
 
-// wait returns at least one completion, sleeping on the completion channel between
-// polls, or ctx's error.
-func (s *session) wait(ctx context.Context, wc []roce.WC) (int, error) {
-	for {
-		n, err := s.cq.Poll(wc)
-		if n > 0 || err != nil {
-			return n, err
-		}
-		if err := s.cq.ReqNotify(false); err != nil {
-			return 0, err
-		}
-		// A completion may have arrived between Poll and ReqNotify.
-		if n, err := s.cq.Poll(wc); n > 0 || err != nil {
-			return n, err
-		}
-		select {
-		case <-s.cq.Notify():
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
-}
-
 // check validates a received message p. The client knows exactly what it sent and
 // the server echoes it back. The server checks the stock pattern: the fill byte
 // everywhere, and at each page start the client's -c zero (or the fill byte, from a
@@ -586,25 +511,4 @@ func (s *session) check(p []byte) error {
 		}
 	}
 	return nil
-}
-
-// formatStats renders the counters a test needs to judge a run: packets each way and
-// every kind of drop or recovery the engine counted.
-func formatStats(dev *roce.Device) string {
-	st := dev.Stats()
-	var sent, rcvd, naksSent, naksRcvd uint64
-	for i := range st.SentPackets {
-		sent += st.SentPackets[i]
-		rcvd += st.RcvdPackets[i]
-	}
-	for i := range st.NAKsSent {
-		naksSent += st.NAKsSent[i]
-		naksRcvd += st.NAKsRcvd[i]
-	}
-	return fmt.Sprintf("stats: sent_pkts=%d rcvd_pkts=%d icrc_err=%d malformed=%d unknown_qp=%d "+
-		"out_of_seq=%d dup_req=%d naks_sent=%d naks_rcvd=%d retransmits=%d timeouts=%d "+
-		"retry_exceeded=%d rnr_retry_exceeded=%d rx_queue_drops=%d tx_errors=%d cq_overruns=%d",
-		sent, rcvd, st.ICRCErrors, st.Malformed, st.UnknownQP, st.OutOfSequence, st.DuplicateRequests,
-		naksSent, naksRcvd, st.Retransmits, st.Timeouts, st.RetryExceeded, st.RNRRetryExceeded,
-		st.RxQueueDrops, st.TxErrors, st.CQOverruns)
 }

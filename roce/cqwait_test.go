@@ -1,0 +1,56 @@
+package roce
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestCQWait: Wait returns a completion that arrives while it sleeps, returns
+// at once when one is already held, and gives up with ctx's error.
+func TestCQWait(t *testing.T) {
+	da, db := pipePair(t)
+	pdB := must[*PD](t)(db.AllocPD())
+	b := newSide(t, db, QPTypeRC, 64, nil, pdB)
+	a := newSide(t, da, QPTypeRC, 64, nil, nil)
+	connectRC(t, a, b, MTU1024)
+	wc := make([]WC, 4)
+
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if n, err := b.rcq.Wait(short, wc); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("empty CQ: %d, %v", n, err)
+	}
+
+	ctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	_ = must[int](t)(b.qp.PostRecv([]RecvWR{{WRID: 7, SGL: []SGE{{Addr: b.mr.Addr(), Length: 64, LKey: b.mr.LKey()}}}}))
+	got := make(chan error, 1)
+	go func() {
+		n, err := b.rcq.Wait(ctx, wc)
+		if err == nil && (n != 1 || wc[0].WRID != 7 || wc[0].Status != WCSuccess) {
+			err = errors.New("wrong completion")
+		}
+		got <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // let Wait arm and sleep
+	_ = must[int](t)(a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRSend, Flags: SendSignaled,
+		SGL: []SGE{{Addr: a.mr.Addr(), Length: 8, LKey: a.mr.LKey()}}}}))
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	// A completion already held comes back without sleeping.
+	if n, err := a.scq.Wait(ctx, wc); n != 1 || err != nil || wc[0].WRID != 1 {
+		t.Fatalf("held completion: %d, %v, %+v", n, err, wc[0])
+	}
+}
+
+func TestMTUFromBytes(t *testing.T) {
+	for n, want := range map[int]MTU{256: MTU256, 512: MTU512, 1024: MTU1024, 2048: MTU2048, 4096: MTU4096,
+		0: 0, 128: 0, 1000: 0, 1500: 0, 8192: 0, -1024: 0} {
+		if got := MTUFromBytes(n); got != want {
+			t.Errorf("MTUFromBytes(%d) = %v, want %v", n, got, want)
+		}
+	}
+}
