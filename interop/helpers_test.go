@@ -1,20 +1,110 @@
 package interop
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/interop/labtest"
 )
 
-// containsConnectFailure reports whether a stock pingpong client failed only because
+// containsConnectFailure reports whether a stock client failed only because
 // nothing listened on the TCP port yet.
 func containsConnectFailure(out string) bool {
-	return strings.Contains(out, "Couldn't connect to")
+	return strings.Contains(out, "Couldn't connect to") || // ibv_*_pingpong
+		strings.Contains(out, "Unable to init the socket connection") // perftest
+}
+
+// captureRun captures the lab bridge into run/pcap/NAME.pcap for one run; the
+// returned function stops it and keeps the file (dumped to the log) only when t
+// failed.
+func captureRun(t *testing.T, lab *labtest.Lab, name string) func() {
+	pcap := filepath.Join(lab.Dir, "run", "pcap", strings.ReplaceAll(name, "/", "_")+".pcap")
+	os.MkdirAll(filepath.Dir(pcap), 0o755)
+	capture, err := lab.StartCapture("labbr0", pcap)
+	if err != nil {
+		t.Logf("no capture: %v", err)
+		return func() {}
+	}
+	return func() {
+		capture.Stop()
+		if t.Failed() {
+			t.Logf("capture kept: %s", pcap)
+			logDump(t, pcap)
+		} else {
+			os.Remove(pcap)
+		}
+	}
+}
+
+// pairRun is what one stock tool in a guest and one of ours on the host did.
+type pairRun struct {
+	stock            labtest.Result
+	oursRC           int
+	oursOut, oursErr string
+}
+
+// runPair runs the stock command in g against our bin with args (no SERVER). With
+// oursClient the stock server starts first and ours connects to g, retrying until
+// it listens; otherwise ours serves and the stock client is retried until it gets
+// past the TCP connection. Each side gets 20 s after the other finished.
+func runPair(ctx context.Context, t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin, stock string, args []string, oursClient bool) pairRun {
+	t.Helper()
+	var r pairRun
+	if oursClient {
+		job, err := g.Start(ctx, stock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.oursRC, r.oursOut, r.oursErr = runOurs(ctx, lab, bin, append(args, g.IP.String()), true)
+		if r.oursRC != 0 {
+			job.Kill()
+		}
+		if r.stock, err = waitJob(job, 20*time.Second); err != nil {
+			t.Errorf("stock server: %v", err)
+		}
+		return r
+	}
+	srv := lab.Command(ctx, bin, args...)
+	var so, se bytes.Buffer
+	srv.Stdout, srv.Stderr = &so, &se
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	r.stock = retryStockClient(ctx, t, g, stock+" "+lab.HostIP.String(), done)
+	var werr error
+	select {
+	case werr = <-done:
+	case <-time.After(20 * time.Second):
+		srv.Process.Kill()
+		werr = <-done
+	}
+	r.oursRC, r.oursOut, r.oursErr = exitCode(werr), so.String(), se.String()
+	return r
+}
+
+// checkOursStats parses the -stats line our tool printed and fails t on any
+// counter that must stay zero, or a missing one.
+func checkOursStats(t *testing.T, who, stderr string) map[string]uint64 {
+	t.Helper()
+	st := parseStats(stderr)
+	for _, k := range []string{"icrc_err", "malformed", "unknown_qp", "retry_exceeded", "tx_errors", "cq_overruns"} {
+		if v, ok := st[k]; !ok {
+			t.Errorf("%s printed no %s counter: %q", who, k, lastLine(stderr))
+		} else if v != 0 {
+			t.Errorf("%s counted %s=%d", who, k, v)
+		}
+	}
+	return st
 }
 
 // result is one row of the results table interop/run.sh prints (GOROCE_INTEROP_RESULTS).

@@ -1,11 +1,8 @@
 package interop
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -158,64 +155,13 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	if err != nil {
 		t.Fatal(err)
 	}
-	pcap := filepath.Join(lab.Dir, "run", "pcap", "perftest-"+strings.ReplaceAll(c.name()+"-"+dir.short(), "/", "_")+".pcap")
-	os.MkdirAll(filepath.Dir(pcap), 0o755)
-	capture, cerr := lab.StartCapture("labbr0", pcap)
-	if cerr != nil {
-		t.Logf("no capture: %v", cerr)
-	}
-	defer func() {
-		if capture == nil {
-			return
-		}
-		capture.Stop()
-		if t.Failed() {
-			t.Logf("capture kept: %s", pcap)
-			logDump(t, pcap)
-		} else {
-			os.Remove(pcap)
-		}
-	}()
+	defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short())()
 
 	stock := fmt.Sprintf("ib_%s -d rxe0 -x %d -s %d -n %d -F", c.test, g.GIDIndex, c.size, c.iters)
 	ours := []string{c.test, "-d", lab.HostIP.String(), "-x", "1", "-s", strconv.Itoa(c.size), "-n", strconv.Itoa(c.iters),
 		"-F", "-stats", "-timeout", "120s"}
-	var stockRes labtest.Result
-	var oursOut, oursErr string
-	var oursRC int
-	switch dir {
-	case ptOursToRxe:
-		job, err := g.Start(ctx, stock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		oursRC, oursOut, oursErr = runOurs(ctx, lab, bin, append(ours, g.IP.String()), true)
-		if oursRC != 0 {
-			job.Kill()
-		}
-		stockRes, err = waitJob(job, 20*time.Second)
-		if err != nil {
-			t.Errorf("stock server: %v", err)
-		}
-	case ptRxeToOurs:
-		srv := lab.Command(ctx, bin, ours...)
-		var so, se bytes.Buffer
-		srv.Stdout, srv.Stderr = &so, &se
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- srv.Wait() }()
-		stockRes = retryPerftestClient(ctx, t, g, stock+" "+lab.HostIP.String(), done)
-		var werr error
-		select {
-		case werr = <-done:
-		case <-time.After(20 * time.Second):
-			srv.Process.Kill()
-			werr = <-done
-		}
-		oursRC, oursOut, oursErr = exitCode(werr), so.String(), se.String()
-	}
+	r := runPair(ctx, t, lab, g, bin, stock, ours, dir == ptOursToRxe)
+	stockRes, oursRC, oursOut, oursErr := r.stock, r.oursRC, r.oursOut, r.oursErr
 
 	if oursRC != 0 {
 		t.Errorf("roce-perftest exit %d:\n%s%s", oursRC, oursOut, oursErr)
@@ -249,15 +195,7 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 		}
 		t.Logf("%s: %s", side.who, row.line)
 	}
-	st := parseStats(oursErr)
-	res.oursStats = st
-	for _, k := range []string{"icrc_err", "malformed", "unknown_qp", "retry_exceeded", "tx_errors", "cq_overruns"} {
-		if v, ok := st[k]; !ok {
-			t.Errorf("roce-perftest printed no %s counter: %q", k, lastLine(oursErr))
-		} else if v != 0 {
-			t.Errorf("roce-perftest counted %s=%d", k, v)
-		}
-	}
+	res.oursStats = checkOursStats(t, "roce-perftest", oursErr)
 	after, err := g.Counters(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -277,23 +215,4 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	}
 	t.Logf("rxe: %v", d)
 	t.Logf("goroce: %s", lastLine(oursErr))
-}
-
-// retryPerftestClient runs a stock perftest client until it gets past the TCP
-// connection (our server may not listen yet), for up to 15 s or until our server has
-// exited.
-func retryPerftestClient(ctx context.Context, t *testing.T, g *labtest.Guest, cmd string, srvDone <-chan error) labtest.Result {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		r, err := g.Run(ctx, cmd)
-		if err != nil {
-			t.Errorf("stock client: %v", err)
-			return r
-		}
-		if r.RC == 0 || !strings.Contains(r.Out, "Unable to init the socket connection") || time.Now().After(deadline) || len(srvDone) > 0 {
-			return r
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

@@ -176,24 +176,7 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 		}
 		defer g.Run(context.Background(), "/sbin/tc qdisc del dev eth0 root")
 	}
-	pcap := filepath.Join(lab.Dir, "run", "pcap", strings.ReplaceAll(c.name()+"-"+dirShort(dir), "/", "_")+".pcap")
-	os.MkdirAll(filepath.Dir(pcap), 0o755)
-	capture, cerr := lab.StartCapture("labbr0", pcap)
-	if cerr != nil {
-		t.Logf("no capture: %v", cerr)
-	}
-	defer func() {
-		if capture == nil {
-			return
-		}
-		capture.Stop()
-		if t.Failed() {
-			t.Logf("capture kept: %s", pcap)
-			logDump(t, pcap)
-		} else {
-			os.Remove(pcap)
-		}
-	}()
+	defer captureRun(t, lab, c.name()+"-"+dirShort(dir))()
 
 	stockGID, ourAddr, ourGID := g.GIDIndex, lab.HostIP.String(), "1"
 	if c.ipv6 {
@@ -220,42 +203,8 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 		ours = append(ours, "-loss", "0.02", "-seed", "1", "-last-ack-wait", "3s")
 	}
 
-	var stockRes labtest.Result
-	var oursOut, oursErr string
-	var oursRC int
-	switch dir {
-	case oursToRxe:
-		job, err := g.Start(ctx, stock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		oursRC, oursOut, oursErr = runOurs(ctx, lab, bin, append(ours, g.IP.String()), true)
-		if oursRC != 0 {
-			job.Kill()
-		}
-		stockRes, err = waitJob(job, 20*time.Second)
-		if err != nil {
-			t.Errorf("stock server: %v", err)
-		}
-	case rxeToOurs:
-		srv := lab.Command(ctx, bin, ours...)
-		var so, se bytes.Buffer
-		srv.Stdout, srv.Stderr = &so, &se
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- srv.Wait() }()
-		stockRes = retryStockClient(ctx, t, g, stock+" "+lab.HostIP.String(), done)
-		var werr error
-		select {
-		case werr = <-done:
-		case <-time.After(20 * time.Second):
-			srv.Process.Kill()
-			werr = <-done
-		}
-		oursRC, oursOut, oursErr = exitCode(werr), so.String(), se.String()
-	}
+	r := runPair(ctx, t, lab, g, bin, stock, ours, dir == oursToRxe)
+	stockRes, oursRC, oursOut, oursErr := r.stock, r.oursRC, r.oursOut, r.oursErr
 	res.ours, res.stockOut = oursOut, stockRes.Out
 
 	if strings.Contains(oursErr, "UC QPs are not implemented") {
@@ -284,15 +233,7 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 			res.usec = s.USecIter
 		}
 	}
-	st := parseStats(oursErr)
-	res.oursStats = st
-	for _, k := range []string{"icrc_err", "malformed", "unknown_qp", "retry_exceeded", "tx_errors", "cq_overruns"} {
-		if v, ok := st[k]; !ok {
-			t.Errorf("roce-pingpong printed no %s counter: %q", k, lastLine(oursErr))
-		} else if v != 0 {
-			t.Errorf("roce-pingpong counted %s=%d", k, v)
-		}
-	}
+	res.oursStats = checkOursStats(t, "roce-pingpong", oursErr)
 	after, err := g.Counters(ctx)
 	if err != nil {
 		t.Fatal(err)
