@@ -4,6 +4,7 @@ import (
 	"bytes"
 
 	"context"
+	"errors"
 	"fmt"
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/rping"
@@ -215,5 +216,18 @@ func TestPersistentServer(t *testing.T) {
 	}
 	if n := strings.Count(sout.String(), "server ping data: rdma-ping-1: "); n != 3 {
 		t.Errorf("server served %d clients:\n%s", n, sout.String())
+	}
+}
+
+// TestClientFailedStatus: a -V mismatch exits 255 with rping's line, as stock
+// rping's main returns rping_test_client's -1; other failures exit 1.
+func TestClientFailedStatus(t *testing.T) {
+	var b bytes.Buffer
+	if code := clientFailed(&b, fmt.Errorf("ping 3: %w", rping.ErrMismatch)); code != 255 || b.String() != "rping client failed: -1\n" {
+		t.Errorf("mismatch: exit %d, %q", code, b.String())
+	}
+	b.Reset()
+	if code := clientFailed(&b, errors.New("connect: timeout")); code != 1 || b.String() != "rping client failed: connect: timeout\n" {
+		t.Errorf("other failure: exit %d, %q", code, b.String())
 	}
 }

@@ -73,14 +73,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err := runClient(ctx, &o, ro); err != nil {
-		if errors.Is(err, rping.ErrMismatch) {
-			fmt.Fprintf(errw, "rping client failed: -1\n")
-		} else {
-			fmt.Fprintf(errw, "rping client failed: %v\n", err)
-		}
-		return 1
+		return clientFailed(errw, err)
 	}
 	return 0
+}
+
+// clientFailed reports a failed client run and returns the exit status. A -V
+// mismatch is rping_test_client's -1, which stock rping prints and returns from
+// main, so the shell sees 255; anything else is 1.
+func clientFailed(w io.Writer, err error) int {
+	if errors.Is(err, rping.ErrMismatch) {
+		fmt.Fprintf(w, "rping client failed: -1\n")
+		return 255
+	}
+	fmt.Fprintf(w, "rping client failed: %v\n", err)
+	return 1
 }
 
 type lockedWriter struct {
