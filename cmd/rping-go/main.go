@@ -11,7 +11,8 @@
 // buffer; the server RDMA WRITEs the data back and SENDs "go ahead"; with -V
 // the client compares. -v prints each ping as rping does ("ping data: ..."
 // on the client, "server ping data: ..." on the server). The exit status is
-// 0 only when every ping completed (and validated with -V).
+// 0 only when every ping completed (and validated with -V); a -V mismatch
+// exits 255 and other failures 1.
 //
 // Unlike the kernel's rdma_cm, a goroce device binds one IP address, so the
 // server needs -a. --udp-port changes the RoCEv2 UDP port (4791) for tests.
