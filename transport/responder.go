@@ -384,7 +384,7 @@ func (q *QP) duplicate(pkt *bth.Packet) {
 
 // sendAck acknowledges PSN p with syndrome. A positive ACK is coalesced:
 // it is held until flushAck, and a later one for a newer PSN replaces it
-// (ACKs are cumulative, C9-142). A NAK goes out at once, after any held ACK.
+// (ACKs are cumulative). A NAK goes out at once, after any held ACK.
 func (q *QP) sendAck(syndrome uint8, p bth.PSN) {
 	if (bth.AETH{Syndrome: syndrome}).IsACK() {
 		q.resp.ackPending, q.resp.ackPSN, q.resp.ackMSN = true, p, q.resp.msn
