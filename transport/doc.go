@@ -67,7 +67,8 @@
 // WR and moves an RC QP to ERR, but a UD or UC QP to SQE: its other send WRs
 // are flushed, receives go on, and ibv_modify_qp SQE→RTS resumes sending.
 //
-// The UDP source port rxe derives per QP (rdma_get_udp_sport for RC,
-// 0xC000 + hash_32(qpn, 14) otherwise) is computed and shown in QPInfo, but
-// packets leave from the Link's bound port, which the ICRC covers.
+// Each QP sends from the UDP source port rxe would give it (rdma_get_udp_sport
+// for RC and UC, 0xC000 + hash_32(qpn, 14) for UD), for ECMP entropy, when
+// the Link grants it (link.Link.SourcePort); otherwise from the Link's own
+// port. The ICRC covers the port, so it is computed with the one used.
 package transport

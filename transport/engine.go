@@ -411,13 +411,14 @@ func (s *shard) txBuf() *[link.MaxDatagram]byte {
 	return link.GetBuffer()
 }
 
-// xmit finishes pkt (a slice of buf) with its ICRC and queues it for dst.
-func (s *shard) xmit(buf *[link.MaxDatagram]byte, pkt []byte, dst netip.Addr, class OpClass) {
+// xmit finishes pkt (a slice of buf), sent by q, with its ICRC and queues it
+// for dst.
+func (s *shard) xmit(q *QP, buf *[link.MaxDatagram]byte, pkt []byte, dst netip.Addr, class OpClass) {
 	e := s.e
-	// IPv4: the Link's socket sends with DF and ID 0 (PROTOCOL.md §4.3).
-	env := bth.Envelope{Src: e.localAddr, Dst: dst, IPID: 0, DF: true, SrcPort: e.port, DstPort: e.port}
+	// IPv4: the Link's sockets send with DF and ID 0 (PROTOCOL.md §4.3).
+	env := bth.Envelope{Src: e.localAddr, Dst: dst, IPID: 0, DF: true, SrcPort: q.srcPort(), DstPort: e.port}
 	bth.PutICRC(&env, pkt)
-	s.tx = append(s.tx, link.Message{Buf: pkt, Addr: netip.AddrPortFrom(dst, e.port)})
+	s.tx = append(s.tx, link.Message{Buf: pkt, Addr: netip.AddrPortFrom(dst, e.port), SrcPort: q.wport})
 	s.txBufs = append(s.txBufs, buf)
 	e.stats.SentPackets[class].Add(1)
 	e.stats.SentBytes[class].Add(uint64(len(pkt)))

@@ -34,7 +34,8 @@ type QP struct {
 	attr        QPAttr
 	pmtu        uint32
 	rto         time.Duration
-	sport       uint16
+	sport       uint16 // rxe's source port for this QP
+	wport       uint16 // the source port its packets leave from: sport, or 0 for the link's own
 	destroyed   bool
 	touchedMark bool
 	commEst     bool
@@ -140,7 +141,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		return nil, newErr(op, qpn, syscall.EBUSY, "QPN in use")
 	}
 	q.qpn = qpn
-	q.sport = udSrcPort(qpn)
+	q.setSourcePort(udSrcPort(qpn))
 	q.sh = e.shardFor(qpn)
 	nm := make(map[uint32]*QP, len(m)+1)
 	for k, v := range m {
@@ -332,9 +333,9 @@ func (q *QP) modify(now time.Time, a *QPAttr, mask QPAttrMask) error {
 	}
 	if mask&(QPAttrAV|QPAttrDestQPN) != 0 && q.typ != QPTypeUD {
 		if t.AV.SrcPort != 0 {
-			q.sport = t.AV.SrcPort
+			q.setSourcePort(t.AV.SrcPort)
 		} else {
-			q.sport = rcSrcPort(t.AV.FlowLabel, q.qpn, t.DestQPN)
+			q.setSourcePort(rcSrcPort(t.AV.FlowLabel, q.qpn, t.DestQPN))
 		}
 	}
 	if mask&QPAttrState == 0 || next == cur && next != QPSErr {
@@ -648,6 +649,23 @@ func (q *QP) PostRecv(wrs []srq.RecvWR) (int, error) {
 	return n, err
 }
 
+// setSourcePort gives the QP rxe's source port p and sends from it when the
+// link can (link.Link.SourcePort), else from the link's own port.
+func (q *QP) setSourcePort(p uint16) {
+	q.sport, q.wport = p, 0
+	if q.e.link.SourcePort(p) {
+		q.wport = p
+	}
+}
+
+// srcPort is the UDP source port the QP's packets leave from.
+func (q *QP) srcPort() uint16 {
+	if q.wport != 0 {
+		return q.wport
+	}
+	return q.e.port
+}
+
 // QPInfo is one QP's row in the debug dump (/debug/qps).
 type QPInfo struct {
 	QPN         uint32
@@ -655,7 +673,7 @@ type QPInfo struct {
 	State       QPState
 	DestQPN     uint32
 	Peer        netip.Addr
-	SrcPort     uint16  // rxe's UDP source port for this QP (the Link sends from its own port)
+	SrcPort     uint16  // the UDP source port its packets leave from (rxe's for this QP when the Link grants it)
 	NextPSN     bth.PSN // next request PSN
 	AckedPSN    bth.PSN // oldest unacknowledged PSN
 	ExpectedPSN bth.PSN // responder's expected PSN
@@ -674,7 +692,7 @@ func (e *Engine) QPs() []QPInfo {
 		var in QPInfo
 		err := q.run("query", func() {
 			in = QPInfo{QPN: q.qpn, Type: q.typ, State: q.attr.State, DestQPN: q.attr.DestQPN,
-				Peer: q.attr.AV.DGID, SrcPort: q.sport, NextPSN: q.req.psn, AckedPSN: q.comp.psn,
+				Peer: q.attr.AV.DGID, SrcPort: q.srcPort(), NextPSN: q.req.psn, AckedPSN: q.comp.psn,
 				ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.comp.idx)}
 		}, false)
 		if err != nil {

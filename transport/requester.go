@@ -327,7 +327,7 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 	}
 	buf := q.sh.txBuf()
 	pkt := bth.Append(buf[:0], &f, payload)
-	q.sh.xmit(buf, pkt, dst, class)
+	q.sh.xmit(q, buf, pkt, dst, class)
 	q.cnt.txPackets.Add(1)
 	if q.req.psn.Before(q.req.maxPSN) {
 		q.e.stats.Retransmits.Add(1)

@@ -407,7 +407,7 @@ func (q *QP) putAck(syndrome uint8, p bth.PSN, msn uint32) {
 	f := bth.Fields{Opcode: bth.RCAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
 		AETH: bth.AETH{Syndrome: syndrome, MSN: msn}}
 	buf := q.sh.txBuf()
-	q.sh.xmit(buf, bth.Append(buf[:0], &f, nil), q.attr.AV.DGID, ClassAck)
+	q.sh.xmit(q, buf, bth.Append(buf[:0], &f, nil), q.attr.AV.DGID, ClassAck)
 	q.cnt.txPackets.Add(1)
 }
 
@@ -417,7 +417,7 @@ func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
 		AETH:      bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn},
 		AtomicAck: bth.AtomicAckETH{Orig: orig}}
 	buf := q.sh.txBuf()
-	q.sh.xmit(buf, bth.Append(buf[:0], &f, nil), q.attr.AV.DGID, ClassAtomicAck)
+	q.sh.xmit(q, buf, bth.Append(buf[:0], &f, nil), q.attr.AV.DGID, ClassAtomicAck)
 	q.cnt.txPackets.Add(1)
 }
 
@@ -442,7 +442,7 @@ func (q *QP) sendReadResponses(p bth.PSN, data []byte) {
 			f.Opcode = bth.RCReadResponseMiddle
 		}
 		buf := q.sh.txBuf()
-		q.sh.xmit(buf, bth.Append(buf[:0], &f, chunk), q.attr.AV.DGID, ClassReadResponse)
+		q.sh.xmit(q, buf, bth.Append(buf[:0], &f, chunk), q.attr.AV.DGID, ClassReadResponse)
 		q.cnt.txPackets.Add(1)
 	}
 }

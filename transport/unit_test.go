@@ -163,6 +163,7 @@ func (l *nullLink) WriteBatch(m []link.Message) (int, error) {
 	return len(m), nil
 }
 func (l *nullLink) LocalAddr() netip.AddrPort { return addrA }
+func (l *nullLink) SourcePort(uint16) bool    { return true }
 func (l *nullLink) BatchSize() int            { return 8 }
 func (l *nullLink) Close() error {
 	select {

@@ -44,9 +44,10 @@ type Link struct {
 
 // Conn sends and receives CM MADs on QP1; it implements cm.MADConn.
 type Conn struct {
-	l    link.Link
-	addr netip.Addr
-	port uint16 // the RoCEv2 UDP port: ours, and the one peers listen on
+	l     link.Link
+	addr  netip.Addr
+	port  uint16 // the RoCEv2 UDP port: ours, and the one peers listen on
+	sport uint16 // the UDP source port of our MADs: rxe's QP1 port when the link grants it
 
 	in        chan rxMAD
 	done      chan struct{}
@@ -63,11 +64,19 @@ type rxMAD struct {
 	from netip.Addr
 }
 
+// SrcPort is the UDP source port of rxe's QP1: 0xC000 + hash_32(1, 14). MADs
+// leave from it when the link can send from it.
+const SrcPort = 55410
+
 // Wrap returns l with QP1 diverted, and the Conn that receives it. Give the
 // Link to the engine (roce.OpenLink) and the Conn to cm.NewManager.
 func Wrap(l link.Link) (*Link, *Conn) {
 	c := &Conn{l: l, addr: l.LocalAddr().Addr().Unmap(), port: l.LocalAddr().Port(),
 		in: make(chan rxMAD, 128), done: make(chan struct{})}
+	c.sport = c.port
+	if l.SourcePort(SrcPort) {
+		c.sport = SrcPort
+	}
 	return &Link{Link: l, conn: c}, c
 }
 
@@ -187,9 +196,9 @@ func (c *Conn) WriteMAD(mad []byte, to netip.Addr) error {
 	defer c.wmu.Unlock()
 	c.wbuf = bth.Append(c.wbuf[:0], &f, mad)
 	// A link sends IPv4 with ID 0 and DF (see package link).
-	env := bth.Envelope{Src: c.addr, Dst: to, DF: true, SrcPort: c.port, DstPort: c.port}
+	env := bth.Envelope{Src: c.addr, Dst: to, DF: true, SrcPort: c.sport, DstPort: c.port}
 	bth.PutICRC(&env, c.wbuf)
-	msgs := []link.Message{{Buf: c.wbuf, Addr: netip.AddrPortFrom(to, c.port)}}
+	msgs := []link.Message{{Buf: c.wbuf, Addr: netip.AddrPortFrom(to, c.port), SrcPort: c.sport}}
 	if _, err := c.l.WriteBatch(msgs); err != nil {
 		return err
 	}

@@ -44,11 +44,12 @@ func (f *fakeLink) ReadBatch(msgs []link.Message) (int, error) {
 
 func (f *fakeLink) WriteBatch(msgs []link.Message) (int, error) {
 	for _, m := range msgs {
-		f.sent = append(f.sent, link.Message{Buf: append([]byte(nil), m.Buf...), Addr: m.Addr})
+		f.sent = append(f.sent, link.Message{Buf: append([]byte(nil), m.Buf...), Addr: m.Addr, SrcPort: m.SrcPort})
 	}
 	return len(msgs), nil
 }
 func (f *fakeLink) LocalAddr() netip.AddrPort { return f.local }
+func (f *fakeLink) SourcePort(uint16) bool    { return true }
 func (f *fakeLink) BatchSize() int            { return 8 }
 func (f *fakeLink) Close() error              { f.once.Do(func() { close(f.done) }); return nil }
 
@@ -153,10 +154,11 @@ func TestWriteMAD(t *testing.T) {
 	// Feed our own output to a receiver as if it came from 10.0.0.1.
 	var rx []link.Message
 	for _, m := range fl.sent {
-		if m.Addr != netip.MustParseAddrPort("10.0.0.2:4791") || len(m.Buf) != 12+8+256+4 {
-			t.Fatalf("sent %v, %d bytes", m.Addr, len(m.Buf))
+		// rxe's QP1 sends from UDP port 55410; the ICRC covers it.
+		if m.Addr != netip.MustParseAddrPort("10.0.0.2:4791") || m.SrcPort != 55410 || len(m.Buf) != 12+8+256+4 {
+			t.Fatalf("sent %v from port %d, %d bytes", m.Addr, m.SrcPort, len(m.Buf))
 		}
-		rx = append(rx, link.Message{Buf: m.Buf, Addr: netip.MustParseAddrPort("10.0.0.1:4791"), Local: netip.MustParseAddr("10.0.0.2")})
+		rx = append(rx, link.Message{Buf: m.Buf, Addr: netip.MustParseAddrPort("10.0.0.1:55410"), Local: netip.MustParseAddr("10.0.0.2")})
 	}
 	if fl.sent[0].Buf[8]&0x80 == 0 || fl.sent[1].Buf[11] != 1 {
 		t.Errorf("AckReq/PSN: % x", fl.sent[1].Buf[:12])

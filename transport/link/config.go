@@ -13,6 +13,10 @@ const (
 	// full-size RoCE packets, enough to ride out a scheduling hiccup of the
 	// reader at line rate on a 10G link.
 	DefaultSocketBuffer = 4 << 20
+	// DefaultMaxSourcePorts bounds the send-only sockets a UDP link opens for
+	// per-QP source ports (one file descriptor each); QPs beyond it share
+	// the link's own port.
+	DefaultMaxSourcePorts = 64
 )
 
 // Config tunes a UDP link. The zero value is usable.
@@ -31,6 +35,10 @@ type Config struct {
 	// (UDP_NO_CHECK6_RX) is always enabled. The ICRC covers the payload
 	// either way.
 	ZeroChecksum6 bool
+	// MaxSourcePorts is the most extra source ports (send-only sockets) the
+	// link opens for SourcePort. 0 means DefaultMaxSourcePorts; negative
+	// disables them, so every datagram leaves from the bound port.
+	MaxSourcePorts int
 }
 
 func (c Config) batchSize() int {
@@ -41,6 +49,16 @@ func (c Config) batchSize() int {
 		return MaxBatchSize
 	}
 	return c.BatchSize
+}
+
+func (c Config) maxSourcePorts() int {
+	switch {
+	case c.MaxSourcePorts == 0:
+		return DefaultMaxSourcePorts
+	case c.MaxSourcePorts < 0:
+		return 0
+	}
+	return c.MaxSourcePorts
 }
 
 func (c Config) socketBuffer() int {

@@ -16,6 +16,13 @@
 // at the caller's buffers, so steady-state I/O does not allocate
 // (TestUDPZeroAlloc).
 //
+// SourcePort opens further send-only sockets on the same address, one per
+// extra UDP source port (rxe varies the source port per QP for ECMP
+// entropy), with the same options and a minimal receive buffer; WriteBatch
+// sends each run of messages with one Message.SrcPort through its socket.
+// Config.MaxSourcePorts bounds them (64 by default), and a port another
+// socket holds is refused: the caller then sends from the bound port.
+//
 // Why not golang.org/x/net/ipv4.PacketConn.ReadBatch: on Linux it allocates a
 // net.IP and a *net.UDPAddr for every datagram received, and its
 // ControlMessage parser allocates again for PKTINFO

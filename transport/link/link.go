@@ -34,6 +34,10 @@ type Message struct {
 	// when the Link reports it (UDP does, via IP_RECVTOS / IPV6_RECVTCLASS);
 	// otherwise 0. Ignored on write. Kept for ECN/DCQCN.
 	TOS uint8
+	// SrcPort is, on write, the UDP source port: 0 is the Link's own port,
+	// anything else must have been granted by SourcePort. Ignored on read
+	// (Addr carries the sender's port).
+	SrcPort uint16
 }
 
 // Link moves RoCEv2 datagrams. It is the analogue of wireguard-go's conn.Bind:
@@ -56,6 +60,12 @@ type Link interface {
 	WriteBatch(msgs []Message) (int, error)
 	// LocalAddr is the address and port the Link is bound to.
 	LocalAddr() netip.AddrPort
+	// SourcePort makes port usable as Message.SrcPort and reports whether it
+	// is. RoCEv2 receivers accept any source port, so senders vary it per QP
+	// for ECMP entropy (rxe derives it from the QPNs); a Link that cannot send
+	// from port (in use, or over its limit) says false and the caller sends
+	// from LocalAddr's port. The port stays usable until Close.
+	SourcePort(port uint16) bool
 	// BatchSize is the most messages one ReadBatch call returns, and the
 	// batch size callers should use for writes.
 	BatchSize() int

@@ -132,12 +132,19 @@ func (t *Tap) WriteBatch(msgs []Message) (int, error) {
 		now := time.Now()
 		t.mu.Lock()
 		for i := range msgs[:n] {
-			t.recordLocked(now, local, msgs[i].Addr, 0, msgs[i].Buf)
+			src := local
+			if p := msgs[i].SrcPort; p != 0 {
+				src = netip.AddrPortFrom(local.Addr(), p)
+			}
+			t.recordLocked(now, src, msgs[i].Addr, 0, msgs[i].Buf)
 		}
 		t.mu.Unlock()
 	}
 	return n, err
 }
+
+// SourcePort forwards to the wrapped Link.
+func (t *Tap) SourcePort(port uint16) bool { return t.l.SourcePort(port) }
 
 // LocalAddr returns the wrapped Link's address.
 func (t *Tap) LocalAddr() netip.AddrPort { return t.l.LocalAddr() }

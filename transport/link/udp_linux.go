@@ -42,6 +42,16 @@ type UDP struct {
 
 	rcvbuf, sndbuf int // what the kernel granted
 
+	// Send-only sockets for SourcePort: the map is copied on write, so
+	// WriteBatch reads it without a lock.
+	ports     atomic.Pointer[map[uint16]syscall.RawConn]
+	portsMu   sync.Mutex // guards the fields below and writes of ports
+	portConns []*net.UDPConn
+	refused   map[uint16]bool // ports whose bind failed: not retried
+	maxPorts  int
+	sockbuf   int
+	zeroCsum6 bool
+
 	closed    atomic.Bool
 	truncated atomic.Uint64
 
@@ -89,13 +99,18 @@ func ListenUDP(local netip.AddrPort, cfg Config) (*UDP, error) {
 		return nil, fmt.Errorf("link: listen %v: %w", local, err)
 	}
 	u := &UDP{
-		conn:  conn,
-		rc:    rc,
-		local: netip.AddrPortFrom(addr, conn.LocalAddr().(*net.UDPAddr).AddrPort().Port()),
-		is6:   is6,
-		batch: cfg.batchSize(),
-		zone:  addr.Zone(),
+		conn:      conn,
+		rc:        rc,
+		local:     netip.AddrPortFrom(addr, conn.LocalAddr().(*net.UDPAddr).AddrPort().Port()),
+		is6:       is6,
+		batch:     cfg.batchSize(),
+		zone:      addr.Zone(),
+		refused:   map[uint16]bool{},
+		maxPorts:  cfg.maxSourcePorts(),
+		sockbuf:   sockbuf,
+		zeroCsum6: cfg.ZeroChecksum6,
 	}
+	u.ports.Store(&map[uint16]syscall.RawConn{})
 	if u.zone != "" {
 		if ifi, err := net.InterfaceByName(u.zone); err == nil {
 			u.zoneIdx = uint32(ifi.Index)
@@ -175,11 +190,93 @@ func (u *UDP) SocketBuffers() (recv, send int) { return u.rcvbuf, u.sndbuf }
 // Truncated counts datagrams larger than the read buffer; they are dropped.
 func (u *UDP) Truncated() uint64 { return u.truncated.Load() }
 
-// Close closes the socket and unblocks ReadBatch. Later calls return nil.
+// SourcePort implements Link: it opens a send-only socket bound to the
+// link's address and port, with the same options as the main socket, so
+// that datagrams can leave from it. It says false when the port is taken
+// (rxe draws from 49152-65535, the kernel's ephemeral range), when
+// Config.MaxSourcePorts sockets are open, or after Close.
+func (u *UDP) SourcePort(port uint16) bool {
+	if port == 0 || port == u.local.Port() {
+		return true
+	}
+	u.portsMu.Lock()
+	defer u.portsMu.Unlock()
+	m := *u.ports.Load()
+	if _, ok := m[port]; ok {
+		return true
+	}
+	if u.closed.Load() || u.refused[port] || len(m) >= u.maxPorts {
+		return false
+	}
+	conn, rc, err := u.openSender(port)
+	if err != nil {
+		u.refused[port] = true
+		return false
+	}
+	nm := make(map[uint16]syscall.RawConn, len(m)+1)
+	for k, v := range m {
+		nm[k] = v
+	}
+	nm[port] = rc
+	u.ports.Store(&nm)
+	u.portConns = append(u.portConns, conn)
+	return true
+}
+
+// openSender binds a socket for sending from port. Nothing reads it, so its
+// receive buffer is the kernel's minimum: a stray datagram costs little.
+func (u *UDP) openSender(port uint16) (*net.UDPConn, syscall.RawConn, error) {
+	network := "udp4"
+	if u.is6 {
+		network = "udp6"
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			if serr = setSockopts(int(fd), u.is6, u.sockbuf, u.zeroCsum6); serr == nil {
+				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 0)
+			}
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	pc, err := lc.ListenPacket(context.Background(), network, netip.AddrPortFrom(u.local.Addr(), port).String())
+	if err != nil {
+		return nil, nil, err
+	}
+	conn := pc.(*net.UDPConn)
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, rc, nil
+}
+
+// sender is the socket that sends from port.
+func (u *UDP) sender(port uint16) (syscall.RawConn, error) {
+	if port == 0 || port == u.local.Port() {
+		return u.rc, nil
+	}
+	if rc, ok := (*u.ports.Load())[port]; ok {
+		return rc, nil
+	}
+	return nil, fmt.Errorf("link: write from %v port %d: not granted by SourcePort: %w", u.local.Addr(), port, syscall.EINVAL)
+}
+
+// Close closes the sockets and unblocks ReadBatch. Later calls return nil.
 func (u *UDP) Close() error {
 	if u.closed.Swap(true) {
 		return nil
 	}
+	u.portsMu.Lock()
+	for _, c := range u.portConns {
+		c.Close()
+	}
+	u.portConns = nil
+	u.ports.Store(&map[uint16]syscall.RawConn{})
+	u.portsMu.Unlock()
 	return u.conn.Close()
 }
 
@@ -321,11 +418,34 @@ func (u *UDP) ReadBatch(msgs []Message) (int, error) {
 	}
 }
 
-// WriteBatch implements Link. It does not allocate in steady state.
+// WriteBatch implements Link: each run of messages with one SrcPort goes out
+// through that port's socket. It does not allocate in steady state.
 func (u *UDP) WriteBatch(msgs []Message) (int, error) {
 	raceReleaseIO()
 	s := u.scratch.Get().(*mmsgScratch)
 	defer u.scratch.Put(s)
+	sent := 0
+	for sent < len(msgs) {
+		port := msgs[sent].SrcPort
+		end := sent + 1
+		for end < len(msgs) && msgs[end].SrcPort == port {
+			end++
+		}
+		rc, err := u.sender(port)
+		if err != nil {
+			return sent, err
+		}
+		n, err := u.writeRun(s, rc, msgs[sent:end])
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+	}
+	return sent, nil
+}
+
+// writeRun sends msgs through rc in sendmmsg batches.
+func (u *UDP) writeRun(s *mmsgScratch, rc syscall.RawConn, msgs []Message) (int, error) {
 	sent := 0
 	for sent < len(msgs) {
 		chunk := msgs[sent:]
@@ -359,7 +479,7 @@ func (u *UDP) WriteBatch(msgs []Message) (int, error) {
 			s.count = k - done
 			hs := s.hs
 			s.hs = s.hs[done:]
-			err := u.rc.Write(s.sendFn)
+			err := rc.Write(s.sendFn)
 			s.hs = hs
 			if err != nil {
 				s.clear(k)

@@ -88,10 +88,11 @@ type Lossy struct {
 }
 
 type pending struct {
-	due time.Time
-	buf *[link.MaxDatagram]byte
-	n   int
-	dst netip.AddrPort
+	due     time.Time
+	buf     *[link.MaxDatagram]byte
+	n       int
+	dst     netip.AddrPort
+	srcPort uint16
 }
 
 var _ link.Link = (*Lossy)(nil)
@@ -139,10 +140,10 @@ func (l *Lossy) WriteBatch(msgs []link.Message) (int, error) {
 		now := time.Now()
 		for c := 0; c < copies; c++ {
 			if !corrupt && !reorder && l.cfg.Delay == 0 && len(l.queue) == 0 {
-				direct = append(direct, link.Message{Buf: b, Addr: msgs[i].Addr})
+				direct = append(direct, link.Message{Buf: b, Addr: msgs[i].Addr, SrcPort: msgs[i].SrcPort})
 				continue
 			}
-			p := pending{due: now.Add(l.cfg.Delay), buf: link.GetBuffer(), dst: msgs[i].Addr}
+			p := pending{due: now.Add(l.cfg.Delay), buf: link.GetBuffer(), dst: msgs[i].Addr, srcPort: msgs[i].SrcPort}
 			p.n = copy(p.buf[:], b)
 			if corrupt {
 				k := bit % uint64(p.n*8)
@@ -220,7 +221,7 @@ func (l *Lossy) deliver() {
 			// never overtake datagrams already due.
 			msgs := make([]link.Message, k)
 			for i, p := range l.queue[:k] {
-				msgs[i] = link.Message{Buf: p.buf[:p.n], Addr: p.dst}
+				msgs[i] = link.Message{Buf: p.buf[:p.n], Addr: p.dst, SrcPort: p.srcPort}
 			}
 			n, _ := l.l.WriteBatch(msgs)
 			l.Sent.Add(uint64(n))
@@ -286,6 +287,9 @@ func (l *Lossy) ReadBatch(msgs []link.Message) (int, error) {
 
 // LocalAddr implements link.Link.
 func (l *Lossy) LocalAddr() netip.AddrPort { return l.l.LocalAddr() }
+
+// SourcePort forwards to the wrapped Link.
+func (l *Lossy) SourcePort(port uint16) bool { return l.l.SourcePort(port) }
 
 // BatchSize implements link.Link.
 func (l *Lossy) BatchSize() int { return l.l.BatchSize() }

@@ -92,6 +92,17 @@ func (p *PipeEnd) deliver(m *link.Message, d datagram) {
 	link.PutBuffer(d.buf)
 }
 
+// SourcePort implements link.Link: a Pipe sends from any port.
+func (p *PipeEnd) SourcePort(uint16) bool { return true }
+
+// source is the address a datagram sent from port arrives from.
+func (p *PipeEnd) source(port uint16) netip.AddrPort {
+	if port == 0 {
+		return p.local
+	}
+	return netip.AddrPortFrom(p.local.Addr(), port)
+}
+
 // WriteBatch implements link.Link. Datagrams for a closed or full peer are
 // dropped silently, as UDP would.
 func (p *PipeEnd) WriteBatch(msgs []link.Message) (int, error) {
@@ -112,7 +123,7 @@ func (p *PipeEnd) WriteBatch(msgs []link.Message) (int, error) {
 		buf := link.GetBuffer()
 		n := copy(buf[:], msgs[i].Buf)
 		select {
-		case p.peer.in <- datagram{buf: buf, n: n, src: p.local}:
+		case p.peer.in <- datagram{buf: buf, n: n, src: p.source(msgs[i].SrcPort)}:
 		default:
 			p.peer.dropped.Add(1)
 			link.PutBuffer(buf)
