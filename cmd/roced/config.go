@@ -26,6 +26,7 @@ const (
 	defaultPingpongIdle = 30 * time.Second
 	defaultRpingPort    = 7174 // rping's default rdma_cm port
 	defaultDrainTimeout = 5 * time.Second
+	defaultSourcePorts  = 64
 )
 
 // config is the daemon's validated configuration.
@@ -47,6 +48,7 @@ type config struct {
 	rping        bool   // rping clients, through the CM on QP1
 	rpingPort    uint16 // rdma_cm port (RDMA_PS_TCP) of the rping responder
 	drainTimeout time.Duration
+	sourcePorts  int // per-QP UDP source ports per address; 0 sends everything from -port
 }
 
 // addrList is a repeatable flag of IP addresses; "-bind a,b" and "-bind a -bind b"
@@ -129,6 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	rpingOn := fs.Bool("rping", true, "serve rping clients (rdma_cm, connection manager on QP1) on -rping-port")
 	rpingPort := fs.Int("rping-port", defaultRpingPort, "rdma_cm `port` of the rping responder (rping -p)")
 	drain := fs.Duration("drain-timeout", defaultDrainTimeout, "on SIGINT/SIGTERM, how long to wait for sessions to finish")
+	sourcePorts := fs.Int("source-ports", defaultSourcePorts, "most per-QP UDP source `ports` (rxe's, for ECMP entropy; one socket each) per address; 0 sends all from -port")
 	fs.Usage = func() {} // a mistake gets one line, not the whole usage
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -153,6 +156,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		ppIdle:       *ppIdle,
 		rping:        *rpingOn,
 		drainTimeout: *drain,
+		sourcePorts:  *sourcePorts,
+	}
+	if c.sourcePorts < 0 || c.sourcePorts > 16384 {
+		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -source-ports: want 0..16384", c.sourcePorts)}
 	}
 	if *port < 1 || *port > 65535 {
 		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -port: want 1..65535", *port)}

@@ -29,7 +29,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if c.port != want.port || c.mtu != want.mtu || c.metrics != want.metrics || c.logLevel != want.logLevel ||
 		c.logJSON || c.pingpong != want.pingpong || c.pingpongPort != want.pingpongPort ||
 		c.drainTimeout != want.drainTimeout || len(c.binds) != 1 || c.binds[0] != want.binds[0] ||
-		c.pcapFile != "" || c.logFile != "" {
+		c.pcapFile != "" || c.logFile != "" || c.sourcePorts != 64 {
 		t.Errorf("defaults = %+v, want %+v", *c, want)
 	}
 }
@@ -68,6 +68,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-log-level", "loud"}, nil, "-log-level"},
 		{[]string{"-log-format", "xml"}, nil, "-log-format"},
 		{[]string{"-drain-timeout", "0s"}, nil, "-drain-timeout"},
+		{[]string{"-source-ports", "-1"}, nil, "-source-ports: want 0..16384"},
+		{[]string{"-source-ports", "0"}, func(c *config) bool { return c.sourcePorts == 0 }, ""},
 		{[]string{"-nosuchflag"}, nil, "flag provided but not defined: -nosuchflag"},
 		{[]string{"extra"}, nil, `unexpected argument "extra"`},
 	}

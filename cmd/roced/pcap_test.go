@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,14 @@ import (
 // cmd/rocedump, packet for packet, every ICRC correct. It uses UDP 4791 (rocedump
 // only decodes that port) on a random 127/8 address, and skips if that is taken.
 func TestPcapDecodesWithRocedump(t *testing.T) {
+	for _, sourcePorts := range []string{"64", "0"} {
+		t.Run("source-ports="+sourcePorts, func(t *testing.T) { pcapDecodes(t, sourcePorts) })
+	}
+}
+
+// pcapDecodes runs the exchange with roced -source-ports sourcePorts: with 0
+// the daemon sends everything from 4791, else from per-QP ports.
+func pcapDecodes(t *testing.T, sourcePorts string) {
 	addrs := testAddrs(2)
 	for _, a := range addrs {
 		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 4791)))
@@ -31,7 +40,8 @@ func TestPcapDecodesWithRocedump(t *testing.T) {
 	}
 	pcap := filepath.Join(dir, "roce.pcap")
 	_, tcpPort, _ := net.SplitHostPort(freeTCPAddr(t))
-	p := startDaemon(t, "-bind", addrs[0].String(), "-ud-pingpong=false", "-pingpong-port", tcpPort, "-pcap", pcap)
+	p := startDaemon(t, "-bind", addrs[0].String(), "-ud-pingpong=false", "-pingpong-port", tcpPort, "-pcap", pcap,
+		"-source-ports", sourcePorts)
 	dev, err := roce.Open(addrs[1], roce.WithMTU(roce.MTU1024))
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +66,7 @@ func TestPcapDecodesWithRocedump(t *testing.T) {
 	for i, h := range strings.Split(lines[0], "\t") {
 		col[h] = i
 	}
-	for _, h := range []string{"src", "opname", "icrc_ok"} {
+	for _, h := range []string{"src", "sport", "dport", "opname", "icrc_ok"} {
 		if _, ok := col[h]; !ok {
 			t.Fatalf("rocedump -tsv has no %q column: %s", h, lines[0])
 		}
@@ -70,6 +80,12 @@ func TestPcapDecodesWithRocedump(t *testing.T) {
 		from := "client"
 		if f[col["src"]] == addrs[0].String() {
 			from = "daemon"
+		}
+		// Both sides send to 4791 from rxe's per-QP source port (49152..65535),
+		// except the daemon with -source-ports 0.
+		perQP := from == "client" || sourcePorts != "0"
+		if sp, _ := strconv.Atoi(f[col["sport"]]); (sp >= 0xC000) != perQP || f[col["dport"]] != "4791" {
+			t.Errorf("%s packet from port %s to %s (per-QP port wanted: %v)", from, f[col["sport"]], f[col["dport"]], perQP)
 		}
 		count[from+" "+f[col["opname"]]]++
 	}

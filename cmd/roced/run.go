@@ -232,7 +232,11 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 	cfg := d.cfg
 	ap := netip.AddrPortFrom(a, cfg.port)
-	u, err := link.ListenUDP(ap, link.Config{})
+	lcfg := link.Config{MaxSourcePorts: cfg.sourcePorts}
+	if cfg.sourcePorts == 0 {
+		lcfg.MaxSourcePorts = -1 // link.Config's 0 means its default
+	}
+	u, err := link.ListenUDP(ap, lcfg)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("-bind %s: UDP %d is in use — a loaded rdma_rxe module (soft-RoCE) or another roced usually holds it", a, cfg.port)
