@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
 	"github.com/goroce/goroce/interop/labtest"
 )
 
@@ -23,9 +27,11 @@ func containsConnectFailure(out string) bool {
 }
 
 // captureRun captures the lab bridge into run/pcap/NAME.pcap for one run; the
-// returned function stops it and keeps the file (dumped to the log) only when t
+// returned function stops it, checks that every RoCEv2 datagram we (address
+// ours) sent left from a per-QP source port as rxe derives them (never 4791,
+// see checkSourcePorts), and keeps the file (dumped to the log) only when t
 // failed.
-func captureRun(t *testing.T, lab *labtest.Lab, name string) func() {
+func captureRun(t *testing.T, lab *labtest.Lab, name string, ours netip.Addr) func() {
 	pcap := filepath.Join(lab.Dir, "run", "pcap", strings.ReplaceAll(name, "/", "_")+".pcap")
 	os.MkdirAll(filepath.Dir(pcap), 0o755)
 	capture, err := lab.StartCapture("labbr0", pcap)
@@ -35,6 +41,7 @@ func captureRun(t *testing.T, lab *labtest.Lab, name string) func() {
 	}
 	return func() {
 		capture.Stop()
+		checkSourcePorts(t, pcap, ours)
 		if t.Failed() {
 			t.Logf("capture kept: %s", pcap)
 			logDump(t, pcap)
@@ -42,6 +49,66 @@ func captureRun(t *testing.T, lab *labtest.Lab, name string) func() {
 			os.Remove(pcap)
 		}
 	}
+}
+
+// checkSourcePorts reads a capture and fails t if it holds no RoCEv2 datagram
+// from one of ours, or one that came from a port below 0xC000: rxe's per-QP
+// source ports (and QP1's 55410) are all in 49152..65535, and only a refused
+// port would fall back to 4791.
+func checkSourcePorts(t *testing.T, pcap string, ours netip.Addr) {
+	t.Helper()
+	f, err := os.Open(pcap)
+	if err != nil {
+		t.Errorf("source ports: %v", err)
+		return
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Errorf("source ports: %s: %v", pcap, err)
+		return
+	}
+	var n int
+	bad := map[uint16]int{}
+	for {
+		data, _, err := r.ReadPacketData()
+		if err != nil {
+			break // io.EOF, or a record cut short when tcpdump stopped
+		}
+		p := gopacket.NewPacket(data, r.LinkType(), gopacket.DecodeOptions{Lazy: true, NoCopy: true})
+		udp, _ := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
+		if udp == nil || udp.DstPort != 4791 {
+			continue
+		}
+		var srcIP []byte
+		switch ip := p.NetworkLayer().(type) {
+		case *layers.IPv4:
+			srcIP = ip.SrcIP
+		case *layers.IPv6:
+			srcIP = ip.SrcIP
+		}
+		if src, _ := netip.AddrFromSlice(srcIP); src.Unmap() != ours {
+			continue
+		}
+		n++
+		if udp.SrcPort < 0xC000 {
+			bad[uint16(udp.SrcPort)]++
+		}
+	}
+	switch {
+	case n == 0:
+		t.Errorf("no RoCEv2 datagram from %v in %s", ours, pcap)
+	case len(bad) > 0:
+		t.Errorf("%d of our %d RoCEv2 datagrams left from a port below 0xC000 (port: count %v)", sum(bad), n, bad)
+	}
+}
+
+func sum(m map[uint16]int) int {
+	s := 0
+	for _, v := range m {
+		s += v
+	}
+	return s
 }
 
 // pairRun is what one stock tool in a guest and one of ours on the host did.

@@ -155,7 +155,7 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short())()
+	defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short(), lab.HostIP)()
 
 	stock := fmt.Sprintf("ib_%s -d rxe0 -x %d -s %d -n %d -F", c.test, g.GIDIndex, c.size, c.iters)
 	ours := []string{c.test, "-d", lab.HostIP.String(), "-x", "1", "-s", strconv.Itoa(c.size), "-n", strconv.Itoa(c.iters),

@@ -176,16 +176,17 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 		}
 		defer g.Run(context.Background(), "/sbin/tc qdisc del dev eth0 root")
 	}
-	defer captureRun(t, lab, c.name()+"-"+dirShort(dir))()
 
-	stockGID, ourAddr, ourGID := g.GIDIndex, lab.HostIP.String(), "1"
+	stockGID, ourIP, ourGID := g.GIDIndex, lab.HostIP, "1"
 	if c.ipv6 {
 		ll, err := lab.HostLinkLocal(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		stockGID, ourAddr, ourGID = 0, ll.String(), "0"
+		stockGID, ourIP, ourGID = 0, ll, "0"
 	}
+	ourAddr := ourIP.String()
+	defer captureRun(t, lab, c.name()+"-"+dirShort(dir), ourIP.WithZone(""))()
 	stock := fmt.Sprintf("ibv_%s_pingpong -d rxe0 -g %d -n %d -s %d -c", c.mode, stockGID, c.iters, c.size)
 	ours := []string{c.mode, "-d", ourAddr, "-g", ourGID, "-n", strconv.Itoa(c.iters),
 		"-s", strconv.Itoa(c.size), "-c", "-stats", "-timeout", "60s"}

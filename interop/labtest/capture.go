@@ -25,7 +25,7 @@ func (l *Lab) StartCapture(dev, file string) (*Capture, error) {
 	if _, err := exec.LookPath("tcpdump"); err != nil {
 		return nil, fmt.Errorf("labtest: capture: %w", err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", l.NS, "tcpdump", "-i", dev, "-U", "-n", "-s", "0",
+	cmd := exec.Command("ip", "netns", "exec", l.NS, "tcpdump", "-i", dev, "-U", "--immediate-mode", "-n", "-s", "0",
 		"-w", file, "not", "tcp", "port", fmt.Sprint(l.execPort))
 	cmd.Stderr = nil
 	if err := cmd.Start(); err != nil {
@@ -50,6 +50,8 @@ func (l *Lab) StartCapture(dev, file string) (*Capture, error) {
 }
 
 // Stop stops the capture (SIGINT, so the pcap is complete) and waits for it, at most 5 s.
+// tcpdump runs in immediate mode with -U: without it, packets still in a
+// partly filled kernel buffer block when SIGINT arrives are never written.
 func (c *Capture) Stop() error {
 	c.cmd.Process.Signal(syscall.SIGINT)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
