@@ -79,7 +79,7 @@ func (c *CQ) Notify() <-chan struct{} { return c.q.Notify() }
 // Wait returns at least one completion, like Poll, but blocks until one arrives or ctx
 // ends (ctx's error). It is the loop every event-driven verbs program writes: poll,
 // arm with ReqNotify, poll again (a completion may have arrived in between), then
-// sleep on Notify.
+// sleep on Notify. Close of the device ends the wait with its closed error.
 func (c *CQ) Wait(ctx context.Context, wc []WC) (int, error) {
 	for {
 		if n, err := c.Poll(wc); n > 0 || err != nil {
@@ -93,6 +93,8 @@ func (c *CQ) Wait(ctx context.Context, wc []WC) (int, error) {
 		}
 		select {
 		case <-c.Notify():
+		case <-c.dev.done:
+			return 0, closedErr("ibv_poll_cq", c.obj)
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}

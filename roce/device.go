@@ -90,6 +90,7 @@ type Device struct {
 	mem   *memory
 
 	closed atomic.Bool
+	done   chan struct{} // closed by Close, so CQ.Wait never outlives the device
 
 	// evMu guards: events (sends and close), evClosed.
 	evMu          sync.Mutex
@@ -174,6 +175,7 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		guid:   nodeGUID(addr),
 		limits: lim,
 		stats:  new(transport.Stats),
+		done:   make(chan struct{}),
 		qps:    make(map[uint32]*QP),
 		cqs:    make(map[*cq.Queue]*CQ),
 		srqs:   make(map[*srq.Queue]*SRQ),
@@ -345,6 +347,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.eng.Close()
+	close(d.done)
 	err := d.lnk.Close()
 	d.evMu.Lock()
 	d.evClosed = true

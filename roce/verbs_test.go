@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -522,4 +523,24 @@ func TestVerbsAfterCloseMatchErrClosed(t *testing.T) {
 	}
 	// Destroying objects after Close still works, so cleanup code need not care.
 	noErr(t, qp.Close())
+}
+
+func TestCQWaitEndsWhenDeviceCloses(t *testing.T) {
+	d := pipeDevice(t)
+	c := must[*CQ](t)(d.CreateCQ(4))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Wait(context.Background(), make([]WC, 1))
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // let Wait arm and sleep on Notify
+	noErr(t, d.Close())
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) || !errors.Is(err, syscall.ENODEV) {
+			t.Fatalf("Wait after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("CQ.Wait still blocked 5 s after Device.Close")
+	}
 }

@@ -50,7 +50,11 @@ type Link interface {
 	// ReadBatch blocks until at least one datagram arrives, then fills up to
 	// min(len(msgs), BatchSize()) messages and returns how many. Each
 	// msgs[i].Buf must have a nonzero capacity (normally MaxDatagram); it is
-	// resliced to the datagram's length. After Close it returns an error
+	// resliced to the datagram's length, and msgs[i].Buf keeps pointing into
+	// the buffer the caller put there: an implementation that drops a
+	// datagram (truncated, filtered) compacts the batch by copying bytes into
+	// the earlier slot, never by swapping slices, because callers hand their
+	// own buffer i on with msgs[i]'s length. After Close it returns an error
 	// wrapping net.ErrClosed.
 	ReadBatch(msgs []Message) (int, error)
 	// WriteBatch sends every message in msgs, each to its Addr. It returns

@@ -399,11 +399,14 @@ func (u *UDP) ReadBatch(msgs []Message) (int, error) {
 				u.truncated.Add(1)
 				continue
 			}
-			if n != i {
-				msgs[n].Buf, msgs[i].Buf = msgs[i].Buf, msgs[n].Buf
-			}
 			m := &msgs[n]
-			m.Buf = m.Buf[:h.len]
+			if n != i {
+				// Compact by copying, never by swapping slices: callers keep
+				// their own index -> buffer table (see Link.ReadBatch).
+				m.Buf = append(m.Buf[:0], msgs[i].Buf[:h.len]...)
+			} else {
+				m.Buf = m.Buf[:h.len]
+			}
 			m.Addr = u.parseName(s.names[i][:h.hdr.Namelen])
 			m.Local, m.TOS = parseControl(s.oob[i*oobLen:i*oobLen+int(h.hdr.Controllen)], u.is6)
 			if m.Local.Is6() && m.Local.IsLinkLocalUnicast() && u.zone != "" {

@@ -221,6 +221,35 @@ func TestUDPTruncatedDropped(t *testing.T) {
 	}
 }
 
+// TestUDPTruncatedKeepsBuffers: a datagram dropped inside a batch is compacted
+// away by copying, so msgs[i].Buf still points into the buffer the caller put in
+// slot i (the engine hands its own buffer i on with msgs[i]'s length).
+func TestUDPTruncatedKeepsBuffers(t *testing.T) {
+	a := listen(t, "127.0.0.1:0", Config{})
+	b := listen(t, "127.0.0.2:0", Config{BatchSize: 2})
+	if _, err := a.WriteBatch([]Message{
+		{Buf: make([]byte, 100), Addr: b.LocalAddr()},
+		{Buf: []byte("short"), Addr: b.LocalAddr()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // both queued, so one recvmmsg sees both
+	bufs := [][]byte{make([]byte, 16), make([]byte, 16)}
+	msgs := []Message{{Buf: bufs[0]}, {Buf: bufs[1]}}
+	n, err := b.ReadBatch(msgs)
+	if err != nil || n != 1 || string(msgs[0].Buf) != "short" {
+		t.Fatalf("ReadBatch = %d, %v, %q; want the short datagram only", n, err, msgs[0].Buf)
+	}
+	for i := range msgs {
+		if &msgs[i].Buf[:1][0] != &bufs[i][0] {
+			t.Errorf("msgs[%d].Buf moved to another slot's buffer", i)
+		}
+	}
+	if string(bufs[0][:5]) != "short" {
+		t.Errorf("caller's buffer 0 holds %q", bufs[0][:5])
+	}
+}
+
 // TestUDPZeroChecksum6 sends IPv6 datagrams with UDP checksum 0, as rxe does.
 // Our link must accept them (UDP_NO_CHECK6_RX); a plain socket, the control,
 // must not.

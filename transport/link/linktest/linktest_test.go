@@ -311,9 +311,13 @@ func TestLossyDropFn(t *testing.T) {
 		for i := 0; i < 2; i++ {
 			b.WriteBatch([]link.Message{{Buf: fmt.Appendf(nil, "ack %d", i), Addr: addrA}})
 		}
+		first := &in[0].Buf[:1][0]
 		n, _ = l.ReadBatch(in)
 		if n != 1 || string(in[0].Buf) != "ack 1" {
 			t.Fatalf("read %d datagrams, first %q; want only ack 1", n, in[0].Buf)
+		}
+		if &in[0].Buf[:1][0] != first {
+			t.Fatal("the kept datagram moved slot 0 to another buffer (copy, never swap)")
 		}
 		if l.DroppedFn.Load() != 2 {
 			t.Fatalf("DroppedFn = %d, want 2", l.DroppedFn.Load())

@@ -274,8 +274,10 @@ func (l *Lossy) ReadBatch(msgs []link.Message) (int, error) {
 				l.DroppedFn.Add(1)
 				continue
 			}
-			if k != i {
-				msgs[k], msgs[i] = msgs[i], msgs[k]
+			if k != i { // copy, never swap buffers (link.Link.ReadBatch)
+				m := msgs[i]
+				msgs[k].Buf = append(msgs[k].Buf[:0], m.Buf...)
+				msgs[k].Addr, msgs[k].Local, msgs[k].TOS = m.Addr, m.Local, m.TOS
 			}
 			k++
 		}
