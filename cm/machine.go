@@ -590,10 +590,22 @@ func (m *Machine) onREQ(now time.Time, peer netip.Addr, h Header, req *REQ) {
 		switch e.state {
 		case StateREQRcvd:
 			m.sendMRA(e, m.cfg.MRAServiceTimeout)
-		case StateMRAREQSent, StateTimeWait:
+		case StateMRAREQSent:
 			if e.reply != nil {
 				m.resend(peer, e.reply)
 			}
+		case StateTimeWait:
+			if e.rejectedREQ() {
+				// We rejected this very REQ: say so again.
+				m.resend(peer, e.reply)
+				break
+			}
+			// The connection this REQ set up is over (cm.c answers with
+			// cm_format_rej in timewait: our ID, MessageRejected other).
+			// e.reply (DREP, RTU, a REJ of the REP) is no answer to a REQ.
+			m.stats.RejSent++
+			m.send(peer, h.TID, &REJ{LocalCommID: e.id, RemoteCommID: e.remoteID,
+				MessageRejected: MsgOther, Reason: RejStaleConn})
 		case StateREPSent, StateMRAREPRcvd:
 			// The peer lost our REP. Resend it now, unless our own timer
 			// just did, and count it as the retransmission.
@@ -619,6 +631,17 @@ func (m *Machine) onREQ(now time.Time, peer netip.Addr, h Header, req *REQ) {
 	m.setRemote(e, req.LocalCommID)
 	r := *req
 	m.emit(Event{Type: EventConnectRequest, ID: e.id, Peer: peer, REQ: &r})
+}
+
+// rejectedREQ reports whether e's saved reply is the REJ it sent in answer
+// to the peer's REQ (Reject in REQ received or MRA REQ sent), which a
+// duplicate of that REQ gets again. A REJ of a REP (MessageRejected MsgREP:
+// the passive side withdrew its REP, or the active side rejected one) is not.
+func (e *entry) rejectedREQ() bool {
+	if e.active || len(e.reply) < MADLen || attrOf(e.reply) != AttrREJ {
+		return false
+	}
+	return e.reply[HeaderLen+8]>>6 == MsgREQ // REJ byte 8: MessageRejected(2)
 }
 
 // rejectUnsolicited answers a REQ that creates no state (cm.c cm_issue_rej).

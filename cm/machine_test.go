@@ -32,6 +32,7 @@ type pair struct {
 	drop   func(from string, attr AttrID) bool
 	sentAB []AttrID
 	sentBA []AttrID
+	rawAB  [][]byte // every MAD A sent, lost or not, in order
 }
 
 func newPair(t *testing.T) *pair {
@@ -49,8 +50,9 @@ func (p *pair) deliver() {
 			return
 		}
 		for _, d := range outA {
-			attr := AttrID(uint16(d.MAD[16])<<8 | uint16(d.MAD[17]))
+			attr := attrOf(d.MAD)
 			p.sentAB = append(p.sentAB, attr)
+			p.rawAB = append(p.rawAB, d.MAD)
 			if d.Peer != addrB {
 				p.t.Fatalf("A sent to %v", d.Peer)
 			}
@@ -59,7 +61,7 @@ func (p *pair) deliver() {
 			}
 		}
 		for _, d := range outB {
-			attr := AttrID(uint16(d.MAD[16])<<8 | uint16(d.MAD[17]))
+			attr := attrOf(d.MAD)
 			p.sentBA = append(p.sentBA, attr)
 			if p.drop == nil || !p.drop("B", attr) {
 				p.a.Receive(p.now, addrB, d.MAD)
@@ -319,6 +321,149 @@ func TestDREQLostAndDuplicate(t *testing.T) {
 	if !equalAttrs(p.sentBA, []AttrID{AttrREP, AttrDREP, AttrDREP}) {
 		t.Errorf("B sent %v", p.sentBA)
 	}
+}
+
+// TestDuplicateREQInTimeWait re-delivers A's REQ to B after the connection
+// was established and torn down: B answers with REJ stale connection (cm.c
+// cm_dup_req_handler, IB_CM_TIMEWAIT), not with its saved DREP, and does not
+// treat it as a new connect request.
+func TestDuplicateREQInTimeWait(t *testing.T) {
+	p := newPair(t)
+	idA, idB := p.connect()
+	p.a.Disconnect(p.now, idA, nil)
+	p.deliver()
+	wantEvents(t, "B", p.takeB(), EventDisconnectRequest)
+	p.b.Disconnect(p.now, idB, nil)
+	p.deliver()
+	wantEvents(t, "A", p.takeA(), EventDisconnected)
+	wantEvents(t, "B", p.takeB(), EventDisconnected)
+	if p.a.State(idA) != StateTimeWait || p.b.State(idB) != StateTimeWait {
+		t.Fatalf("states %v %v", p.a.State(idA), p.b.State(idB))
+	}
+	if len(p.rawAB) == 0 || attrOf(p.rawAB[0]) != AttrREQ {
+		t.Fatalf("first A→B MAD is not the REQ")
+	}
+	reqMAD := p.rawAB[0]
+	reqHdr, _ := ParseHeader(reqMAD)
+	before := p.b.Stats()
+
+	p.b.Receive(p.now, addrA, reqMAD)
+	out, ev := p.b.Drain()
+	if len(ev) != 0 {
+		t.Errorf("B events %v: duplicate REQ re-executed", evTypes(ev))
+	}
+	if len(out) != 1 {
+		t.Fatalf("B answered with %d MADs, want 1", len(out))
+	}
+	if out[0].Peer != addrA {
+		t.Errorf("answer to %v", out[0].Peer)
+	}
+	h, msg, err := Parse(out[0].MAD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rej, ok := msg.(*REJ)
+	if !ok {
+		t.Fatalf("B answered with %v, want REJ", h.AttrID)
+	}
+	if rej.Reason != RejStaleConn || rej.MessageRejected != MsgOther ||
+		rej.LocalCommID != idB || rej.RemoteCommID != idA {
+		t.Errorf("REJ %+v, want stale connection, MsgOther, local %d remote %d", rej, idB, idA)
+	}
+	if h.TID != reqHdr.TID {
+		t.Errorf("REJ TID %#x, want the REQ's %#x", h.TID, reqHdr.TID)
+	}
+	s := p.b.Stats()
+	if s.RejSent != before.RejSent+1 || s.Duplicates != before.Duplicates+1 {
+		t.Errorf("stats before %+v after %+v", before, s)
+	}
+	if p.b.State(idB) != StateTimeWait {
+		t.Errorf("B state %v", p.b.State(idB))
+	}
+
+	// A, itself in timewait, ignores the REJ; a second duplicate gets the same answer.
+	p.a.Receive(p.now, addrB, out[0].MAD)
+	if _, ev := p.a.Drain(); len(ev) != 0 || p.a.State(idA) != StateTimeWait {
+		t.Errorf("A events %v state %v", evTypes(ev), p.a.State(idA))
+	}
+	p.b.Receive(p.now, addrA, reqMAD)
+	if out2, _ := p.b.Drain(); len(out2) != 1 || string(out2[0].MAD) != string(out[0].MAD) {
+		t.Errorf("second duplicate answered with %d MADs", len(out2))
+	}
+}
+
+// TestDuplicateREQAfterReject: the REJ saved by Reject is resent byte for
+// byte to a duplicate of the rejected REQ; a REJ that withdrew a REP is not,
+// the duplicate REQ then gets REJ stale connection.
+func TestDuplicateREQAfterReject(t *testing.T) {
+	req := testREQ()
+	req.LocalCommID = 555
+	reqMAD, err := Marshal(0xabc, &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// start delivers the REQ to a listening Machine and returns its ID.
+	start := func(t *testing.T) (*Machine, uint32) {
+		m := NewMachine(Config{Rand: seq(200)})
+		m.Listen(svc)
+		m.Receive(t0, addrA, reqMAD)
+		_, ev := m.Drain()
+		wantEvents(t, "B", ev, EventConnectRequest)
+		return m, ev[0].ID
+	}
+	// dup delivers the REQ again and returns the single REJ answered.
+	dup := func(t *testing.T, m *Machine) (*REJ, []byte) {
+		t.Helper()
+		m.Receive(t0, addrA, reqMAD)
+		out, ev := m.Drain()
+		if len(ev) != 0 || len(out) != 1 {
+			t.Fatalf("duplicate REQ: %d MADs, events %v", len(out), evTypes(ev))
+		}
+		_, msg, err := Parse(out[0].MAD)
+		rej, ok := msg.(*REJ)
+		if err != nil || !ok {
+			t.Fatalf("answer %T %v", msg, err)
+		}
+		return rej, out[0].MAD
+	}
+	for _, mra := range []bool{false, true} {
+		name := "rejected"
+		if mra {
+			name = "rejected after MRA"
+		}
+		t.Run(name, func(t *testing.T) {
+			m, id := start(t)
+			if mra {
+				m.SendMRA(id, 10)
+			}
+			if err := m.Reject(t0, id, RejConsumerDefined, []byte("busy")); err != nil {
+				t.Fatal(err)
+			}
+			out, _ := m.Drain()
+			rej, b := dup(t, m)
+			if string(b) != string(out[len(out)-1].MAD) {
+				t.Errorf("duplicate got %+v, not the saved REJ", rej)
+			}
+			if rej.Reason != RejConsumerDefined || rej.MessageRejected != MsgREQ || rej.RemoteCommID != 555 {
+				t.Errorf("REJ %+v", rej)
+			}
+			if s := m.Stats(); s.RejSent != 1 {
+				t.Errorf("RejSent %d, want 1 (a resend is a duplicate answer)", s.RejSent)
+			}
+		})
+	}
+	t.Run("REP withdrawn", func(t *testing.T) {
+		m, id := start(t)
+		m.Accept(t0, id, REP{LocalQPN: 0x22})
+		if err := m.Disconnect(t0, id, nil); err != nil || m.State(id) != StateTimeWait {
+			t.Fatalf("withdraw: %v %v", err, m.State(id))
+		}
+		m.Drain()
+		rej, _ := dup(t, m)
+		if rej.Reason != RejStaleConn || rej.MessageRejected != MsgOther || rej.LocalCommID != id || rej.RemoteCommID != 555 {
+			t.Errorf("REJ %+v", rej)
+		}
+	})
 }
 
 func TestREQToDeadPeerTimesOut(t *testing.T) {

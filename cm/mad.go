@@ -80,6 +80,16 @@ func (a AttrID) String() string {
 	return fmt.Sprintf("AttrID(%#04x)", uint16(a))
 }
 
+// attrOf returns the attribute ID of a marshalled MAD (bytes 16..17 of the
+// common header), which names the CM message it carries, without parsing the
+// rest. It returns 0, no CM attribute, when mad is shorter than the header.
+func attrOf(mad []byte) AttrID {
+	if len(mad) < HeaderLen {
+		return 0
+	}
+	return AttrID(binary.BigEndian.Uint16(mad[16:]))
+}
+
 // Header is the 24-byte MAD common header (IBA 13.4.3):
 //
 //	 0 BaseVersion | 1 MgmtClass | 2 ClassVersion | 3 R(1) Method(7)

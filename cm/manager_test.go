@@ -19,8 +19,6 @@ func fastConfig(events chan<- ConnEvent) ManagerConfig {
 		Machine: Config{TimeWait: 50 * time.Millisecond}}
 }
 
-func attrOf(mad []byte) AttrID { return AttrID(uint16(mad[16])<<8 | uint16(mad[17])) }
-
 // dropFirst loses the first MAD of each listed attribute.
 func dropFirst(attrs ...AttrID) func([]byte) bool {
 	var mu sync.Mutex

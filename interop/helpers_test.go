@@ -164,7 +164,8 @@ func runPair(ctx context.Context, t *testing.T, lab *labtest.Lab, g *labtest.Gue
 func checkOursStats(t *testing.T, who, stderr string) map[string]uint64 {
 	t.Helper()
 	st := parseStats(stderr)
-	for _, k := range []string{"icrc_err", "malformed", "unknown_qp", "retry_exceeded", "tx_errors", "cq_overruns"} {
+	for _, k := range []string{"icrc_err", "malformed", "unknown_qp", "retry_exceeded", "tx_errors", "cq_overruns",
+		"bad_pkey", "bad_qkey", "bad_source"} {
 		if v, ok := st[k]; !ok {
 			t.Errorf("%s printed no %s counter: %q", who, k, lastLine(stderr))
 		} else if v != 0 {

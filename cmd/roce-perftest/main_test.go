@@ -229,7 +229,8 @@ func TestLoopback(t *testing.T) {
 					(b != tt.size || n != tt.iter || !(v > 0)) {
 					t.Errorf("%s row: %d bytes, %d iterations, figure %v; want %d, %d, > 0", side.who, b, n, v, tt.size, tt.iter)
 				}
-				for _, bad := range []string{"icrc_err", "malformed", "unknown_qp", "retry_exceeded", "tx_errors", "cq_overruns"} {
+				for _, bad := range []string{"icrc_err", "malformed", "unknown_qp", "retry_exceeded", "tx_errors", "cq_overruns",
+					"bad_pkey", "bad_qkey", "bad_source"} {
 					if !strings.Contains(side.errs, " "+bad+"=0") {
 						t.Errorf("%s counted %s: %s", side.who, bad, side.errs)
 					}
