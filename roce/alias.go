@@ -214,6 +214,7 @@ const (
 	EventQPAccessErr      = transport.EventQPAccessErr
 	EventCommEst          = transport.EventCommEst
 	EventSQDrained        = transport.EventSQDrained
+	EventDeviceFatal      = transport.EventDeviceFatal
 	EventPortActive       = transport.EventPortActive
 	EventPortErr          = transport.EventPortErr
 	EventSRQErr           = transport.EventSRQErr

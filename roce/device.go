@@ -89,8 +89,9 @@ type Device struct {
 	stats *transport.Stats
 	mem   *memory
 
-	closed atomic.Bool
-	done   chan struct{} // closed by Close, so CQ.Wait never outlives the device
+	closed   atomic.Bool
+	done     chan struct{} // closed by Close, so CQ.Wait never outlives the device
+	portDown atomic.Bool   // PORT_ERR seen (the link died): QueryPort says DOWN
 
 	// evMu guards: events (sends and close), evClosed.
 	evMu          sync.Mutex
@@ -297,7 +298,11 @@ func (d *Device) QueryPort(port int) (PortAttr, error) {
 	if port != 1 {
 		return PortAttr{}, newErr("ibv_query_port", fmt.Sprintf("port %d", port), syscall.EINVAL, "the device has only port 1")
 	}
-	return d.port, nil
+	pa := d.port
+	if d.portDown.Load() {
+		pa.State = PortDown
+	}
+	return pa, nil
 }
 
 // QueryGID is ibv_query_gid for port 1: the GID at index (see GIDIndexRoCEv2 for the

@@ -8,7 +8,7 @@ import (
 
 // AsyncEvent is one affiliated or unaffiliated asynchronous event (struct
 // ibv_async_event), as ibv_get_async_event returns it. Exactly one of QP, CQ and SRQ is
-// set for an affiliated event; Port is set for a port event. There is nothing to
+// set for an affiliated event; Port is set for a port event; DEVICE_FATAL has none. There is nothing to
 // acknowledge: ibv_ack_async_event has no Go counterpart, the garbage collector keeps
 // the handles alive.
 type AsyncEvent struct {
@@ -28,6 +28,8 @@ func (e AsyncEvent) String() string {
 		return fmt.Sprintf("%s cq %#x", eventName(e.Type), e.CQ.id)
 	case e.SRQ != nil:
 		return fmt.Sprintf("%s srq %#x", eventName(e.Type), e.SRQ.id)
+	case e.Port == 0:
+		return eventName(e.Type)
 	}
 	return fmt.Sprintf("%s port %d", eventName(e.Type), e.Port)
 }
@@ -47,6 +49,8 @@ func eventName(t EventType) string {
 		return "COMM_EST"
 	case EventSQDrained:
 		return "SQ_DRAINED"
+	case EventDeviceFatal:
+		return "DEVICE_FATAL"
 	case EventPortActive:
 		return "PORT_ACTIVE"
 	case EventPortErr:
@@ -95,6 +99,11 @@ func (d *Device) onEngineEvent(ev transport.Event) {
 		out.SRQ = d.srqs[ev.SRQ]
 	case EventPortActive, EventPortErr:
 		out.Port = 1
+		d.portDown.Store(ev.Type == EventPortErr)
+	case EventDeviceFatal:
+		d.objMu.RUnlock()
+		d.onDeviceFatal()
+		return
 	default:
 		out.QP = d.qps[ev.QPN]
 	}
@@ -105,4 +114,22 @@ func (d *Device) onEngineEvent(ev transport.Event) {
 		return
 	}
 	d.emit(out)
+}
+
+// onDeviceFatal handles the engine's catastrophic error (its link died): it queues
+// DEVICE_FATAL, then puts every SRQ in the error state with SRQ_ERR, since no WR
+// posted to it can ever be fetched again. The engine moves the QPs to ERR itself
+// (QP_FATAL each); the port goes DOWN with the PORT_ERR that follows.
+func (d *Device) onDeviceFatal() {
+	d.emit(AsyncEvent{Type: EventDeviceFatal})
+	d.objMu.RLock()
+	srqs := make([]*SRQ, 0, len(d.srqs))
+	for _, s := range d.srqs {
+		srqs = append(srqs, s)
+	}
+	d.objMu.RUnlock()
+	for _, s := range srqs {
+		s.q.SetError()
+		d.emit(AsyncEvent{Type: EventSRQErr, SRQ: s})
+	}
 }

@@ -277,6 +277,7 @@ const (
 	EventQPAccessErr      EventType = 3
 	EventCommEst          EventType = 4
 	EventSQDrained        EventType = 5
+	EventDeviceFatal      EventType = 8
 	EventPortActive       EventType = 9
 	EventPortErr          EventType = 10
 	EventSRQErr           EventType = 14

@@ -52,6 +52,7 @@ type Engine struct {
 	srqWatched map[*srq.Queue]bool
 
 	closed atomic.Bool
+	fatal  atomic.Bool // the Link died under the engine (DEVICE_FATAL)
 	done   chan struct{}
 	wg     sync.WaitGroup
 }
@@ -171,6 +172,33 @@ func (e *Engine) Barrier() {
 	}
 }
 
+// linkGone reports whether a ReadBatch error means the Link can never deliver
+// again (closed or its socket gone underneath the engine), not a hiccup.
+func linkGone(err error) bool {
+	return errors.Is(err, errClosed) || errors.Is(err, syscall.EBADF) ||
+		errors.Is(err, syscall.ENOTSOCK) || errors.Is(err, syscall.ENODEV)
+}
+
+// fail is the device's catastrophic error: the Link died while the engine was
+// open, so nothing will be received again. It raises DEVICE_FATAL and
+// PORT_ERR, and every QP goes to ERR with QP_FATAL, flushing its WRs (as a
+// device that hits an internal error flushes its QPs). Verbs on QPs still
+// work; they only complete with flush errors. Reader goroutine only.
+func (e *Engine) fail() {
+	if e.fatal.Swap(true) {
+		return
+	}
+	e.event(Event{Type: EventDeviceFatal})
+	e.event(Event{Type: EventPortErr})
+	for _, q := range *e.qps.Load() {
+		q.fatal.Store(true)
+		q.sh.wakeQP(q)
+	}
+}
+
+// Fatal reports whether the device hit its catastrophic error (DEVICE_FATAL).
+func (e *Engine) Fatal() bool { return e.fatal.Load() }
+
 func (e *Engine) event(ev Event) {
 	if e.onEvent != nil {
 		e.onEvent(ev)
@@ -199,9 +227,12 @@ func (e *Engine) readLoop(batch int) {
 		}
 		n, err := e.link.ReadBatch(msgs)
 		if err != nil {
-			if e.closed.Load() {
+			if e.closed.Load() || linkGone(err) {
 				for _, b := range bufs {
 					link.PutBuffer(b)
+				}
+				if !e.closed.Load() {
+					e.fail()
 				}
 				return
 			}

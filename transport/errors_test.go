@@ -189,6 +189,12 @@ func TestCQTooSmallRaisesCQErr(t *testing.T) {
 		if at, _ := qb.Query(); at.State != QPSErr {
 			t.Fatalf("QP feeding the overrun CQ is %v, want ERR", at.State)
 		}
+		if n := b.countEvents(EventQPFatal, qb.QPN()); n != 1 {
+			t.Fatalf("%d QP_FATAL events for the QP feeding the overrun CQ, want 1", n)
+		}
+		if n := a.countEvents(EventQPFatal, qa.QPN()); n != 0 {
+			t.Fatalf("%d QP_FATAL events on the requester, whose CQ did not overrun", n)
+		}
 		if b.e.Stats().Snapshot().CQOverruns == 0 {
 			t.Fatal("CQ overrun not counted")
 		}

@@ -82,6 +82,19 @@ func (n *node) hasEvent(t EventType) bool {
 	return false
 }
 
+// countEvents counts the events of type t raised for QP qpn.
+func (n *node) countEvents(t EventType, qpn uint32) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, ev := range n.events {
+		if ev.Type == t && ev.QPN == qpn {
+			c++
+		}
+	}
+	return c
+}
+
 const cqSize = 4096
 
 func newNode(t testing.TB, l link.Link, shards int, opts ...func(*Config)) *node {

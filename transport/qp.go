@@ -67,6 +67,9 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	if e.closed.Load() {
 		return nil, closedErr(op, qpn)
 	}
+	if e.fatal.Load() {
+		return nil, newErr(op, qpn, syscall.EIO, "device fatal error: its link is gone")
+	}
 	if init == nil {
 		return nil, newErr(op, 0, syscall.EINVAL, "nil init attributes")
 	}

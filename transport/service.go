@@ -107,6 +107,9 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 func (q *QP) service(now time.Time) {
 	q.flushAck()
 	if q.fatal.Load() && q.attr.State != QPSErr {
+		// A CQ it feeds overran, so the QP can no longer report its
+		// completions: IBA's Local Work Queue Catastrophic Error.
+		q.e.event(Event{Type: EventQPFatal, QPN: q.qpn})
 		q.toError(now)
 	}
 	if q.attr.State == QPSErr {
