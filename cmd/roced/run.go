@@ -224,7 +224,29 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 	for _, r := range d.responders {
 		d.goServe(r.Name(), r.Serve)
 	}
+	for _, s := range d.devs {
+		d.goServe("device "+s.dev.Addr().String(), func() error { return d.watchEvents(s.dev) })
+	}
 	return d, nil
+}
+
+// watchEvents logs the device's async events until Close ends the stream. Errors
+// a program would act on (CQ_ERR, QP_FATAL, ...) are warnings; DEVICE_FATAL (its
+// socket is gone) stops the daemon non-zero, so a supervisor restarts it.
+func (d *daemon) watchEvents(dev *roce.Device) error {
+	for ev := range dev.Events() {
+		switch ev.Type {
+		case roce.EventDeviceFatal:
+			d.log.Error("async event", "addr", dev.Addr(), "event", ev.String())
+			return errors.New("DEVICE_FATAL: the RoCEv2 socket is gone")
+		case roce.EventPortActive, roce.EventCommEst, roce.EventSQDrained, roce.EventSRQLimitReached,
+			roce.EventQPLastWQEReached:
+			d.log.Debug("async event", "addr", dev.Addr(), "event", ev.String())
+		default:
+			d.log.Warn("async event", "addr", dev.Addr(), "event", ev.String())
+		}
+	}
+	return nil
 }
 
 // openDevice binds one address. With -pcap it builds the socket and the capture tap

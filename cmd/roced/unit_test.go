@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/link/linktest"
 )
 
 // TestAddSnapshot fails when a StatsSnapshot field is added without being summed:
@@ -210,4 +212,33 @@ func FuzzParseFlags(f *testing.F) {
 			t.Errorf("accepted an invalid config %+v", *c)
 		}
 	})
+}
+
+// TestWatchEventsStopsOnDeviceFatal: the daemon logs async events, and a device
+// whose socket dies (DEVICE_FATAL) ends the daemon with an error, so a supervisor
+// restarts it rather than leaving a deaf daemon running.
+func TestWatchEventsStopsOnDeviceFatal(t *testing.T) {
+	la, lb := linktest.Pipe(netip.MustParseAddrPort("127.0.0.1:4791"), netip.MustParseAddrPort("127.0.0.2:4791"))
+	defer lb.Close()
+	dev, err := roce.OpenLink(la)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	var logBuf syncBuffer
+	d := &daemon{log: slog.New(slog.NewTextHandler(&logBuf, nil))}
+	errc := make(chan error, 1)
+	go func() { errc <- d.watchEvents(dev) }()
+	la.Close() // the socket goes away under the open device
+	select {
+	case err := <-errc:
+		if err == nil || !strings.Contains(err.Error(), "DEVICE_FATAL") {
+			t.Fatalf("watchEvents = %v, want a DEVICE_FATAL error", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("watchEvents did not return after the link died")
+	}
+	if !strings.Contains(logBuf.String(), "event=DEVICE_FATAL") {
+		t.Fatalf("log has no DEVICE_FATAL line:\n%s", logBuf.String())
+	}
 }
