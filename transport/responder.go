@@ -24,11 +24,20 @@ type responder struct {
 	wr              srq.RecvWR // receive WR taken for the current message
 	haveWR          bool
 	off             uint32 // bytes placed into wr
-	wbuf            []byte // WRITE target: the RETH range in the MR
-	woff            uint32
-	wlen            uint32 // RETH DMA length of the current WRITE
 
-	res     []rdResource // max_dest_rd_atomic saved READ/atomic requests
+	// The current WRITE is kept as its R_Key and addresses, never as a
+	// slice of the MR: the key is resolved again for every packet
+	// (writeTarget), so once ibv_dereg_mr has unregistered it and
+	// Engine.Barrier has returned, no later packet of the message can land
+	// in the buffer (rxe check_rkey does the same lookup_mr per packet).
+	wrkey uint32 // RETH R_Key of the current WRITE
+	wva   uint64 // RETH VA of the current WRITE
+	woff  uint32 // bytes placed so far
+	wlen  uint32 // RETH DMA length
+
+	// Responder resources (max_dest_rd_atomic saved READ/atomic requests),
+	// a ring reused oldest first; see saveResource.
+	res     []rdResource
 	resNext int
 
 	// A positive ACK waits here until the end of the receive batch, so a
@@ -121,7 +130,7 @@ func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 		return
 	case verdictDuplicate:
 		q.e.stats.DuplicateRequests.Add(1)
-		q.duplicate(pkt)
+		q.duplicate(now, pkt)
 		return
 	}
 	q.resp.sentNAK = false
@@ -129,15 +138,35 @@ func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 }
 
 // classC is an IBA class C/B responder error: NAK, complete the receive WR
-// in progress with status, and move the QP to ERR.
+// in progress with status, and move the QP to ERR. With no receive WR to
+// complete, the responder reports the error with the affiliated
+// asynchronous error the IBA names for the NAK instead: remote access error
+// -> Local Access Violation Work Queue Error (QP_ACCESS_ERR), invalid
+// request -> Local Invalid Request Work Queue Error (QP_REQ_ERR), remote
+// operational error -> Local Work Queue Catastrophic Error (QP_FATAL).
+// Exactly one such event; none when a WR completes with the status.
 func (q *QP) classC(now time.Time, p bth.PSN, code uint8, status cq.Status) {
 	q.sendAck(bth.NAKSyndrome(code), p)
 	q.e.stats.NAKsSent[NAKKind(code)].Add(1)
 	if q.resp.haveWR {
 		q.resp.haveWR = false
 		q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: status, Opcode: cq.OpRecv, QPNum: q.qpn}, false)
+	} else {
+		q.e.event(Event{Type: classCEvent(code), QPN: q.qpn})
 	}
 	q.toError(now)
+}
+
+// classCEvent is the affiliated asynchronous event for a class C error
+// NAKed with code when no receive WR reports it.
+func classCEvent(code uint8) EventType {
+	switch code {
+	case bth.NAKRemoteAccess:
+		return EventQPAccessErr
+	case bth.NAKInvalidRequest:
+		return EventQPReqErr
+	}
+	return EventQPFatal // NAKRemoteOpErr and anything else
 }
 
 // takeRecvWR fetches a receive WR from the RQ or SRQ for the message that
@@ -260,30 +289,26 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 				q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
 				return
 			}
-			var b []byte
-			if reth.DMALen > 0 {
-				b = q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteWrite)
-				if b == nil {
-					q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
-					return
-				}
-			}
-			q.resp.wbuf, q.resp.woff, q.resp.wlen = b, 0, reth.DMALen
-		} else if rem := uint32(len(q.resp.wbuf)) - q.resp.woff; n > rem || (op.IsLast() && n != rem) {
+			q.resp.wrkey, q.resp.wva, q.resp.woff, q.resp.wlen = reth.RKey, reth.VA, 0, reth.DMALen
+		} else if rem := q.resp.wlen - q.resp.woff; n > rem || (op.IsLast() && n != rem) {
 			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+			return
+		}
+		dst, ok := q.writeTarget()
+		if !ok {
+			q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
 			return
 		}
 		if op.HasImm() && !q.takeRecvWR() {
 			q.sendRNR(p)
 			return
 		}
-		copy(q.resp.wbuf[q.resp.woff:], data)
+		copy(dst, data)
 		q.resp.woff += n
 		q.resp.inWrite = !(op.IsLast() || op.IsOnly())
 		q.resp.psn = p.Add(1)
 		if !q.resp.inWrite {
 			q.resp.msn++
-			q.resp.wbuf = nil
 			if op.HasImm() {
 				wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecvRDMAWithImm,
 					ByteLen: q.resp.wlen, ImmData: pkt.Imm(), Flags: cq.FlagWithImm, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
@@ -295,15 +320,23 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 			q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), p)
 		}
 	case op == bth.RCReadRequest:
+		if !q.haveRDResources() {
+			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+			return
+		}
 		reth := pkt.RETH()
 		if reth.DMALen > 1<<31 {
 			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
 			return
 		}
-		b := q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead)
-		if b == nil {
-			q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
-			return
+		// A zero-length READ names no memory: its R_Key and VA are not
+		// checked (C9-88, rxe check_rkey).
+		var b []byte
+		if reth.DMALen > 0 {
+			if b = q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead); b == nil {
+				q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
+				return
+			}
 		}
 		npk := numPackets(WRRDMARead, reth.DMALen, q.pmtu)
 		q.saveResource(rdResource{valid: true, first: p, last: p.Add(int(npk) - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALen})
@@ -311,6 +344,10 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 		q.resp.psn = p.Add(int(npk))
 		q.sendReadResponses(p, b)
 	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
+		if !q.haveRDResources() {
+			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+			return
+		}
 		ae := pkt.AtomicETH()
 		if ae.VA&7 != 0 {
 			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
@@ -338,6 +375,39 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 	}
 }
 
+// writeTarget resolves the R_Key of the current WRITE again for the bytes
+// still to be placed, [wva+woff, wva+wlen), as rxe check_rkey does for
+// every WRITE packet: the key must still exist, belong to the QP's PD, grant
+// remote write and cover the range. false is a remote access violation.
+// Nothing is resolved when no byte is left (a zero-length WRITE names no
+// memory: C9-88), and the slice returned is used within this step only.
+func (q *QP) writeTarget() ([]byte, bool) {
+	rem := q.resp.wlen - q.resp.woff
+	if rem == 0 {
+		return nil, true
+	}
+	b := q.remoteRange(q.resp.wrkey, q.resp.wva+uint64(q.resp.woff), rem, AccessRemoteWrite)
+	return b, b != nil
+}
+
+// haveRDResources reports whether the responder may accept a READ or an
+// atomic. As in rxe (check_resource, RESPST_ERR_TOO_MANY_RDMA_ATM_REQ),
+// only max_dest_rd_atomic == 0 refuses them: class C, NAK invalid request
+// (a REM_INV_REQ_ERR cause: "insufficient buffering to receive a new RDMA
+// or Atomic Operation request").
+func (q *QP) haveRDResources() bool { return q.attr.MaxDestRDAtomic > 0 }
+
+// saveResource keeps r in the responder resource ring, reusing the oldest
+// entry. The responder does not count READs/atomics "in use": it executes
+// each one completely (the whole READ response goes out in the step that
+// accepts the request), and it cannot see which the requester has
+// completed. Keeping within max_dest_rd_atomic is the requester's job (its
+// max_rd_atomic): rxe check_resource says "it is the requesters job to not
+// send too many read/atomic ops, we just recycle the responder resource
+// queue", and rxe_prepare_res takes resources[res_head] unconditionally. A compliant requester never
+// retries a request older than its last max_rd_atomic ones, so the ring
+// still holds every resource a duplicate can name; a request recycled
+// out of the ring is a class D duplicate and is dropped (duplicate).
 func (q *QP) saveResource(r rdResource) {
 	if len(q.resp.res) == 0 {
 		q.resp.res = make([]rdResource, 1)
@@ -349,8 +419,11 @@ func (q *QP) saveResource(r rdResource) {
 // duplicate answers a request behind the expected PSN without executing it
 // again (rxe duplicate_request, C9-105): SEND/WRITE are re-ACKed, READ is
 // replayed from memory for the requested sub-range, an atomic's saved result
-// is sent again. A duplicate with no saved resource is dropped.
-func (q *QP) duplicate(pkt *bth.Packet) {
+// is sent again. A duplicate with no saved resource is dropped (class D).
+// A replayed READ resolves its R_Key again (rxe_recheck_mr): if the MR was
+// deregistered or no longer covers the range since the first execution, it
+// is a remote access error and no memory is read.
+func (q *QP) duplicate(now time.Time, pkt *bth.Packet) {
 	op := pkt.Opcode()
 	p := pkt.PSN()
 	switch {
@@ -360,15 +433,23 @@ func (q *QP) duplicate(pkt *bth.Packet) {
 		reth := pkt.RETH()
 		for i := range q.resp.res {
 			r := &q.resp.res[i]
-			if !r.valid || r.atomic || r.rkey != reth.RKey || p.Before(r.first) || p.After(r.last) {
+			if !r.valid || r.atomic || p.Before(r.first) || p.After(r.last) {
 				continue
 			}
-			if reth.VA < r.va || uint64(reth.VA-r.va)+uint64(reth.DMALen) > uint64(r.length) {
+			if reth.DMALen == 0 {
+				// Names no memory (C9-88): nothing to check or read.
+				q.sendReadResponses(p, nil)
+				return
+			}
+			if r.rkey != reth.RKey || reth.VA < r.va || uint64(reth.VA-r.va)+uint64(reth.DMALen) > uint64(r.length) {
 				continue
 			}
-			if b := q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead); b != nil {
-				q.sendReadResponses(p, b)
+			b := q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead)
+			if b == nil {
+				q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
+				return
 			}
+			q.sendReadResponses(p, b)
 			return
 		}
 	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
@@ -422,6 +503,9 @@ func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
 }
 
 // sendReadResponses sends data as READ RESPONSE packets with PSNs from p.
+// data is a range of an MR resolved in this step: every packet copies its
+// bytes now, so nothing of the MR outlives the step (a READ never spans
+// steps; a replay resolves the key again, see duplicate).
 func (q *QP) sendReadResponses(p bth.PSN, data []byte) {
 	q.flushAck()
 	n := len(data)

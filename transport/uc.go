@@ -32,7 +32,7 @@ func (q *QP) ucDrop() {
 func (q *QP) ucAbandon() {
 	q.resp.inSend, q.resp.inWrite = false, false
 	q.resp.off = 0
-	q.resp.wbuf, q.resp.woff, q.resp.wlen = nil, 0, 0
+	q.resp.woff, q.resp.wlen = 0, 0
 }
 
 // ucFail is an IBA class D responder error on a UC QP (the receive WR
@@ -112,15 +112,14 @@ func (q *QP) ucRequest(now time.Time, pkt *bth.Packet) {
 				q.ucDrop()
 				return
 			}
-			var b []byte
-			if reth.DMALen > 0 {
-				if b = q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteWrite); b == nil {
-					q.ucDrop()
-					return
-				}
-			}
-			q.resp.wbuf, q.resp.woff, q.resp.wlen = b, 0, reth.DMALen
-		} else if rem := uint32(len(q.resp.wbuf)) - q.resp.woff; n > rem || (op.IsLast() && n != rem) {
+			q.resp.wrkey, q.resp.wva, q.resp.woff, q.resp.wlen = reth.RKey, reth.VA, 0, reth.DMALen
+		} else if rem := q.resp.wlen - q.resp.woff; n > rem || (op.IsLast() && n != rem) {
+			q.ucDrop()
+			return
+		}
+		// The R_Key is resolved again for every packet, as on RC (writeTarget).
+		dst, ok := q.writeTarget()
+		if !ok {
 			q.ucDrop()
 			return
 		}
@@ -128,12 +127,12 @@ func (q *QP) ucRequest(now time.Time, pkt *bth.Packet) {
 			q.ucDrop()
 			return
 		}
-		copy(q.resp.wbuf[q.resp.woff:], data)
+		copy(dst, data)
 		q.resp.woff += n
 		q.resp.inWrite = !end
 		if end {
 			wlen := q.resp.wlen
-			q.resp.wbuf, q.resp.woff, q.resp.wlen = nil, 0, 0
+			q.resp.woff, q.resp.wlen = 0, 0
 			if op.HasImm() {
 				wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecvRDMAWithImm,
 					ByteLen: wlen, ImmData: pkt.Imm(), Flags: cq.FlagWithImm, QPNum: q.qpn, SrcQP: q.attr.DestQPN}

@@ -2,16 +2,16 @@ package main
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/google/gopacket/layers"
-	"github.com/google/gopacket/pcapgo"
 
 	"github.com/goroce/goroce/bth"
 )
@@ -27,49 +27,85 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	f, err := os.Open(flag.Arg(0))
+	os.Exit(run(flag.Arg(0), *tsv, os.Stdout, os.Stderr))
+}
+
+// run dumps the file at path and returns the exit status: 1 if the file
+// cannot be read, or if it has frames but none of a link type rocedump
+// decodes. Frames of unsupported link types are never skipped silently: one
+// warning per link type goes to stderr.
+func run(path string, tsv bool, stdout, stderr io.Writer) int {
+	f, err := os.Open(path)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "rocedump:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "rocedump:", err)
+		return 1
 	}
 	defer f.Close()
-	w := bufio.NewWriter(os.Stdout)
-	err = dump(w, f, *tsv)
+	w := bufio.NewWriter(stdout)
+	st, err := dump(w, f, tsv)
 	if ferr := w.Flush(); err == nil {
 		err = ferr
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "rocedump:", err)
-		os.Exit(1)
+	skipped := 0
+	for _, link := range slices.Sorted(maps.Keys(st.unsupported)) {
+		n := st.unsupported[link]
+		skipped += n
+		fmt.Fprintf(stderr, "rocedump: %s: link type %d not supported; %d %s skipped\n", path, link, n, plural(n, "frame"))
 	}
+	if err != nil {
+		fmt.Fprintln(stderr, "rocedump:", err)
+		return 1
+	}
+	if skipped > 0 && skipped == st.frames {
+		return 1
+	}
+	return 0
+}
+
+func plural(n int, s string) string {
+	if n == 1 {
+		return s
+	}
+	return s + "s"
 }
 
 // columns are the -tsv columns, in order.
 var columns = []string{"frame", "src", "dst", "sport", "dport", "opcode", "opname", "dqp", "psn", "ackreq", "se",
 	"pad", "pkey", "syndrome", "msn", "qkey", "srcqp", "va", "rkey", "dmalen", "imm", "icrc", "icrc_ok"}
 
+// stats is what dump read besides the lines it printed.
+type stats struct {
+	frames      int            // records in the file
+	unsupported map[uint32]int // frames by link type extract does not decode
+}
+
 // dump reads a pcap or pcapng stream from r and writes one line per RoCEv2
-// packet to w. It returns an error only when the file itself cannot be read;
-// a file cut short mid-record ends the dump with an error after the lines
+// packet to w; frames are numbered by their record in the file, as tshark
+// does. It returns an error only when the file itself cannot be read; a
+// file cut short mid-record ends the dump with an error after the lines
 // already printed.
-func dump(w io.Writer, r io.Reader, tsv bool) error {
+func dump(w io.Writer, r io.Reader, tsv bool) (stats, error) {
+	st := stats{unsupported: map[uint32]int{}}
 	src, err := open(r)
 	if err != nil {
-		return err
+		return st, err
 	}
 	if tsv {
 		fmt.Fprintln(w, strings.Join(columns, "\t"))
 	}
-	link := src.LinkType()
 	for no := 1; ; no++ {
-		data, err := src.next()
+		data, link, err := src.next()
 		if err == io.EOF {
-			return nil
+			return st, nil
 		}
 		if err != nil {
-			return fmt.Errorf("frame %d: %w", no, err)
+			return st, fmt.Errorf("frame %d: %w", no, err)
 		}
+		st.frames = no
 		d, err := extract(link, data)
+		if err == errLinkType {
+			st.unsupported[link]++
+		}
 		if err != nil {
 			continue
 		}
@@ -81,45 +117,12 @@ func dump(w io.Writer, r io.Reader, tsv bool) error {
 	}
 }
 
-// source wraps pcapgo's two readers.
-type source struct {
-	next     func() ([]byte, error)
-	LinkType func() layers.LinkType
-}
-
-// open detects pcap or pcapng by the file's magic number.
-func open(r io.Reader) (*source, error) {
-	br := bufio.NewReaderSize(r, 1<<16)
-	magic, err := br.Peek(4)
-	if err != nil {
-		return nil, fmt.Errorf("reading magic: %w", err)
-	}
-	switch hex.EncodeToString(magic) {
-	case "0a0d0d0a": // pcapng section header block
-		ng, err := pcapgo.NewNgReader(br, pcapgo.DefaultNgReaderOptions)
-		if err != nil {
-			return nil, err
-		}
-		return &source{
-			next:     func() ([]byte, error) { d, _, err := ng.ReadPacketData(); return d, err },
-			LinkType: ng.LinkType,
-		}, nil
-	case "a1b2c3d4", "d4c3b2a1", "a1b23c4d", "4d3cb2a1": // pcap, µs or ns, either byte order
-		pr, err := pcapgo.NewReader(br)
-		if err != nil {
-			return nil, err
-		}
-		return &source{
-			next:     func() ([]byte, error) { d, _, err := pr.ReadPacketData(); return d, err },
-			LinkType: pr.LinkType,
-		}, nil
-	}
-	return nil, fmt.Errorf("not a pcap or pcapng file (magic %x)", magic)
-}
-
 // icrcOK checks the trailer against the capture's IP/UDP header.
 func icrcOK(d *datagram) bool {
-	return !d.ipOpts && bth.CheckICRC(&d.env, d.payload)
+	if len(d.payload) < bth.BTHLen+bth.ICRCLen {
+		return false
+	}
+	return binary.LittleEndian.Uint32(d.payload[len(d.payload)-bth.ICRCLen:]) == icrc(d)
 }
 
 func hex0x(v uint64, digits int) string {
@@ -262,7 +265,7 @@ func writeHuman(w io.Writer, no int, d *datagram) {
 	if icrcOK(d) {
 		sb.WriteString(" icrc ok")
 	} else {
-		fmt.Fprintf(&sb, " icrc BAD (%#08x, computed %#08x)", p.ICRC(), bth.ICRC(&d.env, d.payload))
+		fmt.Fprintf(&sb, " icrc BAD (%#08x, computed %#08x)", p.ICRC(), icrc(d))
 	}
 	fmt.Fprintln(w, sb.String())
 }
