@@ -443,7 +443,7 @@ func TestRpingRoced(t *testing.T) {
 			var text string
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 				m1, text = p.scrape(t)
-				if m1["roced_rping_sessions"] == 0 && m1["roced_rping_sessions_total"] > m0["roced_rping_sessions_total"] || time.Now().After(deadline) {
+				if m1["roce_rping_sessions"] == 0 && m1["roce_rping_sessions_total"] > m0["roce_rping_sessions_total"] || time.Now().After(deadline) {
 					break
 				}
 			}
@@ -451,17 +451,17 @@ func TestRpingRoced(t *testing.T) {
 				name string
 				want float64
 			}{
-				{"roced_rping_sessions", 0},
-				{"roced_rping_sessions_total", 1},
-				{"roced_rping_pings_total", rpingCount},
-				{"roced_rping_session_errors_total", 0},
+				{"roce_rping_sessions", 0},
+				{"roce_rping_sessions_total", 1},
+				{"roce_rping_pings_total", rpingCount},
+				{"roce_rping_session_errors_total", 0},
 				{"roce_icrc_errors_total", 0},
 				{"roce_malformed_packets_total", 0},
 				{"roce_unknown_qp_total", 0},
 				{"roce_retry_exceeded_total", 0},
 			} {
 				got := m1[w.name]
-				if w.name != "roced_rping_sessions" {
+				if w.name != "roce_rping_sessions" {
 					got -= m0[w.name]
 				}
 				if _, ok := m1[w.name]; !ok {
@@ -473,8 +473,8 @@ func TestRpingRoced(t *testing.T) {
 			if t.Failed() {
 				t.Logf("roced metrics:\n%s\nroced log:\n%s", text, tail(p.stderr.String(), 20))
 			}
-			row.ours = fmt.Sprintf("rping_pings=%v sessions=%v", m1["roced_rping_pings_total"]-m0["roced_rping_pings_total"],
-				m1["roced_rping_sessions_total"]-m0["roced_rping_sessions_total"])
+			row.ours = fmt.Sprintf("rping_pings=%v sessions=%v", m1["roce_rping_pings_total"]-m0["roce_rping_pings_total"],
+				m1["roce_rping_sessions_total"]-m0["roce_rping_sessions_total"])
 			row.usec = float64(took.Microseconds()) / rpingCount
 			row.rxe = chk.finish(ctx, t, size)
 		})

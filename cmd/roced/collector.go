@@ -77,23 +77,23 @@ func newCollector(src source) *collector {
 			"Time from sending an RC request to the ACK that covers it.",
 			nil, nil),
 	}
-	c.rpActive = prometheus.NewDesc("roced_rping_sessions",
+	c.rpActive = prometheus.NewDesc("roce_rping_sessions",
 		"rping connections being served now.", nil, nil)
-	c.rpEnded = prometheus.NewDesc("roced_rping_sessions_total",
+	c.rpEnded = prometheus.NewDesc("roce_rping_sessions_total",
 		"rping connections that ended with the client's disconnect.", nil, nil)
-	c.rpFailed = prometheus.NewDesc("roced_rping_session_errors_total",
+	c.rpFailed = prometheus.NewDesc("roce_rping_session_errors_total",
 		"rping connections that failed (CM accept, or a ping's RDMA READ, WRITE or SEND).", nil, nil)
-	c.rpPings = prometheus.NewDesc("roced_rping_pings_total",
+	c.rpPings = prometheus.NewDesc("roce_rping_pings_total",
 		"Pings the rping responder answered (one RDMA READ and one RDMA WRITE each).", nil, nil)
-	c.ppActive = prometheus.NewDesc("roced_pingpong_sessions",
+	c.ppActive = prometheus.NewDesc("roce_pingpong_sessions",
 		"Pingpong responder sessions serving messages now, by client tool (rc, srq, ud).", []string{"kind"}, nil)
-	c.ppStarted = prometheus.NewDesc("roced_pingpong_sessions_total",
+	c.ppStarted = prometheus.NewDesc("roce_pingpong_sessions_total",
 		"Pingpong responder sessions that completed the TCP exchange, by client tool.", []string{"kind"}, nil)
-	c.ppMessages = prometheus.NewDesc("roced_pingpong_messages_total",
+	c.ppMessages = prometheus.NewDesc("roce_pingpong_messages_total",
 		"Messages the pingpong responder echoed, by client tool.", []string{"kind"}, nil)
-	c.ppFailed = prometheus.NewDesc("roced_pingpong_exchange_errors_total",
+	c.ppFailed = prometheus.NewDesc("roce_pingpong_exchange_errors_total",
 		"Pingpong connections whose TCP exchange failed (malformed records, timeouts, QP setup).", nil, nil)
-	c.ppRefused = prometheus.NewDesc("roced_pingpong_refused_total",
+	c.ppRefused = prometheus.NewDesc("roce_pingpong_refused_total",
 		"Pingpong connections refused because the session limit was reached.", nil, nil)
 	sc := func(name, help string, get func(*transport.StatsSnapshot) uint64) {
 		c.scalars = append(c.scalars, scalarCounter{prometheus.NewDesc(name, help, nil, nil), get})

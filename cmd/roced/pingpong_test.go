@@ -364,10 +364,10 @@ func TestPingpongExchange(t *testing.T) {
 				{"roce_unknown_qp_total", nil, 0},
 				{"roce_duplicate_requests_total", nil, 0},
 				{"roce_qps", []string{"state", "rts"}, float64(tt.wantQPsAfter)},
-				{"roced_pingpong_sessions", []string{"kind", tt.kind.String()}, 1},
-				{"roced_pingpong_sessions_total", []string{"kind", tt.kind.String()}, 1},
-				{"roced_pingpong_messages_total", []string{"kind", tt.kind.String()}, float64(msgs)},
-				{"roced_pingpong_exchange_errors_total", nil, 0},
+				{"roce_pingpong_sessions", []string{"kind", tt.kind.String()}, 1},
+				{"roce_pingpong_sessions_total", []string{"kind", tt.kind.String()}, 1},
+				{"roce_pingpong_messages_total", []string{"kind", tt.kind.String()}, float64(msgs)},
+				{"roce_pingpong_exchange_errors_total", nil, 0},
 			})
 			if tt.kind != kindUD {
 				// Every pong is an RC request the daemon times until its ACK.
@@ -399,7 +399,7 @@ func TestPingpongExchange(t *testing.T) {
 			waitFor(t, "the idle session to end", func() bool {
 				m := p.scrape(t)
 				return value(t, m, "roce_qps", "state", "rts") == 0 && value(t, m, "roce_qps", "state", "err") == 0 &&
-					value(t, m, "roced_pingpong_sessions", "kind", tt.kind.String()) == 0
+					value(t, m, "roce_pingpong_sessions", "kind", tt.kind.String()) == 0
 			})
 		})
 	}
@@ -501,7 +501,7 @@ func TestPingpongBadExchange(t *testing.T) {
 		conn.Close()
 	}
 	waitFor(t, "3 exchange errors", func() bool {
-		return value(t, p.scrape(t), "roced_pingpong_exchange_errors_total") == 3
+		return value(t, p.scrape(t), "roce_pingpong_exchange_errors_total") == 3
 	})
 
 	dev, err := roce.Open(addrs[1], roce.WithPort(port), roce.WithMTU(roce.MTU1024))
@@ -556,6 +556,6 @@ func TestBadICRCToLiveQP(t *testing.T) {
 		{"roce_duplicate_requests_total", nil, 0},
 		{"roce_out_of_sequence_total", nil, 0},
 		{"roce_naks_total", []string{"direction", "tx", "kind", "psn_sequence_error"}, 0},
-		{"roced_pingpong_messages_total", []string{"kind", "rc"}, 10},
+		{"roce_pingpong_messages_total", []string{"kind", "rc"}, 10},
 	})
 }

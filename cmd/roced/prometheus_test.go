@@ -225,7 +225,7 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	c.run(20)
 	prom.waitValue(t, `roce_packets_total{job="roced",direction="rx",op_class="send"}`, 80, p.metrics)
 	prom.waitValue(t, `roce_packets_total{job="roced",direction="tx",op_class="send"}`, 80, p.metrics)
-	prom.waitValue(t, `roced_pingpong_messages_total{job="roced",kind="rc"}`, 20, p.metrics)
+	prom.waitValue(t, `roce_pingpong_messages_total{job="roced",kind="rc"}`, 20, p.metrics)
 
 	up := prom.query(t, `up{job="roced"}`)
 	if len(up.Data.Result) != 1 || up.Data.Result[0].Value[1] != "1" {

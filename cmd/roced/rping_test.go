@@ -65,8 +65,8 @@ func TestRpingResponder(t *testing.T) {
 			waitFor(t, "the session to end and ACK counts to settle", func() bool {
 				cs = dev.Stats()
 				mfs = p.scrape(t)
-				return value(t, mfs, "roced_rping_sessions") == 0 &&
-					value(t, mfs, "roced_rping_sessions_total") == 1 &&
+				return value(t, mfs, "roce_rping_sessions") == 0 &&
+					value(t, mfs, "roce_rping_sessions_total") == 1 &&
 					value(t, mfs, "roce_packets_total", "direction", "rx", "op_class", "ack") == float64(cs.SentPackets[classIndex("ack")]) &&
 					value(t, mfs, "roce_packets_total", "direction", "tx", "op_class", "ack") == float64(cs.RcvdPackets[classIndex("ack")])
 			})
@@ -78,8 +78,8 @@ func TestRpingResponder(t *testing.T) {
 			adv := float64(bth.PacketLen(bth.RCSendOnly, 16))
 			n := float64(tt.count)
 			checkCounters(t, mfs, []counterDelta{
-				{"roced_rping_pings_total", nil, n},
-				{"roced_rping_session_errors_total", nil, 0},
+				{"roce_rping_pings_total", nil, n},
+				{"roce_rping_session_errors_total", nil, 0},
 				{"roce_packets_total", []string{"direction", "rx", "op_class", "send"}, 2 * n},
 				{"roce_bytes_total", []string{"direction", "rx", "op_class", "send"}, 2 * adv * n},
 				{"roce_bytes_total", []string{"direction", "tx", "op_class", "send"}, 2 * adv * n},
@@ -165,7 +165,7 @@ func TestRpingShutdownWithSession(t *testing.T) {
 			rping.Options{Size: 100, Validate: true, Timeout: 5 * time.Second})
 	}()
 	waitFor(t, "pings to flow", func() bool {
-		return value(t, p.scrape(t), "roced_rping_pings_total") >= 5
+		return value(t, p.scrape(t), "roce_rping_pings_total") >= 5
 	})
 	code, took := p.stop(10 * time.Second)
 	if code != 0 || took > 5*time.Second {
