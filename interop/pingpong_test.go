@@ -97,8 +97,8 @@ func TestPingpong(t *testing.T) {
 }
 
 // TestPingpongMTU4096 raises the netdev MTU of the whole lab to 9000, so that rxe's
-// active MTU is 4096, and runs RC with 4096-byte packets and UD with 4096-byte
-// messages.
+// active MTU is 4096, and runs RC, UC and srq with 4096-byte packets and UD with
+// 4096-byte messages.
 func TestPingpongMTU4096(t *testing.T) {
 	lab := labtest.Open(t)
 	bin := toolBin(t, "GOROCE_PINGPONG", "cmd/roce-pingpong")
@@ -122,6 +122,9 @@ func TestPingpongMTU4096(t *testing.T) {
 	for _, c := range []ppCase{
 		{mode: "rc", size: 4096, iters: 200, mtu: 4096},
 		{mode: "rc", size: 65536, iters: 200, mtu: 4096},
+		{mode: "uc", size: 4096, iters: 200, mtu: 4096},
+		{mode: "uc", size: 65536, iters: 200, mtu: 4096},
+		{mode: "srq", size: 4096, iters: 200, mtu: 4096, qps: 4},
 		{mode: "ud", size: 4096, iters: 200},
 	} {
 		for _, dir := range []direction{oursToRxe, rxeToOurs} {

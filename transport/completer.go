@@ -19,6 +19,12 @@ type completer struct {
 	rnrAt    time.Time
 	gapPSN   bth.PSN // comp.psn for which a read-response gap already triggered a retry
 	gapSet   bool
+	// retrying: a go-back-N retry (or an RNR wait) was started and nothing
+	// has been acknowledged since (rxe comp.started_retry). Until then a
+	// NAK or implicit NAK is most likely the echo of packets sent before
+	// the rewind: it neither costs a retry nor starts another; only the
+	// retransmission timer does.
+	retrying bool
 }
 
 // head returns the oldest started, uncompleted WQE, or nil.
@@ -48,6 +54,12 @@ func (q *QP) complete(now time.Time, w *sendWQE, status cq.Status) {
 	}
 	if status == cq.Success && q.typ == QPTypeRC && !w.sentAt.IsZero() {
 		q.e.stats.ObserveLatency(now.Sub(w.sentAt))
+	}
+	if status == cq.Success && q.typ == QPTypeRC && w.lastPSN.Add(1).After(q.comp.psn) {
+		// Everything up to the WQE's last PSN is acknowledged (rxe
+		// do_complete/COMPST_UPDATE_COMP): a later rewind must restart
+		// after it, never inside it or before it.
+		q.comp.psn = w.lastPSN.Add(1)
 	}
 	w.state = wqeDone
 	q.comp.idx++
@@ -93,11 +105,24 @@ func (q *QP) failWQE(now time.Time, w *sendWQE, status cq.Status) {
 func (q *QP) resetRetries() {
 	q.comp.retryCnt = q.attr.RetryCnt
 	q.comp.rnrRetry = q.attr.RNRRetry
+	q.comp.retrying = false
+}
+
+// retryPending reports that a retry is already asked for or under way: the
+// requester has yet to rewind, waits on the RNR timer, or rewound and
+// nothing was acknowledged since.
+func (q *QP) retryPending() bool {
+	return q.req.needRetry || !q.comp.rnrAt.IsZero() || q.comp.retrying
 }
 
 // retry is rxe's COMPST_ERROR_RETRY: spend one retry (7 = infinite) and ask
-// the requester to go back to comp.psn, or fail with RETRY_EXC_ERR.
-func (q *QP) retry(now time.Time) {
+// the requester to go back to comp.psn, or fail with RETRY_EXC_ERR. A NAK
+// or implicit NAK (timeout false) while a retry is pending is ignored, as
+// rxe does with started_retry: it costs nothing and restarts nothing.
+func (q *QP) retry(now time.Time, timeout bool) {
+	if !timeout && q.retryPending() {
+		return
+	}
 	if q.comp.retryCnt == 0 {
 		q.e.stats.RetryExceeded.Add(1)
 		q.failWQE(now, nil, cq.RetryExcErr)
@@ -108,6 +133,7 @@ func (q *QP) retry(now time.Time) {
 	}
 	if q.head() != nil {
 		q.req.needRetry = true
+		q.comp.retrying = true
 	}
 }
 
@@ -123,7 +149,7 @@ func (q *QP) onTimer(now time.Time) {
 		}
 		q.e.stats.Timeouts.Add(1)
 		q.cnt.timeouts.Add(1)
-		q.retry(now)
+		q.retry(now, true)
 		if q.attr.State != QPSErr && q.rto > 0 {
 			q.comp.rtoAt = now.Add(q.rto)
 		}
@@ -157,9 +183,12 @@ func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 		}
 		if w.isReadOrAtomic() {
 			// Its response was lost but later requests were answered: read
-			// again (rxe: COMPST_ERROR_RETRY).
-			q.retry(now)
+			// again (rxe: COMPST_ERROR_RETRY). complete moved comp.psn past
+			// the WQEs just acknowledged, so the requester goes back to this
+			// READ/atomic's own first PSN. The progress is accounted first:
+			// it ends any earlier retry, and this one starts afresh.
 			q.afterProgress(now, progress)
+			q.retry(now, false)
 			return
 		}
 		q.complete(now, w, cq.Success)
@@ -195,10 +224,13 @@ func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 			if q.comp.rnrRetry != 7 {
 				q.comp.rnrRetry--
 			}
+			q.afterProgressNoTimer(progress)
 			q.comp.rnrAt = now.Add(bth.RNRTimerDuration(aeth.RNRTimer()))
 			q.comp.rtoAt = time.Time{}
 			q.req.needRetry = true
-			q.afterProgressNoTimer(progress)
+			// The rest of the message is in flight and will draw a PSN
+			// sequence NAK: the echo of this RNR NAK, not a new loss.
+			q.comp.retrying = true
 			return
 		case aeth.IsNAK():
 			code := aeth.NAKCode()
@@ -210,7 +242,8 @@ func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 			}
 			switch code {
 			case bth.NAKPSNSeqErr:
-				q.retry(now)
+				// Ignored while an RNR wait or a retry is pending (retry).
+				q.retry(now, false)
 			case bth.NAKInvalidRequest:
 				q.failWQE(now, w, cq.RemInvReqErr)
 				return
@@ -301,5 +334,6 @@ func (q *QP) afterProgressNoTimer(progress bool) {
 	if progress {
 		q.comp.retryCnt = q.attr.RetryCnt
 		q.comp.gapSet = false
+		q.comp.retrying = false
 	}
 }

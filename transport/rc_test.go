@@ -146,6 +146,9 @@ func TestRCOpsOverPipe(t *testing.T) {
 	}
 }
 
+// TestRCOpsUnderLoss runs one WR at a time over lossy links;
+// TestRCPipelinedOpsUnderLoss (completer_regress_test.go) keeps many in
+// flight, where go-back-N crosses WR boundaries.
 func TestRCOpsUnderLoss(t *testing.T) {
 	for _, rate := range []float64{0.01, 0.05, 0.20} {
 		t.Run(fmt.Sprintf("loss%.0f%%", rate*100), func(t *testing.T) {
