@@ -248,8 +248,10 @@ const (
 )
 
 // SendWR is a send work request (struct ibv_send_wr). The slice replaces the
-// next pointer. For SendInline the SGEs are copied at post time and their
-// lkeys are not checked, as libibverbs documents.
+// next pointer. For SendInline the SGEs are copied at post time and, as
+// libibverbs documents, neither their PD nor their access flags are checked;
+// Go has no raw addresses, so an SGE still names its bytes by a registered
+// lkey (an unknown lkey or range is EINVAL at post time).
 type SendWR struct {
 	WRID       uint64
 	Opcode     WROpcode
