@@ -527,7 +527,6 @@ func TestInlineAboveMaxInlineIsEINVAL(t *testing.T) {
 			}
 		}
 		noMoreWC(t, a.scq, 10*time.Millisecond)
-		qa.Query()
 		if at, _ := qa.Query(); at.State != QPSRTS {
 			t.Fatalf("state %v after rejected posts, want RTS", at.State)
 		}
