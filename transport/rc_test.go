@@ -146,35 +146,41 @@ func TestRCOpsOverPipe(t *testing.T) {
 	}
 }
 
-// TestRCOpsUnderLoss runs one WR at a time over lossy links;
-// TestRCPipelinedOpsUnderLoss (completer_regress_test.go) keeps many in
-// flight, where go-back-N crosses WR boundaries.
+// TestRCOpsUnderLoss runs the lossless suite (every opcode; sizes 0, 1,
+// PMTU-1, PMTU, PMTU+1, 3 PMTU+17 and 1 MiB; PMTU 1024 and 4096) one WR at a
+// time over links that drop, duplicate, reorder and corrupt datagrams, in
+// virtual time. TestRCPipelinedOpsUnderLoss (completer_regress_test.go) keeps
+// many WRs in flight, where go-back-N crosses WR boundaries.
 func TestRCOpsUnderLoss(t *testing.T) {
-	for _, rate := range []float64{0.01, 0.05, 0.20} {
-		t.Run(fmt.Sprintf("loss%.0f%%", rate*100), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				loss := &linktest.LossConfig{Seed: int64(rate * 1000), Drop: rate, Dup: rate / 2, Reorder: rate / 2}
-				a, b := pair(t, loss)
-				defer a.close(t)
-				defer b.close(t)
-				qa, qb := rcPair(t, a, b, rcOpts{mtu: MTU1024, timeout: 10})
-				id := uint64(1)
-				for _, op := range allOps {
-					sizes := []int{0, 1, 1023, 1024, 1025, 64 << 10}
-					if op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd {
-						sizes = []int{8, 8, 8}
+	for _, mtu := range []MTU{MTU1024, MTU4096} {
+		for _, rate := range []float64{0.01, 0.05, 0.20} {
+			t.Run(fmt.Sprintf("mtu%d/loss%.0f%%", mtu.Bytes(), rate*100), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					seed := int64(rate*1000) + int64(mtu)
+					t.Logf("seed %d", seed)
+					loss := &linktest.LossConfig{Seed: seed, Drop: rate, Dup: rate / 2, Reorder: rate / 2, Corrupt: rate / 4}
+					a, b := pair(t, loss)
+					defer a.close(t)
+					defer b.close(t)
+					qa, qb := rcPair(t, a, b, rcOpts{mtu: mtu, timeout: 10})
+					id := uint64(1)
+					for _, op := range allOps {
+						sizes := sizesFor(mtu, true)
+						if op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd {
+							sizes = []int{8, 8, 8}
+						}
+						for _, size := range sizes {
+							transfer(t, a, b, qa, qb, op, size, id, 10*time.Minute)
+							id++
+						}
 					}
-					for _, size := range sizes {
-						transfer(t, a, b, qa, qb, op, size, id, 10*time.Minute)
-						id++
-					}
-				}
-				noMoreWC(t, a.scq, time.Second)
-				noMoreWC(t, b.rcq, time.Second)
-				sa, sb := a.e.Stats().Snapshot(), b.e.Stats().Snapshot()
-				t.Logf("A: retransmits %d timeouts %d naks rcvd %v; B: dup %d oos %d naks sent %v",
-					sa.Retransmits, sa.Timeouts, sa.NAKsRcvd, sb.DuplicateRequests, sb.OutOfSequence, sb.NAKsSent)
+					noMoreWC(t, a.scq, time.Second)
+					noMoreWC(t, b.rcq, time.Second)
+					sa, sb := a.e.Stats().Snapshot(), b.e.Stats().Snapshot()
+					t.Logf("A: retransmits %d timeouts %d naks rcvd %v icrc errors %d; B: dup %d oos %d naks sent %v icrc errors %d",
+						sa.Retransmits, sa.Timeouts, sa.NAKsRcvd, sa.ICRCErrors, sb.DuplicateRequests, sb.OutOfSequence, sb.NAKsSent, sb.ICRCErrors)
+				})
 			})
-		})
+		}
 	}
 }

@@ -3,12 +3,14 @@ package transport
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
+	"github.com/goroce/goroce/transport/link/linktest"
 )
 
 func udQP(t testing.TB, n *node, qkey uint32) *QP {
@@ -91,71 +93,167 @@ func udExchange(t *testing.T, a, b *node) {
 }
 
 func TestSharedSRQManyQPs(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		a, b := pair(t, nil)
-		defer a.close(t)
-		defer b.close(t)
-		s, err := srq.New(&srq.Attr{MaxWR: 64, MaxSGE: 1}, srq.Caps{MaxWR: 1024, MaxSGE: 4})
-		if err != nil {
+	synctest.Test(t, func(t *testing.T) { sharedSRQRun(t, nil) })
+}
+
+// TestSharedSRQManyQPsUnderLoss: four RC QPs draw from one SRQ over links
+// that drop, duplicate, reorder and corrupt; every message lands exactly once,
+// intact, and the limit event is still raised once.
+func TestSharedSRQManyQPsUnderLoss(t *testing.T) {
+	for _, rate := range []float64{0.01, 0.05, 0.20} {
+		t.Run(fmt.Sprintf("loss%.0f%%", rate*100), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				sharedSRQRun(t, &linktest.LossConfig{Seed: int64(rate * 7919), Drop: rate, Dup: rate / 2,
+					Reorder: rate / 2, Corrupt: rate / 4})
+			})
+		})
+	}
+}
+
+// sharedSRQRun sends 8 messages on each of 4 RC QPs whose responders share one
+// SRQ, over loss (nil: a clean pipe), and checks every message arrived once.
+func sharedSRQRun(t *testing.T, loss *linktest.LossConfig) {
+	a, b := pair(t, loss)
+	defer a.close(t)
+	defer b.close(t)
+	s, err := srq.New(&srq.Attr{MaxWR: 64, MaxSGE: 1}, srq.Caps{MaxWR: 1024, MaxSGE: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nqp, per, size = 4, 8, 2000
+	dst := b.mem.reg(1, make([]byte, nqp*per*size), AccessLocalWrite)
+	for i := 0; i < nqp*per; i++ {
+		if _, err := s.PostRecv([]srq.RecvWR{{WRID: uint64(i), SGL: []srq.SGE{dst.sge(i*size, size)}}}); err != nil {
 			t.Fatal(err)
 		}
-		const nqp, per, size = 4, 8, 2000
-		dst := b.mem.reg(1, make([]byte, nqp*per*size), AccessLocalWrite)
-		for i := 0; i < nqp*per; i++ {
-			if _, err := s.PostRecv([]srq.RecvWR{{WRID: uint64(i), SGL: []srq.SGE{dst.sge(i*size, size)}}}); err != nil {
-				t.Fatal(err)
-			}
+	}
+	if err := s.Modify(&srq.Attr{Limit: 4}, srq.AttrLimit); err != nil {
+		t.Fatal(err)
+	}
+	var qas []*QP
+	for i := 0; i < nqp; i++ {
+		qa := a.createQP(t, QPTypeRC, rcOpts{})
+		qb := b.createQP(t, QPTypeRC, rcOpts{srq: s})
+		connect(t, qa, b.addr, qb.QPN(), rcOpts{})
+		connect(t, qb, a.addr, qa.QPN(), rcOpts{})
+		if _, err := qb.PostRecv([]srq.RecvWR{{}}); err == nil {
+			t.Fatal("PostRecv on a QP with an SRQ succeeded")
 		}
-		if err := s.Modify(&srq.Attr{Limit: 4}, srq.AttrLimit); err != nil {
-			t.Fatal(err)
+		qas = append(qas, qa)
+	}
+	src := a.mem.reg(1, make([]byte, nqp*per*size), AccessLocalWrite)
+	for i := range src.Buf {
+		src.Buf[i] = byte(i / size)
+	}
+	for k := 0; k < per; k++ {
+		for i, qa := range qas {
+			m := (i*per + k)
+			qa.PostSend([]SendWR{{WRID: uint64(m), Opcode: WRSend, SGL: []srq.SGE{src.sge(m*size, size)}}})
 		}
-		var qas []*QP
-		for i := 0; i < nqp; i++ {
-			qa := a.createQP(t, QPTypeRC, rcOpts{})
-			qb := b.createQP(t, QPTypeRC, rcOpts{srq: s})
-			connect(t, qa, b.addr, qb.QPN(), rcOpts{})
-			connect(t, qb, a.addr, qa.QPN(), rcOpts{})
-			if _, err := qb.PostRecv([]srq.RecvWR{{}}); err == nil {
-				t.Fatal("PostRecv on a QP with an SRQ succeeded")
-			}
-			qas = append(qas, qa)
+	}
+	rwc := waitWC(t, b.rcq, nqp*per, 10*time.Minute) // virtual time: retransmissions under loss
+	seen := map[byte]bool{}
+	for _, w := range rwc {
+		if w.Status != cq.Success || w.ByteLen != size {
+			t.Fatalf("recv %s", wcString(w))
 		}
-		src := a.mem.reg(1, make([]byte, nqp*per*size), AccessLocalWrite)
-		for i := range src.Buf {
-			src.Buf[i] = byte(i / size)
+		got := dst.Buf[int(w.WRID)*size : int(w.WRID+1)*size]
+		v := got[0]
+		if seen[v] || !bytes.Equal(got, bytes.Repeat([]byte{v}, size)) {
+			t.Fatalf("message %d delivered twice or corrupted", v)
 		}
-		for k := 0; k < per; k++ {
-			for i, qa := range qas {
-				m := (i*per + k)
-				qa.PostSend([]SendWR{{WRID: uint64(m), Opcode: WRSend, SGL: []srq.SGE{src.sge(m*size, size)}}})
-			}
-		}
-		rwc := waitWC(t, b.rcq, nqp*per, 10*time.Second)
-		seen := map[byte]bool{}
-		for _, w := range rwc {
-			if w.Status != cq.Success || w.ByteLen != size {
-				t.Fatalf("recv %s", wcString(w))
-			}
-			got := dst.Buf[int(w.WRID)*size : int(w.WRID+1)*size]
-			v := got[0]
-			if seen[v] || !bytes.Equal(got, bytes.Repeat([]byte{v}, size)) {
-				t.Fatalf("message %d delivered twice or corrupted", v)
-			}
-			seen[v] = true
-		}
-		if len(seen) != nqp*per {
-			t.Fatalf("%d distinct messages", len(seen))
-		}
-		if !b.hasEvent(EventSRQLimitReached) || b.e.Stats().Snapshot().SRQLimitEvents != 1 {
-			t.Fatal("SRQ limit event not raised once")
-		}
-		// Moving an SRQ QP to ERR raises LAST_WQE_REACHED.
-		for _, q := range *b.e.qps.Load() {
-			q.Modify(&QPAttr{State: QPSErr}, QPAttrState)
-			break
-		}
-		if !b.hasEvent(EventQPLastWQEReached) {
-			t.Fatal("no LAST_WQE_REACHED")
-		}
-	})
+		seen[v] = true
+	}
+	if len(seen) != nqp*per {
+		t.Fatalf("%d distinct messages", len(seen))
+	}
+	if !b.hasEvent(EventSRQLimitReached) || b.e.Stats().Snapshot().SRQLimitEvents != 1 {
+		t.Fatal("SRQ limit event not raised once")
+	}
+	noMoreWC(t, b.rcq, time.Second)
+	if loss != nil {
+		return
+	}
+	// Moving an SRQ QP to ERR raises LAST_WQE_REACHED.
+	for _, q := range *b.e.qps.Load() {
+		q.Modify(&QPAttr{State: QPSErr}, QPAttrState)
+		break
+	}
+	if !b.hasEvent(EventQPLastWQEReached) {
+		t.Fatal("no LAST_WQE_REACHED")
+	}
+}
+
+// TestUDUnderLoss: UD is unreliable, so over a link that drops, duplicates,
+// reorders and corrupts, messages may be missing or (duplicated on the wire)
+// delivered twice, but every one delivered is a message that was sent, intact:
+// a corrupted datagram never completes a receive. Every send completes.
+func TestUDUnderLoss(t *testing.T) {
+	for _, rate := range []float64{0.01, 0.05, 0.20} {
+		t.Run(fmt.Sprintf("loss%.0f%%", rate*100), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				la, lb := linktest.Pipe(addrA, addrB)
+				lossy := linktest.NewLossy(la, linktest.LossConfig{Seed: int64(rate * 104729), Drop: rate,
+					Dup: rate / 2, Reorder: rate / 2, Corrupt: rate})
+				a, b := newNode(t, lossy, 2), newNode(t, lb, 2)
+				defer a.close(t)
+				defer b.close(t)
+				qa, qb := udQP(t, a, 0x1111), udQP(t, b, 0x2222)
+				const n, size, slot = 120, 1000, 1100 // 2n receives fit the RQ (256)
+				src := a.mem.reg(1, make([]byte, n*size), AccessLocalWrite)
+				for m := 0; m < n; m++ {
+					binary.BigEndian.PutUint32(src.Buf[m*size:], uint32(m))
+					copy(src.Buf[m*size+4:(m+1)*size], pattern(size-4, byte(m)))
+				}
+				dst := b.mem.reg(1, make([]byte, 2*n*slot), AccessLocalWrite)
+				for i := 0; i < 2*n; i++ {
+					if _, err := qb.PostRecv([]srq.RecvWR{{WRID: uint64(i), SGL: []srq.SGE{dst.sge(i*slot, slot)}}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ah := &AddressVector{DGID: b.addr}
+				for m := 0; m < n; m++ {
+					wr := SendWR{WRID: uint64(m), Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(m*size, size)},
+						AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222}
+					if _, err := qa.PostSend([]SendWR{wr}); err != nil {
+						t.Fatal(err)
+					}
+					if w := waitWC(t, a.scq, 1, time.Second)[0]; w.Status != cq.Success || w.WRID != uint64(m) {
+						t.Fatalf("send completion %s", wcString(w))
+					}
+				}
+				time.Sleep(time.Second) // virtual: let delayed and reordered datagrams land
+				var got []cq.WorkCompletion
+				buf := make([]cq.WorkCompletion, 64)
+				for {
+					k, _ := b.rcq.Poll(buf)
+					if k == 0 {
+						break
+					}
+					got = append(got, buf[:k]...)
+				}
+				qb.Query() // orders b's shard's writes before our reads
+				seen := map[uint32]int{}
+				for _, w := range got {
+					if w.Status != cq.Success || w.ByteLen != grhLen+size {
+						t.Fatalf("recv %s", wcString(w))
+					}
+					msg := dst.Buf[int(w.WRID)*slot+grhLen : int(w.WRID)*slot+grhLen+size]
+					m := binary.BigEndian.Uint32(msg)
+					if m >= n || !bytes.Equal(msg[4:], pattern(size-4, byte(m))) {
+						t.Fatalf("recv wr %d: a corrupt message completed (id %d)", w.WRID, m)
+					}
+					seen[m]++
+				}
+				dups, dropped, corrupted := lossy.Duplicated.Load(), lossy.Dropped.Load(), lossy.Corrupted.Load()
+				if len(got) > n+int(dups) || len(seen) < n-int(dropped+corrupted) {
+					t.Fatalf("%d receives of %d distinct messages; sent %d, link dropped %d, corrupted %d, duplicated %d",
+						len(got), len(seen), n, dropped, corrupted, dups)
+				}
+				st := b.e.Stats().Snapshot()
+				t.Logf("delivered %d (%d distinct) of %d; link dropped %d corrupted %d duplicated %d; icrc errors %d unknown qp %d malformed %d bad qkey %d",
+					len(got), len(seen), n, dropped, corrupted, dups, st.ICRCErrors, st.UnknownQP, st.Malformed, st.BadQKey)
+			})
+		})
+	}
 }
