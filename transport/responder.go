@@ -402,12 +402,12 @@ func (q *QP) haveRDResources() bool { return q.attr.MaxDestRDAtomic > 0 }
 // each one completely (the whole READ response goes out in the step that
 // accepts the request), and it cannot see which the requester has
 // completed. Keeping within max_dest_rd_atomic is the requester's job (its
-// max_rd_atomic): rxe check_resource says "it is the requesters job to not
-// send too many read/atomic ops, we just recycle the responder resource
-// queue", and rxe_prepare_res takes resources[res_head] unconditionally. A compliant requester never
-// retries a request older than its last max_rd_atomic ones, so the ring
-// still holds every resource a duplicate can name; a request recycled
-// out of the ring is a class D duplicate and is dropped (duplicate).
+// max_rd_atomic), as in rxe: check_resource leaves it to the requester and
+// recycles the resource queue, and rxe_prepare_res takes the next slot
+// unconditionally. A compliant requester never retries a request older than
+// its last max_rd_atomic ones, so the ring still holds every resource a
+// duplicate can name; a request recycled out of the ring is a class D
+// duplicate and is dropped (duplicate).
 func (q *QP) saveResource(r rdResource) {
 	if len(q.resp.res) == 0 {
 		q.resp.res = make([]rdResource, 1)
