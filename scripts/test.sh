@@ -38,7 +38,7 @@ go test -race -count=1 -timeout 20m ./...
 fuzz_budget() { # package target
   if [ -n "${FUZZTIME:-}" ]; then echo "$FUZZTIME"; return; fi
   case "$1 $2" in
-    */transport\ Fuzz*Responder | */cmd/roced\ * | */oob\ FuzzParseRecord) echo 15000x ;;
+    */transport\ Fuzz*Responder | */cmd/roced\ *) echo 15000x ;;
     */cq\ * | */srq\ *) echo 40000x ;;
     *) echo 200000x ;;
   esac
