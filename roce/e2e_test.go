@@ -440,3 +440,37 @@ func TestUCEndToEndUDP(t *testing.T) {
 		}
 	}
 }
+
+// TestDeregMRUsedByOutstandingWRGivesErrorCompletion is the ibv_post_srq_recv
+// page's rule: "if one of the MRs that are specified in the WR isn't valid, a
+// Work Completion with error will be generated". A receive WR posted to an SRQ
+// whose MR is then deregistered completes with LOC_PROT_ERR when a message
+// arrives for it (the sender gets REM_OP_ERR), and nothing is written to the
+// old buffer.
+func TestDeregMRUsedByOutstandingWRGivesErrorCompletion(t *testing.T) {
+	da, db := udpPair(t, MTU1024)
+	pdb := must[*PD](t)(db.AllocPD())
+	s := must[*SRQ](t)(pdb.CreateSRQ(SRQInitAttr{Attr: SRQAttr{MaxWR: 4, MaxSGE: 1}}))
+	rbuf := make([]byte, 100)
+	rmr := must[*MR](t)(pdb.RegMR(rbuf, AccessLocalWrite))
+	_ = must[int](t)(s.PostRecv([]RecvWR{{WRID: 7, SGL: []SGE{{Addr: rmr.Addr(), Length: 100, LKey: rmr.LKey()}}}}))
+	noErr(t, rmr.Close()) // ibv_dereg_mr while the WR is outstanding
+
+	a := newSide(t, da, QPTypeRC, 100, nil, nil)
+	b := &side{dev: db, pd: pdb, scq: must[*CQ](t)(db.CreateCQ(4)), rcq: must[*CQ](t)(db.CreateCQ(4))}
+	b.qp = must[*QP](t)(pdb.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.scq, RecvCQ: b.rcq, SRQ: s,
+		Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}}))
+	connectRC(t, a, b, MTU1024)
+	fill(a.buf, 1)
+	_ = must[int](t)(a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRSend, Flags: SendSignaled,
+		SGL: []SGE{{Addr: a.mr.Addr(), Length: 100, LKey: a.mr.LKey()}}}}))
+	if wc := pollN(t, b.rcq, 1, wcTimeout)[0]; wc.WRID != 7 || wc.Status != WCLocProtErr {
+		t.Fatalf("receive completion %+v (%v), want wr 7 LOC_PROT_ERR", wc, wc.Status)
+	}
+	if wc := pollN(t, a.scq, 1, wcTimeout)[0]; wc.WRID != 1 || wc.Status != WCRemOpErr {
+		t.Fatalf("send completion %+v (%v), want wr 1 REM_OP_ERR", wc, wc.Status)
+	}
+	if !bytes.Equal(rbuf, make([]byte, 100)) {
+		t.Fatal("the message landed in the deregistered buffer")
+	}
+}
