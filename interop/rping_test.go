@@ -195,7 +195,7 @@ func TestRping(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			args := []string{"-c", "-V", "-v", "-a", guest, "-I", host, "-C", strconv.Itoa(rpingCount), "-S", strconv.Itoa(size)}
+			args := []string{"-c", "-V", "-v", "-a", guest, "-I", host, "-C", strconv.Itoa(rpingCount), "-S", strconv.Itoa(size), "--stats"}
 			var rc int
 			var out, errOut string
 			var took time.Duration
@@ -221,6 +221,7 @@ func TestRping(t *testing.T) {
 			if res.RC != 0 {
 				t.Errorf("stock rping server exit %d:\n%s", res.RC, tail(res.Out, 10))
 			}
+			row.ours = rpingOursCounters(t, "rping-go -c", errOut)
 			oursClient = rpingLines(t, "rping-go -c", out, "ping data: ")
 			stockServer = rpingLines(t, "rping -s", res.Out, "server ping data: ")
 			row.usec = float64(took.Microseconds()) / rpingCount
@@ -233,7 +234,7 @@ func TestRping(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			chk := startRpingCheck(ctx, t, g)
-			srv := lab.Command(ctx, bin, "-s", "-v", "-a", host, "-C", strconv.Itoa(rpingCount), "-S", strconv.Itoa(size))
+			srv := lab.Command(ctx, bin, "-s", "-v", "-a", host, "-C", strconv.Itoa(rpingCount), "-S", strconv.Itoa(size), "--stats")
 			var so, se bytes.Buffer
 			srv.Stdout, srv.Stderr = &so, &se
 			if err := srv.Start(); err != nil {
@@ -257,6 +258,7 @@ func TestRping(t *testing.T) {
 				t.Errorf("stock rping client exit %d:\n%s", res.RC, tail(res.Out, 10))
 			}
 			stockClient = rpingLines(t, "rping -c", res.Out, "ping data: ")
+			row.ours = rpingOursCounters(t, "rping-go -s", se.String())
 			oursServer = rpingLines(t, "rping-go -s", so.String(), "server ping data: ")
 			row.usec = float64(took.Microseconds()) / rpingCount
 			row.rxe = chk.finish(ctx, t, size)
@@ -266,6 +268,14 @@ func TestRping(t *testing.T) {
 			sameLines(t, "server (rping-go -s vs rping -s)", oursServer, stockServer)
 		})
 	}
+}
+
+// rpingOursCounters checks the counters rping-go printed with --stats (no ICRC
+// error, malformed packet, unknown QP, ...) and returns the results-table text.
+func rpingOursCounters(t *testing.T, who, stderr string) string {
+	t.Helper()
+	st := checkOursStats(t, who, stderr)
+	return oursCounters(st, "sent_pkts", "rcvd_pkts", "retransmits", "out_of_seq", "dup_req", "naks_sent", "naks_rcvd")
 }
 
 // sameLines compares two programs' -v lines byte for byte.

@@ -126,7 +126,7 @@ func TestLoopback(t *testing.T) {
 				cout.b.Reset()
 				cerr.b.Reset()
 				ccode = run(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "-C", count, "-S", size, "-v", "-V",
-					"--udp-port", port}, &cout, &cerr)
+					"--udp-port", port, "--stats"}, &cout, &cerr)
 				// The server may not be listening yet: rejected, try again.
 				if ccode == 0 || !strings.Contains(cerr.String(), "REJECTED") {
 					break
@@ -143,6 +143,9 @@ func TestLoopback(t *testing.T) {
 				}
 			case <-ctx.Done():
 				t.Fatal("server did not exit after the client disconnected")
+			}
+			if !strings.Contains(cerr.String(), "stats: sent_pkts=") || !strings.Contains(cerr.String(), " icrc_err=0 ") {
+				t.Errorf("--stats printed no counters line with icrc_err=0:\n%s", cerr.String())
 			}
 			var want bytes.Buffer
 			buf := make([]byte, tc.size)

@@ -28,7 +28,8 @@ type options struct {
 	verbose    bool
 	validate   bool
 	debug      bool
-	udpPort    int // --udp-port: the RoCEv2 UDP port (4791); ours, for tests
+	udpPort    int  // --udp-port: the RoCEv2 UDP port (4791); ours, for tests
+	stats      bool // --stats: the engine's counters on stderr at exit; ours
 }
 
 // parseOpts parses args the way rping's getopt loop does: grouped flags
@@ -44,6 +45,10 @@ func parseOpts(args []string, stdout, stderr io.Writer) (options, int, bool) {
 		a := args[i]
 		if a == "--" {
 			break
+		}
+		if a == "--stats" {
+			o.stats = true
+			continue
 		}
 		if strings.HasPrefix(a, "--udp-port") {
 			v := strings.TrimPrefix(strings.TrimPrefix(a, "--udp-port"), "=")
@@ -171,4 +176,5 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, "\t-P\t\tpersistent server mode allowing multiple connections\n")
 	fmt.Fprintf(w, "\t-q\t\tuse self-created, self-modified QP\n")
 	fmt.Fprintf(w, "\t--udp-port N\tRoCEv2 UDP port (default 4791; rping-go only)\n")
+	fmt.Fprintf(w, "\t--stats\t\tprint the engine's counters to stderr at exit (rping-go only)\n")
 }

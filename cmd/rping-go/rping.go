@@ -12,6 +12,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/rping"
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -106,6 +107,7 @@ type endpoint struct {
 	dev   *roce.Device
 	mgr   *cm.Manager
 	trace chan cm.ConnEvent // -d: the CM event stream; nil otherwise
+	stats io.Writer         // --stats: where the counters go at close; nil otherwise
 	wg    sync.WaitGroup
 }
 
@@ -121,10 +123,14 @@ func (e *endpoint) close() {
 		close(e.trace) // the Manager publishes nothing after Close
 		e.wg.Wait()
 	}
+	if e.stats != nil {
+		fmt.Fprintln(e.stats, cli.Stats(e.dev))
+	}
 	e.dev.Close()
 }
 
-func openDevice(addr netip.Addr, o *options, dbg func(string, ...any)) (*endpoint, error) {
+func openDevice(addr netip.Addr, o *options, ro rping.Options) (*endpoint, error) {
+	dbg := ro.Debug
 	dev, mads, err := openGSI(addr, uint16(o.udpPort))
 	if err != nil {
 		return nil, err
@@ -135,6 +141,9 @@ func openDevice(addr netip.Addr, o *options, dbg func(string, ...any)) (*endpoin
 		return nil, err
 	}
 	e := &endpoint{dev: dev}
+	if o.stats {
+		e.stats = ro.Err
+	}
 	cfg := cm.ManagerConfig{CAGUID: caGUID(dev), PathMTU: uint8(pa.ActiveMTU), TrafficClass: uint8(o.tos)}
 	if dbg != nil {
 		e.trace = make(chan cm.ConnEvent, 64)
@@ -172,7 +181,7 @@ func runClient(ctx context.Context, o *options, ro rping.Options) error {
 	} else if src, err = resolveSource(dst, o.udpPort); err != nil {
 		return fmt.Errorf("rdma_resolve_addr: %w", err)
 	}
-	e, err := openDevice(src, o, ro.Debug)
+	e, err := openDevice(src, o, ro)
 	if err != nil {
 		return err
 	}
@@ -189,7 +198,7 @@ func runServer(ctx context.Context, o *options, ro rping.Options) error {
 	if err != nil {
 		return err
 	}
-	e, err := openDevice(addr, o, ro.Debug)
+	e, err := openDevice(addr, o, ro)
 	if err != nil {
 		return err
 	}
