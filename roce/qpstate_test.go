@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // ibtaTable is the modify-QP table of IBA 11.2.4.2 (libibverbs / the kernel's
@@ -41,6 +42,9 @@ func ibtaTable() map[[2]QPState]ibtaCell {
 	t[[2]QPState{QPSRTS, QPSRTS}] = ibtaCell{both(0, 0), both(cur|access|rnr, cur|qkey)}
 	t[[2]QPState{QPSRTS, QPSSQD}] = ibtaCell{both(0, 0), both(QPAttrEnSQDAsyncNotify, QPAttrEnSQDAsyncNotify)}
 	t[[2]QPState{QPSSQD, QPSRTS}] = ibtaCell{both(0, 0), both(cur|access|rnr, cur|qkey)}
+	// SQE -> RTS resumes a UD (or UC) send queue after a local send error; an RC QP
+	// never enters SQE, so its half of the cell is never exercised.
+	t[[2]QPState{QPSSQE, QPSRTS}] = ibtaCell{both(0, 0), both(0, cur|qkey)}
 	t[[2]QPState{QPSSQD, QPSSQD}] = ibtaCell{both(0, 0), both(
 		port|QPAttrAV|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRDAtomic|QPAttrMaxDestRDAtomic|access|pkey|rnr,
 		pkey|qkey)}
@@ -135,9 +139,36 @@ func transitionCases(from, to QPState, typ QPType) []transitionCase {
 	return cs
 }
 
+// driveToSQE brings a fresh UD QP to SQE the only way a QP gets there: through RTS
+// and a local send error (a message above the port's active MTU completes with
+// LOC_LEN_ERR), and takes that completion off c.
+func driveToSQE(t *testing.T, pd *PD, qp *QP, c *CQ) {
+	t.Helper()
+	driveTo(t, qp, QPTypeUD, QPSRTS)
+	pa := must[PortAttr](t)(pd.dev.QueryPort(1))
+	buf := make([]byte, 2*pa.ActiveMTU.Bytes())
+	mr := must[*MR](t)(pd.RegMR(buf, AccessLocalWrite))
+	defer mr.Close()
+	ah := must[*AH](t)(pd.CreateAH(AHAttr{DGID: addrB, SGIDIndex: uint8(pd.dev.GIDIndex()), HopLimit: 64, IsGlobal: true}))
+	defer ah.Close()
+	_ = must[int](t)(qp.PostSend([]SendWR{{WRID: 99, Opcode: WRSend, Flags: SendSignaled,
+		SGL: []SGE{{Addr: mr.Addr(), Length: uint32(len(buf)), LKey: mr.LKey()}}, AH: ah.AV(), RemoteQPN: 0x22, RemoteQKey: 0x11111111}}))
+	if wc := pollN(t, c, 1, 5*time.Second)[0]; wc.WRID != 99 || wc.Status != WCLocLenErr {
+		t.Fatalf("oversize UD send: %+v (%v), want LOC_LEN_ERR", wc, wc.Status)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if st := must[QPState](t)(qp.State()); st == QPSSQE {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("QP in %v after a local send error, want SQE", st)
+		}
+	}
+}
+
 // TestModifyQPTransitionTable runs every transition × attribute mask case for RC and
 // UD through the roce API: legal ones succeed and reach the target state; illegal ones
-// fail with EINVAL and Query shows the QP exactly as before.
+// fail with EINVAL and Query shows the QP exactly as before. SQE is a starting state
+// for UD only: an RC QP never enters it (its send errors move it to ERR).
 func TestModifyQPTransitionTable(t *testing.T) {
 	d := pipeDevice(t)
 	pd := must[*PD](t)(d.AllocPD())
@@ -145,7 +176,10 @@ func TestModifyQPTransitionTable(t *testing.T) {
 	states := []QPState{QPSReset, QPSInit, QPSRTR, QPSRTS, QPSSQD, QPSSQE, QPSErr}
 	var legal, illegal int
 	for _, typ := range []QPType{QPTypeRC, QPTypeUD} {
-		for from := range path {
+		for _, from := range states {
+			if from == QPSSQE && typ != QPTypeUD {
+				continue
+			}
 			for _, to := range states {
 				for _, tc := range transitionCases(from, to, typ) {
 					name := fmt.Sprintf("%v/%v->%v/%s", typ, from, to, tc.name)
@@ -153,7 +187,11 @@ func TestModifyQPTransitionTable(t *testing.T) {
 						qp := must[*QP](t)(pd.CreateQP(QPInitAttr{Type: typ, SendCQ: c, RecvCQ: c,
 							Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}))
 						defer qp.Close()
-						driveTo(t, qp, typ, from)
+						if from == QPSSQE {
+							driveToSQE(t, pd, qp, c)
+						} else {
+							driveTo(t, qp, typ, from)
+						}
 						before := must[QPAttr](t)(qp.Query())
 						a := validAttr(to)
 						a.CurState = from
