@@ -76,8 +76,11 @@ func (l *addrList) Set(v string) error {
 	for _, f := range strings.Split(v, ",") {
 		f = strings.TrimSpace(f)
 		a, err := netip.ParseAddr(f)
-		if err != nil || a.Zone() != "" {
+		if err != nil {
 			return fmt.Errorf("%q is not an IP address", f)
+		}
+		if a.Zone() != "" || a.Is6() && a.IsLinkLocalUnicast() {
+			return fmt.Errorf("%s: roced does not serve link-local (zoned) IPv6; bind an IPv4 or a global IPv6 address", f)
 		}
 		a = a.Unmap()
 		if a.IsUnspecified() || a.IsMulticast() {
