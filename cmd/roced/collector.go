@@ -94,7 +94,7 @@ func newCollector(src source) *collector {
 	c.ppFailed = prometheus.NewDesc("roce_pingpong_exchange_errors_total",
 		"Pingpong connections whose TCP exchange failed (malformed records, timeouts, QP setup).", nil, nil)
 	c.ppRefused = prometheus.NewDesc("roce_pingpong_refused_total",
-		"Pingpong connections refused because the session limit was reached.", nil, nil)
+		"Pingpong connections refused: the session limit was reached, or the client's kind is switched off.", nil, nil)
 	sc := func(name, help string, get func(*transport.StatsSnapshot) uint64) {
 		c.scalars = append(c.scalars, scalarCounter{prometheus.NewDesc(name, help, nil, nil), get})
 	}

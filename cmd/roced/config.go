@@ -39,7 +39,8 @@ type config struct {
 	logJSON      bool
 	logFile      string // "" logs to stderr
 	pcapFile     string // "" captures nothing
-	pingpong     bool   // ibv_rc_pingpong and ibv_srq_pingpong
+	pingpong     bool   // ibv_rc_pingpong
+	srqPingpong  bool   // ibv_srq_pingpong (same TCP port as rc: the stock tools share 18515)
 	pingpongPort uint16
 	udPingpong   bool
 	udPingPort   uint16
@@ -125,7 +126,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	logFormat := fs.String("log-format", "text", "log `format`: text or json")
 	logFile := fs.String("log-file", "", "append logs to `file` instead of stderr; SIGHUP reopens it")
 	pcapFile := fs.String("pcap", "", "write every RoCEv2 packet in and out to `file` (pcap); SIGHUP reopens it")
-	pingpong := fs.Bool("pingpong", true, "serve ibv_rc_pingpong and ibv_srq_pingpong clients on -pingpong-port")
+	pingpong := fs.Bool("pingpong", true, "serve ibv_rc_pingpong clients on -pingpong-port")
+	srqPingpong := fs.Bool("srq-pingpong", true, "serve ibv_srq_pingpong clients on -pingpong-port")
 	pingpongPort := fs.Int("pingpong-port", defaultPingpongPort, "TCP `port` of the rc/srq pingpong exchange")
 	udPingpong := fs.Bool("ud-pingpong", true, "serve ibv_ud_pingpong clients on -ud-pingpong-port (they need -p)")
 	udPingPort := fs.Int("ud-pingpong-port", defaultUDPingpong, "TCP `port` of the ud pingpong exchange")
@@ -154,6 +156,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		logFile:      *logFile,
 		pcapFile:     *pcapFile,
 		pingpong:     *pingpong,
+		srqPingpong:  *srqPingpong,
 		udPingpong:   *udPingpong,
 		ppMaxSize:    *ppMax,
 		ppIdle:       *ppIdle,

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -54,7 +55,7 @@ type ppStats struct {
 	started  [3]atomic.Uint64 // sessions that completed the exchange, by kind
 	messages [3]atomic.Uint64 // messages echoed, by kind
 	failed   atomic.Uint64    // connections whose exchange failed (bad records, timeouts)
-	refused  atomic.Uint64    // connections refused at the session limit
+	refused  atomic.Uint64    // connections refused at the session limit or of a kind switched off
 }
 
 // pingpongConfig configures a pingpongResponder.
@@ -228,6 +229,12 @@ func (s *ppSession) run() {
 		s.log.Info("pingpong exchange failed", "err", err)
 		return
 	}
+	if !slices.Contains(s.r.cfg.kinds, s.kind) {
+		s.conn.Close()
+		s.r.cfg.stats.refused.Add(1)
+		s.log.Info("pingpong session refused: its kind is switched off", "kind", s.kind.String())
+		return
+	}
 	ctx, cancel := context.WithTimeout(s.r.ctx, ppExchangeTimeout)
 	remote, err := oob.ServerExchange(ctx, conn, n, s.connect)
 	cancel()
@@ -248,11 +255,13 @@ func (s *ppSession) run() {
 }
 
 // detect decides the session kind. On a UD port every client is ibv_ud_pingpong; on
-// the RC port a client that sends more than one record right away is ibv_srq_pingpong.
+// the RC port a client that sends more than one record right away is ibv_srq_pingpong
+// (told apart even when only one of the two is served, so the other is refused, not
+// misread).
 // It returns a conn that replays the bytes it peeked and the record count.
 func (s *ppSession) detect() (net.Conn, int, error) {
-	if len(s.r.cfg.kinds) == 1 {
-		s.kind = s.r.cfg.kinds[0]
+	if slices.Contains(s.r.cfg.kinds, kindUD) {
+		s.kind = kindUD
 		return s.conn, 1, nil
 	}
 	br := bufio.NewReaderSize(s.conn, oob.RecordLen*oob.SRQRecords)

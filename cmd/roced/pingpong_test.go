@@ -559,3 +559,64 @@ func TestBadICRCToLiveQP(t *testing.T) {
 		{"roce_pingpong_messages_total", []string{"kind", "rc"}, 10},
 	})
 }
+
+// TestPingpongKindSwitchedOff: rc and srq pingpong share the TCP port (as the stock
+// tools do) but are switched separately: a client of the kind switched off is told
+// apart, refused (its exchange fails) and counted, and the other kind still works.
+func TestPingpongKindSwitchedOff(t *testing.T) {
+	for _, tc := range []struct {
+		off, on pingpongKind
+		flag    string
+	}{
+		{kindSRQ, kindRC, "-srq-pingpong=false"},
+		{kindRC, kindSRQ, "-pingpong=false"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			addrs := testAddrs(2)
+			port := freeUDPPort(t, addrs...)
+			tcp := freeTCPAddr(t)
+			_, tcpPort, _ := net.SplitHostPort(tcp)
+			p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-ud-pingpong=false",
+				"-pingpong-port", tcpPort, tc.flag)
+			srv := net.JoinHostPort(addrs[0].String(), tcpPort)
+			dev, err := roce.Open(addrs[1], roce.WithPort(port), roce.WithMTU(roce.MTU1024))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { dev.Close() })
+
+			// The switched-off kind: the daemon closes the connection without a reply.
+			n, nqp := 1, 1
+			if tc.off == kindSRQ {
+				n, nqp = oob.SRQRecords, 4
+			}
+			local := make([]oob.Dest, nqp)
+			for i := range local {
+				local[i] = oob.Dest{QPN: uint32(0x100 + i), PSN: 1, GID: dev.GID()}
+			}
+			conn, err := net.Dial("tcp", srv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err = oob.ClientExchange(ctx, conn, local, n)
+			cancel()
+			conn.Close()
+			if err == nil {
+				t.Fatalf("%v client completed its exchange with %s", tc.off, tc.flag)
+			}
+			waitFor(t, "one refused session", func() bool {
+				return value(t, p.scrape(t), "roce_pingpong_refused_total") == 1
+			})
+
+			// The kind still on works.
+			nqp = 1
+			if tc.on == kindSRQ {
+				nqp = 4
+			}
+			c := newPPClient(t, dev, tc.on, nqp, 100)
+			c.exchange(srv)
+			c.run(5)
+		})
+	}
+}

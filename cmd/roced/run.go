@@ -186,9 +186,17 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 
 	for _, s := range d.devs {
 		pp := pingpongConfig{stats: &d.pingpong, mtu: roce.MTU(mtuCode(cfg.mtu)), maxSize: cfg.ppMaxSize, idle: cfg.ppIdle}
-		if cfg.pingpong {
-			pp.kinds = []pingpongKind{kindRC, kindSRQ}
-			r, err := newPingpongResponder("pingpong (ibv_rc_pingpong, ibv_srq_pingpong)", s.dev, netip.AddrPortFrom(s.dev.Addr(), cfg.pingpongPort), pp, d.log)
+		if cfg.pingpong || cfg.srqPingpong {
+			var tools []string
+			pp.kinds = nil
+			if cfg.pingpong {
+				pp.kinds, tools = append(pp.kinds, kindRC), append(tools, "ibv_rc_pingpong")
+			}
+			if cfg.srqPingpong {
+				pp.kinds, tools = append(pp.kinds, kindSRQ), append(tools, "ibv_srq_pingpong")
+			}
+			name := "pingpong (" + strings.Join(tools, ", ") + ")"
+			r, err := newPingpongResponder(name, s.dev, netip.AddrPortFrom(s.dev.Addr(), cfg.pingpongPort), pp, d.log)
 			if err != nil {
 				return nil, err
 			}
