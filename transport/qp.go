@@ -481,12 +481,17 @@ func (q *QP) Destroy() error {
 	e.mu.Lock()
 	m := *e.qps.Load()
 	nm := make(map[uint32]*QP, len(m))
+	srqInUse := false
 	for k, v := range m {
 		if k != q.qpn {
 			nm[k] = v
+			srqInUse = srqInUse || (q.srq != nil && v.srq == q.srq)
 		}
 	}
 	e.qps.Store(&nm)
+	if q.srq != nil && !srqInUse {
+		delete(e.srqWatched, q.srq) // no QP draws from it now: forget it (a later CreateQP watches it again)
+	}
 	e.mu.Unlock()
 	q.init.SendCQ.Detach()
 	q.init.RecvCQ.Detach()

@@ -257,3 +257,38 @@ func TestUDUnderLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestDestroyedQPsForgetTheirSRQ: the engine watches an SRQ (for its limit event)
+// only while QPs draw from it, so a daemon that makes an SRQ per session does not
+// keep every one it ever saw.
+func TestDestroyedQPsForgetTheirSRQ(t *testing.T) {
+	a, b := pair(t, nil)
+	defer a.close(t)
+	defer b.close(t)
+	for range 3 {
+		s, err := srq.New(&srq.Attr{MaxWR: 4, MaxSGE: 1}, srq.Caps{MaxWR: 16, MaxSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q1 := b.createQP(t, QPTypeRC, rcOpts{srq: s})
+		q2 := b.createQP(t, QPTypeRC, rcOpts{srq: s})
+		if err := q1.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		b.e.mu.Lock()
+		watched := b.e.srqWatched[s]
+		b.e.mu.Unlock()
+		if !watched {
+			t.Fatal("SRQ forgotten while a QP still draws from it")
+		}
+		if err := q2.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.e.mu.Lock()
+	n := len(b.e.srqWatched)
+	b.e.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("engine still watches %d SRQs after every QP using them was destroyed", n)
+	}
+}
