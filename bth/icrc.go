@@ -101,6 +101,38 @@ func ICRC(env *Envelope, udpPayload []byte) uint32 {
 	return icrc(env, udpPayload, env.IPID)
 }
 
+// ICRCOverHeaders is ICRC for a packet whose IP and UDP headers are at hand as
+// bytes, such as a capture: ipUDP runs from the first byte of the IP header to
+// the end of the UDP header. It covers what an Envelope cannot describe (IPv4
+// options, IPv6 extension headers) as they are, and masks the same variant
+// fields as ICRC. It returns 0 when ipUDP or udpPayload is too short.
+func ICRCOverHeaders(ipUDP, udpPayload []byte) uint32 {
+	if len(ipUDP) < ipv4HdrLen+udpHdrLen || len(udpPayload) < BTHLen+ICRCLen {
+		return 0
+	}
+	h := make([]byte, maskedLRH, maskedLRH+len(ipUDP)+BTHLen)
+	for i := range h {
+		h[i] = 0xFF
+	}
+	h = append(h, ipUDP...)
+	ip := h[maskedLRH:]
+	if ip[0]>>4 == 4 {
+		ip[1] = 0xFF                // TOS
+		ip[8] = 0xFF                // TTL
+		ip[10], ip[11] = 0xFF, 0xFF // header checksum
+	} else {
+		ip[0] |= 0x0F // traffic class, flow label
+		ip[1], ip[2], ip[3] = 0xFF, 0xFF, 0xFF
+		ip[7] = 0xFF // hop limit
+	}
+	h[len(h)-2], h[len(h)-1] = 0xFF, 0xFF // UDP checksum
+	bt := len(h)
+	h = append(h, udpPayload[:BTHLen]...)
+	h[bt+4] = 0xFF // FECN, BECN, reserved
+	c := crcUpdate(0, h)
+	return crc32.Update(c, crc32.IEEETable, udpPayload[BTHLen:len(udpPayload)-ICRCLen])
+}
+
 // PutICRC writes ICRC(env, udpPayload) little-endian into the last 4
 // bytes of udpPayload, as rxe does. udpPayload must be at least 4 bytes.
 func PutICRC(env *Envelope, udpPayload []byte) {

@@ -101,6 +101,12 @@ func checkTraceFrame(t *testing.T, fr tracetest.Frame, row tracetest.Row) {
 		t.Errorf("frame %d: ICRC %#08x, trailer %#08x", fr.No, bth.ICRC(&fr.Env, fr.UDP), p.ICRC())
 	}
 	if fr.IPv4 != nil {
+		hdr := append(append([]byte(nil), fr.IPv4.Contents...), fr.Layer.Contents...)
+		if got := bth.ICRCOverHeaders(hdr, fr.UDP); got != p.ICRC() {
+			t.Errorf("frame %d: ICRCOverHeaders %#08x, trailer %#08x", fr.No, got, p.ICRC())
+		}
+	}
+	if fr.IPv4 != nil {
 		env := fr.Env
 		env.IPID ^= 0x5a5a // the solver must not look at it
 		id, ok := bth.SolveIPv4ID(&env, fr.UDP)

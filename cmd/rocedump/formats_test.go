@@ -18,7 +18,7 @@ import (
 // refICRC is the ICRC of an IP packet whose UDP header is at udpOff, done
 // the plain way (scapy's): the whole IP packet, variant fields set to ones,
 // behind 8 bytes of ones, trailer excluded. It is independent of bth and of
-// rawICRC and is checked against the traces in TestRawICRC.
+// bth.ICRCOverHeaders and is checked against the traces in TestICRCOverHeadersOnTraces.
 func refICRC(ip []byte, udpOff int) uint32 {
 	m := append(bytes.Repeat([]byte{0xFF}, 8), ip[:len(ip)-bth.ICRCLen]...)
 	h := m[8:]
@@ -170,9 +170,9 @@ func TestLinkTypes(t *testing.T) {
 	}
 }
 
-// TestRawICRC anchors rawICRC and refICRC to bth.ICRC and the captured
+// TestICRCOverHeadersOnTraces anchors bth.ICRCOverHeaders and refICRC to bth.ICRC and the captured
 // trailers on every RoCE packet of the traces (no options there).
-func TestRawICRC(t *testing.T) {
+func TestICRCOverHeadersOnTraces(t *testing.T) {
 	n := 0
 	for _, path := range traces(t) {
 		f, err := os.Open(path)
@@ -199,8 +199,8 @@ func TestRawICRC(t *testing.T) {
 			if got := bth.ICRC(&d.env, d.payload); got != want {
 				t.Fatalf("%s: bth %#x, trailer %#x", path, got, want)
 			}
-			if got := rawICRC(d.hdr, d.payload); got != want {
-				t.Fatalf("%s: rawICRC %#x, trailer %#x", path, got, want)
+			if got := bth.ICRCOverHeaders(d.hdr, d.payload); got != want {
+				t.Fatalf("%s: ICRCOverHeaders %#x, trailer %#x", path, got, want)
 			}
 			if got := refICRC(data[14:], 20); got != want {
 				t.Fatalf("%s: refICRC %#x, trailer %#x", path, got, want)

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"math/bits"
 	"net/netip"
 
@@ -34,7 +33,7 @@ type datagram struct {
 	payload []byte // the UDP payload (BTH .. ICRC), trimmed to the UDP length
 	hdr     []byte // the IP header (with options or extension headers) and UDP header, as captured
 	// extra: IPv4 options or IPv6 extension headers, which bth.Envelope
-	// cannot describe; the ICRC is then computed over hdr (rawICRC).
+	// cannot describe; the ICRC is then computed over hdr (bth.ICRCOverHeaders).
 	extra bool
 	err   error // errCaptureCut, errUDPLength or errFragment; payload is then unreliable
 }
@@ -237,44 +236,10 @@ func fromUDP(d datagram, b []byte, off int) (datagram, error) {
 }
 
 // icrc computes the packet's ICRC: with bth when the envelope describes its
-// headers, else with rawICRC.
+// headers, else with bth.ICRCOverHeaders.
 func icrc(d *datagram) uint32 {
 	if d.extra {
-		return rawICRC(d.hdr, d.payload)
+		return bth.ICRCOverHeaders(d.hdr, d.payload)
 	}
 	return bth.ICRC(&d.env, d.payload)
-}
-
-// rawICRC computes the ICRC over the IP and UDP headers as captured, for
-// headers bth.Envelope cannot describe. It masks what bth masks (IPv4 TOS,
-// TTL and checksum; IPv6 traffic class, flow label and hop limit; the UDP
-// checksum; BTH byte 4) and covers IPv4 options and IPv6 extension headers
-// as they are, since the ICRC starts at the first byte of the IP header
-// (scapy's contrib/roce computes it the same way). hdr ends with the UDP
-// header.
-func rawICRC(hdr, udpPayload []byte) uint32 {
-	if len(hdr) < 28 || len(udpPayload) < bth.BTHLen+bth.ICRCLen {
-		return 0
-	}
-	h := make([]byte, 8, 8+len(hdr)+bth.BTHLen)
-	for i := range h {
-		h[i] = 0xFF // LRH stand-in
-	}
-	h = append(h, hdr...)
-	ip := h[8:]
-	if ip[0]>>4 == 4 {
-		ip[1] = 0xFF                // TOS
-		ip[8] = 0xFF                // TTL
-		ip[10], ip[11] = 0xFF, 0xFF // header checksum
-	} else {
-		ip[0] |= 0x0F // traffic class, flow label
-		ip[1], ip[2], ip[3] = 0xFF, 0xFF, 0xFF
-		ip[7] = 0xFF // hop limit
-	}
-	h[len(h)-2], h[len(h)-1] = 0xFF, 0xFF // UDP checksum
-	bt := len(h)
-	h = append(h, udpPayload[:bth.BTHLen]...)
-	h[bt+4] = 0xFF // FECN, BECN, reserved
-	c := crc32.ChecksumIEEE(h)
-	return crc32.Update(c, crc32.IEEETable, udpPayload[bth.BTHLen:len(udpPayload)-bth.ICRCLen])
 }
