@@ -190,9 +190,18 @@ func (e *Engine) fail() {
 	}
 	e.event(Event{Type: EventDeviceFatal})
 	e.event(Event{Type: EventPortErr})
+	e.failQPs(func(*QP) bool { return true })
+}
+
+// failQPs marks every QP that match selects as fatally failed and wakes its
+// shard, which raises QP_FATAL and moves it to ERR (QP.service): the owner
+// shard alone changes a QP's state.
+func (e *Engine) failQPs(match func(*QP) bool) {
 	for _, q := range *e.qps.Load() {
-		q.fatal.Store(true)
-		q.sh.wakeQP(q)
+		if match(q) {
+			q.fatal.Store(true)
+			q.sh.wakeQP(q)
+		}
 	}
 }
 

@@ -439,12 +439,7 @@ func (q *QP) pushWC(c *cq.Queue, wc *cq.WorkCompletion, solicited bool) {
 	if err != nil && errors.Is(err, cq.ErrOverrun) {
 		q.e.stats.CQOverruns.Add(1)
 		q.e.event(Event{Type: EventCQErr, CQ: c})
-		for _, o := range *q.e.qps.Load() {
-			if o.init.SendCQ == c || o.init.RecvCQ == c {
-				o.fatal.Store(true)
-				o.sh.wakeQP(o)
-			}
-		}
+		q.e.failQPs(func(o *QP) bool { return o.init.SendCQ == c || o.init.RecvCQ == c })
 	}
 }
 
