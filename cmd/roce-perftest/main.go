@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/version"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -123,6 +124,10 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 
 // run is main without the exit, for tests.
 func run(args []string, stdout, stderr io.Writer) int {
+	if version.Requested(args) {
+		version.Print(stdout, "roce-perftest")
+		return 0
+	}
 	c, err := parseArgs(args, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "roce-perftest: %v\n", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/version"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )
@@ -119,6 +120,10 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 
 // run is main without the exit, for tests.
 func run(args []string, stdout, stderr io.Writer) int {
+	if version.Requested(args) {
+		version.Print(stdout, "roce-pingpong")
+		return 0
+	}
 	c, err := parseArgs(args, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "roce-pingpong: %v\n", err)

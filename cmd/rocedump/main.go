@@ -14,15 +14,21 @@ import (
 	"strings"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/version"
 )
 
 func main() {
 	tsv := flag.Bool("tsv", false, "print tab-separated columns with a header line")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: rocedump [-tsv] FILE.pcap|FILE.pcapng\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	if *showVersion {
+		version.Print(os.Stdout, "rocedump")
+		return
+	}
 	if flag.NArg() != 1 {
 		flag.Usage()
 		os.Exit(2)

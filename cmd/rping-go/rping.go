@@ -13,6 +13,7 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/rping"
 	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/version"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -55,6 +56,10 @@ func caGUID(dev *roce.Device) uint64 {
 
 // run is main with injectable I/O; it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if version.Requested(args) {
+		version.Print(stdout, "rping-go")
+		return 0
+	}
 	o, code, ok := parseOpts(args, stdout, stderr)
 	if !ok {
 		return code
