@@ -16,7 +16,8 @@
 //	(*Queue).Push(wc, se)   (device side)       rxe_cq_post: the engine posting a completion
 //	Status.String()         ibv_wc_status_str
 //
-// Errors: every verb returns a *Error whose cause is a syscall.Errno, so
+// Errors: every verb returns the verbs' one error type (roce.Error, defined in
+// internal/verbserr), whose cause is a syscall.Errno, so
 // errors.Is(err, syscall.EINVAL) works. The errnos used are:
 //
 //	EINVAL  bad cqe (create, resize), resize below the completions held,

@@ -31,8 +31,8 @@ type Queue struct {
 	head     int              // index of the oldest completion
 	count    int              // completions held
 	armed    notifyState
-	err      *Error // non-nil once the CQ has overrun (error state)
-	attached int    // QPs using the CQ as send or receive CQ
+	err      error // non-nil once the CQ has overrun (error state)
+	attached int   // QPs using the CQ as send or receive CQ
 	closed   bool
 }
 
@@ -82,8 +82,7 @@ func (q *Queue) Push(wc *WorkCompletion, solicited bool) error {
 		return newError("push", syscall.EIO, "cq in error state after overrun")
 	}
 	if q.count == len(q.ring) {
-		q.err = &Error{Op: "push", Obj: "cq", Err: syscall.ENOSPC,
-			Detail: fmt.Sprintf("overrun: %d completions held, completion for wr_id %#x lost", q.count, wc.WRID), sentinel: ErrOverrun}
+		q.err = overrunError("push", fmt.Sprintf("overrun: %d completions held, completion for wr_id %#x lost", q.count, wc.WRID))
 		q.armed = notifyNone
 		q.signalLocked()
 		return q.err
@@ -136,8 +135,7 @@ func (q *Queue) Poll(wc []WorkCompletion) (int, error) {
 	}
 	q.count -= n
 	if n == 0 && q.err != nil && len(wc) > 0 {
-		return 0, &Error{Op: "ibv_poll_cq", Obj: "cq", Err: syscall.ENOSPC,
-			Detail: "cq overran: completions were lost", sentinel: ErrOverrun}
+		return 0, overrunError("ibv_poll_cq", "cq overran: completions were lost")
 	}
 	return n, nil
 }
@@ -226,9 +224,6 @@ func (q *Queue) Cap() int {
 func (q *Queue) Err() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.err == nil {
-		return nil
-	}
 	return q.err
 }
 

@@ -157,15 +157,11 @@ func OpenLink(l link.Link, opts ...Option) (*Device, error) {
 }
 
 func wrapOpenErr(err error) error {
-	var en syscall.Errno
-	if errors.As(err, &en) {
-		e := &Error{Op: "ibv_open_device", Index: -1, Err: en, Detail: err.Error()}
-		if en == syscall.EADDRINUSE {
-			e.Detail += " (is the rdma_rxe module loaded? it owns UDP 4791; use WithPort)"
-		}
-		return e
+	e := wrapErr("ibv_open_device", "", -1, err).(*Error)
+	if e.Errno == syscall.EADDRINUSE {
+		e.Detail += " (is the rdma_rxe module loaded? it owns UDP 4791; use WithPort)"
 	}
-	return &Error{Op: "ibv_open_device", Index: -1, Err: syscall.EIO, Detail: err.Error()}
+	return e
 }
 
 func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {

@@ -83,9 +83,11 @@
 // # Errors
 //
 // Every verb returns *Error, whose cause is a syscall.Errno, so
-// errors.Is(err, syscall.EINVAL) works as an errno comparison does in C, and the
-// message names the verb and the object ("roce: ibv_modify_qp qp 0x11: invalid
-// argument: RTR requires DestQPN"). The errno choices are fixed:
+// errors.Is(err, syscall.EINVAL) works as an errno comparison does in C; errors.As
+// gives its Op, Obj, Index (bad_wr), Errno and Detail. It is the one error type of
+// roce, cq, srq and transport: an error raised below roce reaches the user with the
+// verb the user called and the object's name, once ("roce: ibv_modify_qp qp 0x11:
+// invalid argument: illegal transition RESET->RTR"). The errno choices are fixed:
 //
 //	EINVAL  the caller's mistake: bad attribute or mask, illegal QP transition,
 //	        missing or forbidden attribute for a transition, too many SGEs (not

@@ -74,12 +74,3 @@ func (pd *PD) release() {
 	pd.users--
 	pd.mu.Unlock()
 }
-
-// newClosedObjErr is the error of a verb on a destroyed object: EINVAL (the handle is
-// no longer valid, as libibverbs would see a freed pointer) that also matches
-// net.ErrClosed.
-func newClosedObjErr(op, obj, kind string) *Error {
-	e := newErr(op, obj, syscall.EINVAL, "%s destroyed", kind)
-	e.closed = true
-	return e
-}

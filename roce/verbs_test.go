@@ -23,7 +23,8 @@ func TestErrorFormatAndUnwrap(t *testing.T) {
 	if !errors.As(fmt.Errorf("wrapped: %w", e), &re) || re.Op != "ibv_modify_qp" || re.Index != -1 {
 		t.Fatalf("errors.As gave %+v", re)
 	}
-	idx := &Error{Op: "ibv_post_send", Obj: "qp 0x12", Index: 3, Err: syscall.ENOMEM, Detail: "send queue full"}
+	idx := newErr("ibv_post_send", "qp 0x12", syscall.ENOMEM, "send queue full")
+	idx.Index = 3
 	if got, want := idx.Error(), "roce: ibv_post_send qp 0x12 wr[3]: cannot allocate memory: send queue full"; got != want {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}

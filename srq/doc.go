@@ -17,7 +17,8 @@
 //	(*Queue).Pop(dst)        (device side)      fetch of a receive request from the head, atomically
 //	(*Queue).Flush(fn)       (device side)      flush of a QP's RQ with IBV_WC_WR_FLUSH_ERR
 //
-// Errors: every verb returns a *Error whose cause is a syscall.Errno, so
+// Errors: every verb returns the verbs' one error type (roce.Error, defined in
+// internal/verbserr), whose cause is a syscall.Errno, so
 // errors.Is(err, syscall.ENOMEM) works. The errnos used are:
 //
 //	EINVAL  out-of-range max_wr, max_sge or srq_limit; resize below the WRs

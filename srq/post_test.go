@@ -6,6 +6,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/goroce/goroce/internal/verbserr"
 )
 
 // Tests named after the rules of ibv_post_srq_recv() (Dotan Barak's page).
@@ -28,9 +30,9 @@ func TestPostSRQRecv_StopsAtFirstBadWRAndNamesIt(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("posted %d, want 2", n)
 	}
-	var e *Error
+	var e *verbserr.Error
 	if !errors.As(err, &e) || e.Index != 2 {
-		t.Fatalf("err = %v, want *Error with Index 2", err)
+		t.Fatalf("err = %v, want *verbserr.Error with Index 2", err)
 	}
 	wantErrno(t, err, syscall.EINVAL)
 	if got := drainIDs(q); !equalIDs(got, []uint64{1, 2}) {
@@ -45,7 +47,7 @@ func TestPostSRQRecv_FullQueueIsENOMEM(t *testing.T) {
 		t.Fatalf("posted %d, want 3", n)
 	}
 	wantErrno(t, err, syscall.ENOMEM)
-	var e *Error
+	var e *verbserr.Error
 	if !errors.As(err, &e) || e.Index != 3 {
 		t.Fatalf("err = %v, want Index 3", err)
 	}

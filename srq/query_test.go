@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/goroce/goroce/internal/verbserr"
 )
 
 // Tests named after ibv_query_srq(3) / ibv_create_srq / ibv_destroy_srq and
@@ -83,7 +85,7 @@ func TestSRQError_EveryVerbButDestroyFails(t *testing.T) {
 	q.SetError()
 	_, err := q.PostRecv([]RecvWR{wr(3, 1)})
 	wantErrno(t, err, syscall.EIO)
-	var e *Error
+	var e *verbserr.Error
 	if !errors.As(err, &e) || e.Index != 0 {
 		t.Fatalf("post error %v does not name WR 0", err)
 	}
@@ -196,7 +198,7 @@ func TestFlush_RemovesEveryWRInOrder(t *testing.T) {
 func TestError_MessageNamesVerbObjectAndIndex(t *testing.T) {
 	q := newQueue(t, 1, 1, testCaps)
 	_, err := q.PostRecv([]RecvWR{wr(1, 1), wr(2, 1)})
-	want := "srq: ibv_post_srq_recv srq: wr 1: cannot allocate memory: queue full (max_wr 1)"
+	want := "srq: ibv_post_srq_recv srq wr[1]: cannot allocate memory: queue full (max_wr 1)"
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v, want %q", err, want)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/internal/verbserr"
 	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport/link"
 )
@@ -332,39 +333,28 @@ type Config struct {
 	PortMTU MTU
 }
 
-// Error is the error every engine verb returns. Its cause is a
-// syscall.Errno, so errors.Is(err, syscall.EINVAL) works.
-type Error struct {
-	Op     string // libibverbs call, e.g. "ibv_modify_qp"
-	QPN    uint32
-	Index  int // PostSend/PostRecv: index of the failing WR; -1 otherwise
-	Err    syscall.Errno
-	Detail string
-	closed bool
+// newErr is the error of verb op on QP qpn (0 when there is no QP yet): the
+// verbs' one error type, roce.Error.
+func newErr(op string, qpn uint32, errno syscall.Errno, format string, args ...any) *verbserr.Error {
+	return verbserr.Newf("transport", op, qpObj(qpn), errno, format, args...)
 }
 
-func (e *Error) Error() string {
-	s := fmt.Sprintf("transport: %s qp 0x%x: ", e.Op, e.QPN)
-	if e.Index >= 0 {
-		s += fmt.Sprintf("wr %d: ", e.Index)
-	}
-	s += e.Err.Error()
-	if e.Detail != "" {
-		s += ": " + e.Detail
-	}
-	return s
+// closedErr is the error of a verb after Engine.Close; it matches net.ErrClosed.
+func closedErr(op string, qpn uint32) *verbserr.Error {
+	return verbserr.New("transport", op, qpObj(qpn), syscall.EINVAL, "engine closed").With(errClosed)
 }
 
-// Unwrap returns the errno, plus net.ErrClosed after Engine.Close.
-func (e *Error) Unwrap() []error {
-	if e.closed {
-		return []error{e.Err, errClosed}
-	}
-	return []error{e.Err}
+// adoptErr hands an error of cq or srq up as the error of verb op on QP qpn.
+func adoptErr(err error, op string, qpn uint32) error {
+	return verbserr.Adopt(err, "transport", op, qpObj(qpn), -1)
 }
 
-func newErr(op string, qpn uint32, errno syscall.Errno, format string, args ...any) *Error {
-	return &Error{Op: op, QPN: qpn, Index: -1, Err: errno, Detail: fmt.Sprintf(format, args...)}
+// qpObj names QP qpn as the error messages of every layer do.
+func qpObj(qpn uint32) string {
+	if qpn == 0 {
+		return ""
+	}
+	return fmt.Sprintf("qp %#x", qpn)
 }
 
 var errClosed = net.ErrClosed

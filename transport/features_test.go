@@ -14,6 +14,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/internal/verbserr"
 	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport/link/linktest"
 )
@@ -518,7 +519,7 @@ func TestInlineAboveMaxInlineIsEINVAL(t *testing.T) {
 			bad := tc.bad
 			bad.RemoteAddr, bad.RKey, bad.WRID = remote.Addr, remote.RKey, 1000+id
 			n, err := qa.PostSend([]SendWR{good, bad, good})
-			var e *Error
+			var e *verbserr.Error
 			if n != 1 || !errors.Is(err, syscall.EINVAL) || !errors.As(err, &e) || e.Index != 1 {
 				t.Fatalf("%s: PostSend = %d, %v; want 1, EINVAL at wr 1", tc.name, n, err)
 			}
@@ -854,7 +855,7 @@ func TestPostSendFullSQIsENOMEMWithBadWR(t *testing.T) {
 			t.Fatalf("PostSend = %d, %v", n, err)
 		}
 		n, err = qa.PostSend([]SendWR{wr(3), wr(4), wr(5)})
-		var e *Error
+		var e *verbserr.Error
 		if n != 1 || !errors.Is(err, syscall.ENOMEM) || !errors.As(err, &e) || e.Index != 1 {
 			t.Fatalf("PostSend on a queue with one free slot = %d, %v; want 1, ENOMEM at wr 1", n, err)
 		}
@@ -891,7 +892,7 @@ func TestPostRecvFullRQIsENOMEMWithBadWR(t *testing.T) {
 			t.Fatalf("PostRecv = %d, %v", n, err)
 		}
 		n, err := qb.PostRecv([]srq.RecvWR{rwr(2), rwr(3), rwr(4), rwr(5)})
-		var e *Error
+		var e *verbserr.Error
 		if n != 2 || !errors.Is(err, syscall.ENOMEM) || !errors.As(err, &e) || e.Index != 2 {
 			t.Fatalf("PostRecv on a queue with two free slots = %d, %v; want 2, ENOMEM at wr 2", n, err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/internal/verbserr"
 	"github.com/goroce/goroce/srq"
 )
 
@@ -104,7 +105,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		rq, err := srq.New(&srq.Attr{MaxWR: c.MaxRecvWR, MaxSGE: q.init.Cap.MaxRecvSGE},
 			srq.Caps{MaxWR: uint32(e.maxQPWR), MaxSGE: uint32(e.maxSGE)})
 		if err != nil {
-			return nil, &Error{Op: op, Index: -1, Err: errnoOf(err), Detail: err.Error()}
+			return nil, adoptErr(err, op, qpn)
 		}
 		q.rq = rq
 	} else {
@@ -166,18 +167,6 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		init.SRQ.Attach()
 	}
 	return q, nil
-}
-
-func errnoOf(err error) syscall.Errno {
-	var en syscall.Errno
-	if errors.As(err, &en) {
-		return en
-	}
-	return syscall.EINVAL
-}
-
-func closedErr(op string, qpn uint32) *Error {
-	return &Error{Op: op, QPN: qpn, Index: -1, Err: syscall.EINVAL, Detail: "engine closed", closed: true}
 }
 
 // QPN returns the QP number.
@@ -515,7 +504,7 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) {
 	var err error
 	for i := range wrs {
 		if err = q.postOne(&wrs[i]); err != nil {
-			if e, ok := err.(*Error); ok {
+			if e, ok := err.(*verbserr.Error); ok {
 				e.Index = i
 			}
 			break
@@ -634,12 +623,7 @@ func (q *QP) PostRecv(wrs []srq.RecvWR) (int, error) {
 	}
 	n, err := q.rq.PostRecv(wrs)
 	if err != nil {
-		idx := n
-		var se *srq.Error
-		if errors.As(err, &se) {
-			idx = se.Index
-		}
-		err = &Error{Op: op, QPN: q.qpn, Index: idx, Err: errnoOf(err), Detail: err.Error()}
+		err = adoptErr(err, op, q.qpn)
 	}
 	if n > 0 {
 		// Wake the shard: in ERR the new WRs are flushed, and a responder

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/internal/verbserr"
 	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport/link"
 )
@@ -212,7 +213,7 @@ func TestModifyQPStateMachine(t *testing.T) {
 	}
 	if _, err := q.PostSend([]SendWR{{WRID: 6, Opcode: WRRDMAWrite}, {WRID: 7, Opcode: WROpcode(77)}}); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("bad opcode = %v", err)
-	} else if e := (*Error)(nil); !errors.As(err, &e) || e.Index != 1 {
+	} else if e := (*verbserr.Error)(nil); !errors.As(err, &e) || e.Index != 1 {
 		t.Fatalf("bad_wr index: %v", err)
 	}
 	if err := q.Modify(&QPAttr{State: QPSErr}, QPAttrState); err != nil {
