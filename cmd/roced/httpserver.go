@@ -11,13 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// newRegistry returns a registry with the engine collector, the Go runtime and process
-// collectors and go_build_info. A private registry (not the global default) keeps the
-// exposition exactly what roced registers.
-func newRegistry(c prometheus.Collector) *prometheus.Registry {
+// newRegistry returns a registry with cs, the Go runtime and process collectors and
+// go_build_info. A private registry (not the global default) keeps the exposition
+// exactly what roced registers.
+func newRegistry(cs ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(cs...)
 	reg.MustRegister(
-		c,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"strings"
-
 	"github.com/goroce/goroce/roce"
 )
 
@@ -60,31 +58,4 @@ func qpRow(dev *roce.Device, q roce.QPInfo) qpJSON {
 		r.Peer = q.Peer.String()
 	}
 	return r
-}
-
-// qpStates counts QPs by state over every device, keyed by the roce_qps label value.
-func (d *daemon) qpStates() map[string]int {
-	m := make(map[string]int, len(qpStateNames))
-	for _, s := range d.devs {
-		for _, q := range s.dev.QPs() {
-			m[strings.ToLower(q.State.String())]++
-		}
-	}
-	return m
-}
-
-// queues sums the CQ and SRQ occupancy of every device, for the roce_cq_* and
-// roce_srq_* gauges.
-func (d *daemon) queues() roce.QueueOccupancy {
-	var t roce.QueueOccupancy
-	for _, s := range d.devs {
-		o := s.dev.QueueOccupancy()
-		t.CQs += o.CQs
-		t.CQEntries += o.CQEntries
-		t.CQCapacity += o.CQCapacity
-		t.SRQs += o.SRQs
-		t.SRQWRs += o.SRQWRs
-		t.SRQCapacity += o.SRQCapacity
-	}
-	return t
 }

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/metrics"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/link"
 )
 
@@ -176,7 +176,11 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 			}
 			return nil, fmt.Errorf("-metrics %s: %w", cfg.metrics, unwrapOp(err))
 		}
-		reg := newRegistry(newCollector(source{stats: d.stats, qpStates: d.qpStates, queues: d.queues, pingpong: &d.pingpong, rping: &d.rping}))
+		devs := make([]metrics.Device, len(d.devs))
+		for i, s := range d.devs {
+			devs[i] = s.dev
+		}
+		reg := newRegistry(metrics.NewCollector(metrics.Options{}, devs...), newResponderCollector(&d.pingpong, &d.rping))
 		d.http = &http.Server{
 			Handler:           newMux(reg, &d.ready, d.debugQPs, d.log),
 			ReadHeaderTimeout: 10 * time.Second,
@@ -460,50 +464,4 @@ func (d *daemon) closeFiles() {
 	if d.logFile != nil {
 		d.logFile.Close()
 	}
-}
-
-// stats sums the counters of every device.
-func (d *daemon) stats() transport.StatsSnapshot {
-	if len(d.devs) == 1 {
-		return d.devs[0].dev.Stats()
-	}
-	var sum transport.StatsSnapshot
-	for _, s := range d.devs {
-		addSnapshot(&sum, s.dev.Stats())
-	}
-	return sum
-}
-
-// addSnapshot adds every counter of b to a.
-func addSnapshot(a *transport.StatsSnapshot, b transport.StatsSnapshot) {
-	for i := range a.SentPackets {
-		a.SentPackets[i] += b.SentPackets[i]
-		a.SentBytes[i] += b.SentBytes[i]
-		a.RcvdPackets[i] += b.RcvdPackets[i]
-		a.RcvdBytes[i] += b.RcvdBytes[i]
-	}
-	for i := range a.NAKsSent {
-		a.NAKsSent[i] += b.NAKsSent[i]
-		a.NAKsRcvd[i] += b.NAKsRcvd[i]
-	}
-	for i := range a.LatencyBuckets {
-		a.LatencyBuckets[i] += b.LatencyBuckets[i]
-	}
-	a.ICRCErrors += b.ICRCErrors
-	a.Malformed += b.Malformed
-	a.UnknownQP += b.UnknownQP
-	a.BadPKey += b.BadPKey
-	a.BadQKey += b.BadQKey
-	a.BadSource += b.BadSource
-	a.OutOfSequence += b.OutOfSequence
-	a.DuplicateRequests += b.DuplicateRequests
-	a.Retransmits += b.Retransmits
-	a.Timeouts += b.Timeouts
-	a.RetryExceeded += b.RetryExceeded
-	a.RNRRetryExceeded += b.RNRRetryExceeded
-	a.RxQueueDrops += b.RxQueueDrops
-	a.TxErrors += b.TxErrors
-	a.CQOverruns += b.CQOverruns
-	a.SRQLimitEvents += b.SRQLimitEvents
-	a.LatencySumNanos += b.LatencySumNanos
 }

@@ -10,63 +10,16 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/metrics"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/link/linktest"
 )
-
-// TestAddSnapshot fails when a StatsSnapshot field is added without being summed:
-// every numeric field of a snapshot of ones must come out as two.
-func TestAddSnapshot(t *testing.T) {
-	var ones transport.StatsSnapshot
-	setAll(reflect.ValueOf(&ones).Elem(), 1)
-	var sum transport.StatsSnapshot
-	addSnapshot(&sum, ones)
-	addSnapshot(&sum, ones)
-	checkAll(t, reflect.ValueOf(sum), "StatsSnapshot", 2)
-}
-
-func setAll(v reflect.Value, n uint64) {
-	switch v.Kind() {
-	case reflect.Struct:
-		for i := range v.NumField() {
-			setAll(v.Field(i), n)
-		}
-	case reflect.Array:
-		for i := range v.Len() {
-			setAll(v.Index(i), n)
-		}
-	case reflect.Uint64:
-		v.SetUint(n)
-	}
-}
-
-func checkAll(t *testing.T, v reflect.Value, path string, want uint64) {
-	t.Helper()
-	switch v.Kind() {
-	case reflect.Struct:
-		for i := range v.NumField() {
-			checkAll(t, v.Field(i), path+"."+v.Type().Field(i).Name, want)
-		}
-	case reflect.Array:
-		for i := range v.Len() {
-			checkAll(t, v.Index(i), path+"["+strconv.Itoa(i)+"]", want)
-		}
-	case reflect.Uint64:
-		if v.Uint() != want {
-			t.Errorf("%s = %d, want %d: addSnapshot misses it", path, v.Uint(), want)
-		}
-	default:
-		t.Errorf("%s: unexpected kind %v; teach addSnapshot and this test about it", path, v.Kind())
-	}
-}
 
 func TestMTUCode(t *testing.T) {
 	for bytes, want := range map[int]uint8{256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5} {
@@ -129,8 +82,7 @@ func TestReopenFile(t *testing.T) {
 // TestHealthz: 200 only while ready.
 func TestHealthz(t *testing.T) {
 	var ready atomic.Bool
-	var st transport.Stats
-	reg := newRegistry(newCollector(fakeSource(&st, nil)))
+	reg := newRegistry(metrics.NewCollector(metrics.Options{}))
 	mux := newMux(reg, &ready, func() any { return []qpJSON{} }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()

@@ -1,7 +1,10 @@
-package main
+package metrics
 
 import (
+	"net/netip"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,12 +15,31 @@ import (
 	"github.com/goroce/goroce/transport"
 )
 
-func fakeSource(s *transport.Stats, states map[string]int) source {
-	return source{
-		stats:    s.Snapshot,
-		qpStates: func() map[string]int { return states },
-	}
+// fakeDevice is a Device over a Stats, a QP list and an occupancy.
+type fakeDevice struct {
+	addr   netip.Addr
+	stats  *transport.Stats
+	qps    []roce.QPInfo
+	queues roce.QueueOccupancy
 }
+
+func (f *fakeDevice) Addr() netip.Addr                    { return f.addr }
+func (f *fakeDevice) Stats() transport.StatsSnapshot      { return f.stats.Snapshot() }
+func (f *fakeDevice) QPs() []roce.QPInfo                  { return f.qps }
+func (f *fakeDevice) QueueOccupancy() roce.QueueOccupancy { return f.queues }
+
+// fakeSource is one device at 192.0.2.1 with states QPs in each state.
+func fakeSource(s *transport.Stats, states map[roce.QPState]int) *fakeDevice {
+	f := &fakeDevice{addr: netip.MustParseAddr("192.0.2.1"), stats: s}
+	for st, n := range states {
+		for range n {
+			f.qps = append(f.qps, roce.QPInfo{State: st})
+		}
+	}
+	return f
+}
+
+func newCollector(d ...Device) *Collector { return NewCollector(Options{}, d...) }
 
 func TestCollectorValues(t *testing.T) {
 	var st transport.Stats
@@ -31,7 +53,7 @@ func TestCollectorValues(t *testing.T) {
 	st.Malformed.Add(6)
 	st.UnknownQP.Add(7)
 	st.SRQLimitEvents.Add(8)
-	c := newCollector(fakeSource(&st, map[string]int{"rts": 2, "err": 1}))
+	c := newCollector(fakeSource(&st, map[roce.QPState]int{roce.QPSRTS: 2, roce.QPSErr: 1}))
 
 	want := `
 # HELP roce_icrc_errors_total Received packets dropped for a bad ICRC.
@@ -62,24 +84,7 @@ roce_qps{state="sqe"} 0
 		t.Error(err)
 	}
 
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			key := mf.GetName()
-			for _, l := range m.GetLabel() {
-				key += "," + l.GetName() + "=" + l.GetValue()
-			}
-			if m.Counter != nil {
-				got[key] = m.GetCounter().GetValue()
-			}
-		}
-	}
+	got := gather(t, c)
 	for k, v := range map[string]float64{
 		"roce_packets_total,direction=tx,op_class=send":         3,
 		"roce_bytes_total,direction=tx,op_class=send":           300,
@@ -149,10 +154,11 @@ func TestCollectorLatencyHistogram(t *testing.T) {
 }
 
 // TestCollectorLint runs the same checks as `promtool check metrics` over everything
-// the registry exports.
+// the collector exports.
 func TestCollectorLint(t *testing.T) {
 	var st transport.Stats
-	reg := newRegistry(newCollector(fakeSource(&st, nil)))
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(newCollector(fakeSource(&st, nil)))
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -167,9 +173,7 @@ func TestCollectorLint(t *testing.T) {
 func TestCollectorQueueOccupancy(t *testing.T) {
 	var st transport.Stats
 	src := fakeSource(&st, nil)
-	src.queues = func() roce.QueueOccupancy {
-		return roce.QueueOccupancy{CQs: 3, CQEntries: 7, CQCapacity: 768, SRQs: 1, SRQWRs: 9, SRQCapacity: 16}
-	}
+	src.queues = roce.QueueOccupancy{CQs: 3, CQEntries: 7, CQCapacity: 768, SRQs: 1, SRQWRs: 9, SRQCapacity: 16}
 	want := `
 # HELP roce_cq_completions Completions held in CQs and not yet polled.
 # TYPE roce_cq_completions gauge
@@ -194,4 +198,129 @@ roce_srqs 1
 		"roce_cqs", "roce_cq_completions", "roce_cq_capacity", "roce_srqs", "roce_srq_receive_wrs", "roce_srq_capacity"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCollectorSumsOrLabelsDevices: by default the series are sums over every
+// device; with PerAddress each device has its own, labelled with its address.
+func TestCollectorSumsOrLabelsDevices(t *testing.T) {
+	var s1, s2 transport.Stats
+	s1.ICRCErrors.Add(1)
+	s2.ICRCErrors.Add(2)
+	d1 := fakeSource(&s1, map[roce.QPState]int{roce.QPSRTS: 1})
+	d2 := fakeSource(&s2, map[roce.QPState]int{roce.QPSRTS: 2})
+	d2.addr = netip.MustParseAddr("2001:db8::2")
+	d1.queues.CQs, d2.queues.CQs = 4, 5
+	sum := `
+# HELP roce_icrc_errors_total Received packets dropped for a bad ICRC.
+# TYPE roce_icrc_errors_total counter
+roce_icrc_errors_total 3
+# HELP roce_cqs Completion queues open.
+# TYPE roce_cqs gauge
+roce_cqs 9
+`
+	if err := testutil.CollectAndCompare(NewCollector(Options{}, d1, d2), strings.NewReader(sum),
+		"roce_icrc_errors_total", "roce_cqs"); err != nil {
+		t.Error(err)
+	}
+	per := `
+# HELP roce_icrc_errors_total Received packets dropped for a bad ICRC.
+# TYPE roce_icrc_errors_total counter
+roce_icrc_errors_total{address="192.0.2.1"} 1
+roce_icrc_errors_total{address="2001:db8::2"} 2
+# HELP roce_cqs Completion queues open.
+# TYPE roce_cqs gauge
+roce_cqs{address="192.0.2.1"} 4
+roce_cqs{address="2001:db8::2"} 5
+`
+	c := NewCollector(Options{PerAddress: true}, d1, d2)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(per), "roce_icrc_errors_total", "roce_cqs"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(c, "roce_qps"); n != 2*len(QPStateNames) {
+		t.Errorf("roce_qps has %d series with two devices, want %d", n, 2*len(QPStateNames))
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	if _, err := reg.Gather(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestCollectorExportsEveryRow gives every engine counter its own value and finds
+// each in the exposition under its row's series and labels: a counter added to
+// transport.Counters is exported without touching this package.
+func TestCollectorExportsEveryRow(t *testing.T) {
+	var st transport.Stats
+	n := uint64(0)
+	v := reflect.ValueOf(&st.Counters).Elem()
+	for f := range v.NumField() {
+		fv := v.Field(f)
+		set := func(x reflect.Value) {
+			n++
+			x.Addr().Interface().(*atomic.Uint64).Store(n)
+		}
+		if fv.Kind() == reflect.Array {
+			for i := range fv.Len() {
+				set(fv.Index(i))
+			}
+		} else {
+			set(fv)
+		}
+	}
+	got := gather(t, newCollector(fakeSource(&st, nil)))
+	snap := st.Snapshot()
+	rows := transport.CounterTable()
+	for i := range rows {
+		r := &rows[i]
+		if r.Kind == transport.KindHistogram {
+			var count uint64
+			for j := range r.Len {
+				count += r.Value(&snap, j)
+			}
+			if got[r.Metric+",count"] != float64(count) {
+				t.Errorf("%s count = %v, want %d", r.Metric, got[r.Metric+",count"], count)
+			}
+			continue
+		}
+		for j := range r.Len {
+			key := r.Metric
+			for k, lv := range r.LabelValues(j) {
+				key += "," + r.LabelNames[k] + "=" + lv
+			}
+			if g, ok := got[key]; !ok || g != float64(r.Value(&snap, j)) {
+				t.Errorf("%s (field %s[%d]) = %v (present %v), want %d", key, r.Field, j, g, ok, r.Value(&snap, j))
+			}
+		}
+	}
+}
+
+// gather collects c through a pedantic registry and returns every value keyed
+// by "name,label=value,..." (labels sorted by name); a histogram gives its
+// sample count under the key plus ",count".
+func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				got[key] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				got[key] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				got[key+",count"] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return got
 }
