@@ -41,6 +41,7 @@
 //	ibv_alloc_pd                 (*Device).AllocPD() (*PD, error)
 //	ibv_dealloc_pd               (*PD).Close() error
 //	ibv_reg_mr                   (*PD).RegMR(buf, access) (*MR, error)
+//	ibv_reg_mr_iova              (*PD).RegMRIOVA(buf, iova, access) (*MR, error)
 //	ibv_dereg_mr                 (*MR).Close() error
 //	mr->lkey, mr->rkey, mr->addr (*MR).LKey(), RKey(), Addr(), Len()
 //	ibv_create_ah                (*PD).CreateAH(AHAttr) (*AH, error)
@@ -99,6 +100,8 @@
 //	        max_qp, max_mr, max_cq, max_pd, max_ah or max_srq reached.
 //	ENOSYS  not implemented by this device: SRQ resize when WithLimits turned it off,
 //	        multicast, memory windows.
+//	EOPNOTSUPP  an access flag rxe does not support (ON_DEMAND, ZERO_BASED or
+//	        HUGETLB on an MR).
 //	EBUSY   destroying an object still in use: a PD with MRs, AHs, SRQs or QPs, a CQ
 //	        or SRQ attached to a QP.
 //	ENODEV  the Device was closed. Such errors also match net.ErrClosed, so shutdown

@@ -2,14 +2,13 @@ package roce
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"syscall"
 	"unsafe"
 
 	"github.com/goroce/goroce/transport"
 )
-
-const accessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 
 // MR is a registered memory region (struct ibv_mr) over a Go byte slice. The engine
 // reads and writes the slice directly, the way a NIC does DMA: while a WR that names
@@ -32,19 +31,52 @@ type MR struct {
 //
 // Errors: EINVAL for an empty buf, a length above max_mr_size, unknown access bits,
 // or REMOTE_WRITE / REMOTE_ATOMIC without LOCAL_WRITE (the rule ibv_reg_mr(3)
-// states); ENOMEM when max_mr MRs exist.
+// states); EOPNOTSUPP for ON_DEMAND, ZERO_BASED and HUGETLB, which rxe refuses too;
+// ENOMEM when max_mr MRs exist. Flags of the optional range (AccessRelaxedOrdering
+// and the rest of AccessOptionalRange) are accepted and dropped, as libibverbs does
+// when the kernel cannot take them: Access does not report them.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
-	const op = "ibv_reg_mr"
+	return pd.regMR("ibv_reg_mr", buf, goAddr(buf), access)
+}
+
+// RegMRIOVA is ibv_reg_mr_iova: RegMR with iova as the address of buf[0] on the
+// wire and in SGEs, independent of where buf lives in this process. Every remote
+// READ, WRITE and atomic through the rkey, and every SGE through the lkey, names
+// bytes by iova: iova+off is buf[off], and anything outside [iova, iova+len(buf))
+// is refused (a remote access error for a peer). An iova of 0 makes the MR zero
+// based (the man page: "Specifying 0 for hca_va has the same effect as
+// IBV_ACCESS_ZERO_BASED").
+//
+// Errors: those of RegMR, and EINVAL when iova+len(buf) wraps around 2^64 or when
+// iova and buf[0] lie at different offsets within a page (the kernel's
+// ib_uverbs_reg_mr rule, which a C program meets the same way).
+func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	const op = "ibv_reg_mr_iova"
+	obj := pd.dev.obj("pd", pd.id)
+	page := uint64(os.Getpagesize())
+	switch {
+	case len(buf) > 0 && iova+uint64(len(buf)) < iova:
+		return nil, newErr(op, obj, syscall.EINVAL, "iova %#x + length %d wraps around", iova, len(buf))
+	case iova%page != goAddr(buf)%page:
+		return nil, newErr(op, obj, syscall.EINVAL, "iova %#x and the buffer (%#x) lie at different page offsets", iova, goAddr(buf))
+	}
+	return pd.regMR(op, buf, iova, access)
+}
+
+// goAddr is the process address of buf[0] (0 for an empty slice).
+func goAddr(buf []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))) }
+
+func (pd *PD) regMR(op string, buf []byte, iova uint64, access Access) (*MR, error) {
 	obj := pd.dev.obj("pd", pd.id)
 	switch {
 	case len(buf) == 0:
 		return nil, newErr(op, obj, syscall.EINVAL, "empty buffer")
 	case uint64(len(buf)) > pd.dev.limits.MaxMRSize:
 		return nil, newErr(op, obj, syscall.EINVAL, "length %d above max_mr_size %d", len(buf), pd.dev.limits.MaxMRSize)
-	case access&^accessAll != 0:
-		return nil, newErr(op, obj, syscall.EINVAL, "unknown access flags %#x", uint32(access&^accessAll))
-	case access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0:
-		return nil, newErr(op, obj, syscall.EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE")
+	}
+	access, err := checkMRAccess(op, obj, access)
+	if err != nil {
+		return nil, err
 	}
 	if err := pd.use(op); err != nil {
 		return nil, err
@@ -56,7 +88,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	}
 	r := &transport.Region{
 		PD:     pd.id,
-		Addr:   uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))),
+		Addr:   iova,
 		Buf:    buf,
 		Access: access,
 	}
@@ -74,7 +106,8 @@ func (mr *MR) LKey() uint32 { return mr.reg.LKey }
 // RKey returns the remote key the peer puts in RDMA and atomic WRs.
 func (mr *MR) RKey() uint32 { return mr.reg.RKey }
 
-// Addr returns the address of the first byte of the region.
+// Addr returns the address of the first byte of the region: where buf[0] lives
+// in this process, or the iova given to RegMRIOVA.
 func (mr *MR) Addr() uint64 { return mr.reg.Addr }
 
 // Len returns the length of the region in bytes.

@@ -164,8 +164,12 @@ func (d *Device) checkQPAttr(op, obj string, a *QPAttr, mask QPAttrMask) error {
 	if mask&QPAttrPort != 0 && a.PortNum != 1 {
 		return newErr(op, obj, syscall.EINVAL, "port %d: the device has only port 1", a.PortNum)
 	}
-	if mask&QPAttrAccessFlags != 0 && a.AccessFlags&^accessAll != 0 {
-		return newErr(op, obj, syscall.EINVAL, "unknown access flags %#x", uint32(a.AccessFlags&^accessAll))
+	if mask&QPAttrAccessFlags != 0 {
+		acc, err := checkQPAccess(op, obj, a.AccessFlags)
+		if err != nil {
+			return err
+		}
+		a.AccessFlags = acc
 	}
 	return nil
 }

@@ -233,7 +233,8 @@ func TestModifyQPAttributeRanges(t *testing.T) {
 	}{
 		{"port other than 1", QPSReset, QPSInit, func(a *QPAttr) { a.PortNum = 2 }},
 		{"pkey index outside table", QPSReset, QPSInit, func(a *QPAttr) { a.PKeyIndex = 1 }},
-		{"unknown access flag", QPSReset, QPSInit, func(a *QPAttr) { a.AccessFlags |= 1 << 9 }},
+		{"unknown access flag", QPSReset, QPSInit, func(a *QPAttr) { a.AccessFlags |= 1 << 10 }},
+		{"zero-based is no QP access flag", QPSReset, QPSInit, func(a *QPAttr) { a.AccessFlags |= AccessZeroBased }},
 		{"path mtu code 0", QPSInit, QPSRTR, func(a *QPAttr) { a.PathMTU = 0 }},
 		{"path mtu code 6", QPSInit, QPSRTR, func(a *QPAttr) { a.PathMTU = 6 }},
 		{"av without grh", QPSInit, QPSRTR, func(a *QPAttr) { a.AV.IsGlobal = false }},

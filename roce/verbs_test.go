@@ -147,22 +147,33 @@ func TestRegMRAccessRules(t *testing.T) {
 	d := pipeDevice(t)
 	pd := must[*PD](t)(d.AllocPD())
 	buf := make([]byte, 64)
+	const all = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 	tests := []struct {
 		name   string
 		buf    []byte
 		access Access
 		want   syscall.Errno
+		keep   Access // what Access reports, when it differs from access
 	}{
-		{"no access is local read only", buf, 0, 0},
-		{"local write", buf, AccessLocalWrite, 0},
-		{"remote read alone", buf, AccessRemoteRead, 0},
-		{"remote write requires local write", buf, AccessRemoteWrite, syscall.EINVAL},
-		{"remote atomic requires local write", buf, AccessRemoteAtomic, syscall.EINVAL},
-		{"remote write with local write", buf, AccessLocalWrite | AccessRemoteWrite, 0},
-		{"remote atomic with local write", buf, AccessLocalWrite | AccessRemoteAtomic, 0},
-		{"everything", buf, AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic, 0},
-		{"unknown flag", buf, 1 << 9, syscall.EINVAL},
-		{"empty buffer", nil, AccessLocalWrite, syscall.EINVAL},
+		{"no access is local read only", buf, 0, 0, 0},
+		{"local write", buf, AccessLocalWrite, 0, 0},
+		{"remote read alone", buf, AccessRemoteRead, 0, 0},
+		{"remote write requires local write", buf, AccessRemoteWrite, syscall.EINVAL, 0},
+		{"remote atomic requires local write", buf, AccessRemoteAtomic, syscall.EINVAL, 0},
+		{"remote write with local write", buf, AccessLocalWrite | AccessRemoteWrite, 0, 0},
+		{"remote atomic with local write", buf, AccessLocalWrite | AccessRemoteAtomic, 0, 0},
+		{"everything", buf, all, 0, 0},
+		{"mw bind", buf, AccessLocalWrite | AccessMWBind, 0, 0},
+		{"flush global and persistent", buf, AccessRemoteRead | AccessFlushGlobal | AccessFlushPersistent, 0, 0},
+		{"relaxed ordering is optional: accepted and ignored", buf, all | AccessRelaxedOrdering, 0, all},
+		{"every optional bit accepted and ignored", buf, AccessRemoteRead | AccessOptionalRange, 0, AccessRemoteRead},
+		{"the optional range is bits 20 to 29", buf, 1 << 29, 0, 0},
+		{"unknown flag below the optional range", buf, 1 << 10, syscall.EINVAL, 0},
+		{"unknown flag above the optional range", buf, 1 << 30, syscall.EINVAL, 0},
+		{"on demand is not supported", buf, AccessOnDemand, syscall.EOPNOTSUPP, 0},
+		{"zero based MR is not supported", buf, AccessZeroBased, syscall.EOPNOTSUPP, 0},
+		{"hugetlb is not supported", buf, AccessHugeTLB, syscall.EOPNOTSUPP, 0},
+		{"empty buffer", nil, AccessLocalWrite, syscall.EINVAL, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -172,13 +183,17 @@ func TestRegMRAccessRules(t *testing.T) {
 				return
 			}
 			noErr(t, err)
-			if mr.Len() != len(tc.buf) || mr.Access() != tc.access || mr.LKey() == mr.RKey() || mr.LKey() == 0 {
+			keep := tc.access
+			if tc.keep != 0 || tc.access&AccessOptionalRange != 0 {
+				keep = tc.keep
+			}
+			if mr.Len() != len(tc.buf) || mr.Access() != keep || mr.LKey() == mr.RKey() || mr.LKey() == 0 {
 				t.Fatalf("mr %v access %v", mr, mr.Access())
 			}
 			if r := d.mem.LocalRegion(mr.LKey()); r == nil || &r.Buf[0] != &tc.buf[0] {
 				t.Fatal("lkey does not resolve to the buffer")
 			}
-			if r := d.mem.RemoteRegion(mr.RKey()); r == nil || r.Access != tc.access {
+			if r := d.mem.RemoteRegion(mr.RKey()); r == nil || r.Access != keep {
 				t.Fatal("rkey does not resolve")
 			}
 			noErr(t, mr.Close())
