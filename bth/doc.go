@@ -58,19 +58,23 @@
 //
 // # Use
 //
-// Receive: Parse the UDP payload (no allocation; the Packet is a view over
-// the caller's buffer), check the ICRC (CheckICRC when the IP header is
-// known; SolveIPv4ID from a UDP socket, which cannot see the IPv4
-// Identification: it accepts a corrupted packet with probability 2^-16),
-// then read fields through the Packet. Parse errors are sentinels
-// (ErrTruncated, ErrPadOverrun, ErrBadTVer, ErrUnknownOpcode,
-// ErrUnexpectedPayload) for per-cause drop counters.
+// Receive: PeekDestQP finds the owner of a datagram without parsing it.
+// Parse the UDP payload (no allocation; the Packet is a view over the
+// caller's buffer), check the ICRC with AcceptICRC (one CRC pass; from a UDP
+// socket, which cannot see the IPv4 Identification, an IPv4 packet is
+// accepted with probability 2^-16 when corrupted; CheckICRC when the whole
+// IP header is known), then read fields through the Packet. Parse errors are
+// sentinels (ErrTruncated, ErrPadOverrun, ErrBadTVer, ErrUnknownOpcode,
+// ErrUnexpectedPayload) for per-cause drop counters. The opcode table says
+// what a packet does (IsSend, IsWrite, IsReadRequest, IsAtomic, NeedsRecvWR,
+// Starts, Ends, IsResponse, ...); responders check request ordering with
+// ValidSequence and PSNs with the PSN methods (24-bit serial arithmetic). A UD
+// receive buffer starts with the GRH area PutGRH fills.
 //
 // Send: pick the opcode with MessageOpcode, fill a Fields, Append into a
 // buffer of PacketLen bytes (no allocation), then PutICRC. Append writes
 // reserved bits, pad and the ICRC as zero, so Append(p.Fields(),
-// p.Payload()) plus PutICRC reproduces every packet rxe sends.
-//
-// Responders check request ordering with ValidSequence and PSNs with the
-// PSN methods (24-bit serial arithmetic).
+// p.Payload()) plus PutICRC reproduces every packet rxe sends. The UDP source
+// port is rxe's: QPSourcePort for a new QP (UD, QP1), ConnectedSourcePort for
+// RC and UC.
 package bth

@@ -111,17 +111,6 @@ func unshift(n int) uint32 {
 	return v
 }
 
-// x8nmodp returns x^(8n) mod P: the operator for appending n zero bytes.
-func x8nmodp(n int) uint32 {
-	p := uint32(1) << 31 // x^0
-	for k := 3; n != 0; n, k = n>>1, k+1 {
-		if n&1 != 0 {
-			p = multmodp(x2n[k&31], p)
-		}
-	}
-	return p
-}
-
 // slicing8 holds slicing-by-8 tables for the IEEE polynomial. The ICRC's
 // masked pseudo-header lives on the stack, and hash/crc32 makes any slice it
 // is given escape to the heap (it dispatches through a function value), so

@@ -297,11 +297,11 @@ func TestGoldenVectors(t *testing.T) {
 	}
 }
 
-// TestProtocolVector checks PROTOCOL.md §7: a real rxe CM REQ whose ICRC
+// TestProtocolVector checks a real rxe CM REQ whose ICRC
 // verifies with exactly one UDP source port, rxe's QP1 port 55410, and
 // whose IPv4 ID the solver recovers.
 func TestProtocolVector(t *testing.T) {
-	_, vecs := readHex(t, filepath.Join("testdata", "cm_req_protocol7.hex"))
+	_, vecs := readHex(t, filepath.Join("testdata", "cm_req_rxe.hex"))
 	b := vecs["cm-req"]
 	if len(b) != 280 {
 		t.Fatalf("vector is %d bytes, want 280", len(b))

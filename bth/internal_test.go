@@ -42,3 +42,15 @@ func TestUnshift(t *testing.T) {
 		}
 	}
 }
+
+// x8nmodp returns x^(8n) mod P: the operator for appending n zero bytes
+// (the forward operation unshift inverts; only the tests need it).
+func x8nmodp(n int) uint32 {
+	p := uint32(1) << 31 // x^0
+	for k := 3; n != 0; n, k = n>>1, k+1 {
+		if n&1 != 0 {
+			p = multmodp(x2n[k&31], p)
+		}
+	}
+	return p
+}

@@ -68,9 +68,11 @@ const (
 	ICRCLen         = 4
 )
 
-// opcode property bits.
+// opcode property bits: the headers an opcode carries, and the operation
+// masks of rxe's opcode table (rxe_opcode.c): what the packet does, where it
+// sits in its message, and what the responder needs for it.
 const (
-	fValid uint16 = 1 << iota
+	fValid uint32 = 1 << iota
 	fRequest
 	fFirst
 	fMiddle
@@ -85,12 +87,21 @@ const (
 	fAtomicETH
 	fAtomicAckETH
 	fCNP
+	fSend      // SEND family (RC, UC, UD)
+	fWrite     // RDMA WRITE family
+	fReadReq   // RDMA READ request
+	fReadResp  // RDMA READ response family
+	fCmpSwap   // ATOMIC CMP_SWAP
+	fFetchAdd  // ATOMIC FETCH_ADD
+	fAck       // ACKNOWLEDGE (ACK, NAK, RNR NAK)
+	fAtomicAck // ATOMIC ACKNOWLEDGE
+	fRecvWR    // consumes a receive WR at the responder (rxe RXE_RWR_MASK)
 )
 
 // opInfo is one row of the opcode table: properties and the byte offset of
 // each extension header (0 = absent; the BTH occupies bytes 0..11).
 type opInfo struct {
-	flags     uint16
+	flags     uint32
 	hdrLen    uint8
 	deth      uint8
 	reth      uint8
@@ -105,12 +116,12 @@ type opInfo struct {
 var opTable [256]opInfo
 
 func init() {
-	def := func(op Opcode, name string, flags uint16) {
+	def := func(op Opcode, name string, flags uint32) {
 		flags |= fValid
 		in := opInfo{flags: flags, name: name}
 		// Headers follow the BTH in this fixed order (IBA 9.2; rxe_opcode.c).
 		off := uint8(BTHLen)
-		place := func(f uint16, size uint8, dst *uint8) {
+		place := func(f uint32, size uint8, dst *uint8) {
 			if flags&f != 0 {
 				*dst = off
 				off += size
@@ -130,46 +141,49 @@ func init() {
 		opTable[op] = in
 	}
 	const (
-		req = fRequest
-		pl  = fPayload
+		req   = fRequest
+		pl    = fPayload
+		send  = req | pl | fSend
+		write = req | pl | fWrite
+		rwr   = fRecvWR
 	)
 	for _, base := range []Opcode{0x00, 0x20} {
 		tp := "RC_"
 		if base == 0x20 {
 			tp = "UC_"
 		}
-		def(base+0x00, tp+"SEND_FIRST", req|pl|fFirst)
-		def(base+0x01, tp+"SEND_MIDDLE", req|pl|fMiddle)
-		def(base+0x02, tp+"SEND_LAST", req|pl|fLast)
-		def(base+0x03, tp+"SEND_LAST_WITH_IMMEDIATE", req|pl|fLast|fImm)
-		def(base+0x04, tp+"SEND_ONLY", req|pl|fOnly)
-		def(base+0x05, tp+"SEND_ONLY_WITH_IMMEDIATE", req|pl|fOnly|fImm)
-		def(base+0x06, tp+"RDMA_WRITE_FIRST", req|pl|fFirst|fRETH)
-		def(base+0x07, tp+"RDMA_WRITE_MIDDLE", req|pl|fMiddle)
-		def(base+0x08, tp+"RDMA_WRITE_LAST", req|pl|fLast)
-		def(base+0x09, tp+"RDMA_WRITE_LAST_WITH_IMMEDIATE", req|pl|fLast|fImm)
-		def(base+0x0a, tp+"RDMA_WRITE_ONLY", req|pl|fOnly|fRETH)
-		def(base+0x0b, tp+"RDMA_WRITE_ONLY_WITH_IMMEDIATE", req|pl|fOnly|fRETH|fImm)
+		def(base+0x00, tp+"SEND_FIRST", send|fFirst|rwr)
+		def(base+0x01, tp+"SEND_MIDDLE", send|fMiddle)
+		def(base+0x02, tp+"SEND_LAST", send|fLast)
+		def(base+0x03, tp+"SEND_LAST_WITH_IMMEDIATE", send|fLast|fImm)
+		def(base+0x04, tp+"SEND_ONLY", send|fOnly|rwr)
+		def(base+0x05, tp+"SEND_ONLY_WITH_IMMEDIATE", send|fOnly|fImm|rwr)
+		def(base+0x06, tp+"RDMA_WRITE_FIRST", write|fFirst|fRETH)
+		def(base+0x07, tp+"RDMA_WRITE_MIDDLE", write|fMiddle)
+		def(base+0x08, tp+"RDMA_WRITE_LAST", write|fLast)
+		def(base+0x09, tp+"RDMA_WRITE_LAST_WITH_IMMEDIATE", write|fLast|fImm|rwr)
+		def(base+0x0a, tp+"RDMA_WRITE_ONLY", write|fOnly|fRETH)
+		def(base+0x0b, tp+"RDMA_WRITE_ONLY_WITH_IMMEDIATE", write|fOnly|fRETH|fImm|rwr)
 	}
-	def(RCReadRequest, "RC_RDMA_READ_REQUEST", req|fOnly|fRETH)
-	def(RCReadResponseFirst, "RC_RDMA_READ_RESPONSE_FIRST", pl|fFirst|fAETH)
-	def(RCReadResponseMiddle, "RC_RDMA_READ_RESPONSE_MIDDLE", pl|fMiddle)
-	def(RCReadResponseLast, "RC_RDMA_READ_RESPONSE_LAST", pl|fLast|fAETH)
-	def(RCReadResponseOnly, "RC_RDMA_READ_RESPONSE_ONLY", pl|fOnly|fAETH)
-	def(RCAck, "RC_ACKNOWLEDGE", fOnly|fAETH)
-	def(RCAtomicAck, "RC_ATOMIC_ACKNOWLEDGE", fOnly|fAETH|fAtomicAckETH)
-	def(RCCompareSwap, "RC_COMPARE_SWAP", req|fOnly|fAtomicETH)
-	def(RCFetchAdd, "RC_FETCH_ADD", req|fOnly|fAtomicETH)
-	def(RCSendLastInv, "RC_SEND_LAST_WITH_INVALIDATE", req|pl|fLast|fInv)
-	def(RCSendOnlyInv, "RC_SEND_ONLY_WITH_INVALIDATE", req|pl|fOnly|fInv)
-	def(UDSendOnly, "UD_SEND_ONLY", req|pl|fOnly|fDETH)
-	def(UDSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE", req|pl|fOnly|fDETH|fImm)
+	def(RCReadRequest, "RC_RDMA_READ_REQUEST", req|fReadReq|fOnly|fRETH)
+	def(RCReadResponseFirst, "RC_RDMA_READ_RESPONSE_FIRST", pl|fReadResp|fFirst|fAETH)
+	def(RCReadResponseMiddle, "RC_RDMA_READ_RESPONSE_MIDDLE", pl|fReadResp|fMiddle)
+	def(RCReadResponseLast, "RC_RDMA_READ_RESPONSE_LAST", pl|fReadResp|fLast|fAETH)
+	def(RCReadResponseOnly, "RC_RDMA_READ_RESPONSE_ONLY", pl|fReadResp|fOnly|fAETH)
+	def(RCAck, "RC_ACKNOWLEDGE", fAck|fOnly|fAETH)
+	def(RCAtomicAck, "RC_ATOMIC_ACKNOWLEDGE", fAtomicAck|fOnly|fAETH|fAtomicAckETH)
+	def(RCCompareSwap, "RC_COMPARE_SWAP", req|fCmpSwap|fOnly|fAtomicETH)
+	def(RCFetchAdd, "RC_FETCH_ADD", req|fFetchAdd|fOnly|fAtomicETH)
+	def(RCSendLastInv, "RC_SEND_LAST_WITH_INVALIDATE", send|fLast|fInv)
+	def(RCSendOnlyInv, "RC_SEND_ONLY_WITH_INVALIDATE", send|fOnly|fInv|rwr)
+	def(UDSendOnly, "UD_SEND_ONLY", send|fOnly|fDETH|rwr)
+	def(UDSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE", send|fOnly|fDETH|fImm|rwr)
 	// A CNP is neither a request nor a response of any QP; it only signals
 	// congestion back to the sender. It counts as a complete (ONLY) packet.
 	def(CNP, "CNP", fOnly|fCNP)
 }
 
-func (o Opcode) has(f uint16) bool { return opTable[o].flags&f != 0 }
+func (o Opcode) has(f uint32) bool { return opTable[o].flags&f != 0 }
 
 // Valid reports whether o is an opcode this package can parse and build.
 // RD opcodes, reserved values, FLUSH and ATOMIC_WRITE are not valid.
@@ -239,3 +253,43 @@ func (o Opcode) IsUC() bool { return o.Valid() && o&0xe0 == 0x20 }
 
 // IsUD reports whether o belongs to the Unreliable Datagram transport.
 func (o Opcode) IsUD() bool { return o.Valid() && o&0xe0 == 0x60 }
+
+// IsResponse reports whether o travels from responder to requester: READ
+// responses, ACKNOWLEDGE and ATOMIC ACKNOWLEDGE (rxe RXE_ACK_MASK: the
+// opcodes the completer handles).
+func (o Opcode) IsResponse() bool { return o.has(fReadResp | fAck | fAtomicAck) }
+
+// Starts reports whether o begins a message: a FIRST or ONLY packet (rxe
+// RXE_START_MASK).
+func (o Opcode) Starts() bool { return o.has(fFirst | fOnly) }
+
+// Ends reports whether o ends a message: a LAST or ONLY packet (rxe
+// RXE_END_MASK).
+func (o Opcode) Ends() bool { return o.has(fLast | fOnly) }
+
+// IsSend reports whether o is a SEND packet of any transport.
+func (o Opcode) IsSend() bool { return o.has(fSend) }
+
+// IsWrite reports whether o is an RDMA WRITE packet (RC or UC).
+func (o Opcode) IsWrite() bool { return o.has(fWrite) }
+
+// IsReadRequest reports whether o is an RDMA READ request.
+func (o Opcode) IsReadRequest() bool { return o.has(fReadReq) }
+
+// IsReadResponse reports whether o is an RDMA READ response packet.
+func (o Opcode) IsReadResponse() bool { return o.has(fReadResp) }
+
+// IsAtomic reports whether o is an atomic request (CMP_SWAP, FETCH_ADD).
+func (o Opcode) IsAtomic() bool { return o.has(fCmpSwap | fFetchAdd) }
+
+// IsAck reports whether o is an ACKNOWLEDGE (an ACK, NAK or RNR NAK by its
+// AETH syndrome).
+func (o Opcode) IsAck() bool { return o.has(fAck) }
+
+// IsAtomicAck reports whether o is an ATOMIC ACKNOWLEDGE.
+func (o Opcode) IsAtomicAck() bool { return o.has(fAtomicAck) }
+
+// NeedsRecvWR reports whether the responder consumes a receive WR for o: a
+// SEND that starts a message, and an RDMA WRITE with immediate that ends one
+// (rxe RXE_RWR_MASK). Without one posted, RC answers with an RNR NAK.
+func (o Opcode) NeedsRecvWR() bool { return o.has(fRecvWR) }

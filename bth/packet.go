@@ -62,6 +62,16 @@ func Parse(b []byte) (Packet, error) {
 	return Packet{b: b}, nil
 }
 
+// PeekDestQP returns the BTH DestQP of a UDP payload without parsing it, for
+// demultiplexing before the owner of the QP checks the packet. ok is false
+// when b is too short to be a RoCEv2 packet (BTH plus ICRC).
+func PeekDestQP(b []byte) (qpn uint32, ok bool) {
+	if len(b) < BTHLen+ICRCLen {
+		return 0, false
+	}
+	return uint24(b[5:]), true
+}
+
 func (p Packet) info() *opInfo { return &opTable[p.b[0]] }
 
 // Bytes returns the whole UDP payload the packet views, ICRC included.

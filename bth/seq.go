@@ -26,86 +26,112 @@ const (
 	OpWrite                  // RDMA WRITE (RETH on the first packet)
 	OpWriteImm               // RDMA WRITE with immediate
 	OpReadResponse           // RDMA READ response (RC only)
+	OpRead                   // RDMA READ request (RC only; one packet)
+	OpCompareSwap            // ATOMIC CMP_SWAP (RC only; one packet)
+	OpFetchAdd               // ATOMIC FETCH_ADD (RC only; one packet)
+	numOps
 )
+
+// opFamily is, per Op, the opcode-table family bit its packets carry and the
+// trailer (ImmDt or IETH) its last packet carries.
+var opFamily = [numOps]struct{ family, trailer uint32 }{
+	OpSend:         {fSend, 0},
+	OpSendImm:      {fSend, fImm},
+	OpSendInv:      {fSend, fInv},
+	OpWrite:        {fWrite, 0},
+	OpWriteImm:     {fWrite, fImm},
+	OpReadResponse: {fReadResp, 0},
+	OpRead:         {fReadReq, 0},
+	OpCompareSwap:  {fCmpSwap, 0},
+	OpFetchAdd:     {fFetchAdd, 0},
+}
+
+// Packet positions in a message, the index of msgOpcodes' last dimension.
+const (
+	posFirst = iota
+	posMiddle
+	posLast
+	posOnly
+)
+
+// msgOpcodes[transport>>5][op][position] is derived from the opcode table
+// at init: the opcode of the transport whose family is op's, whose position
+// is position, and whose trailer is op's (FIRST and MIDDLE packets carry
+// none).
+var msgOpcodes [8][numOps][4]struct {
+	o  Opcode
+	ok bool
+}
+
+func init() {
+	for o := range 256 {
+		in := &opTable[o]
+		var pos int
+		switch {
+		case in.flags&fFirst != 0:
+			pos = posFirst
+		case in.flags&fMiddle != 0:
+			pos = posMiddle
+		case in.flags&fLast != 0:
+			pos = posLast
+		case in.flags&fOnly != 0:
+			pos = posOnly
+		default:
+			continue
+		}
+		trailer := in.flags & (fImm | fInv)
+		for op, fam := range opFamily {
+			if in.flags&fam.family == 0 {
+				continue
+			}
+			if trailer == fam.trailer || trailer == 0 && (pos == posFirst || pos == posMiddle) {
+				msgOpcodes[o>>5][op][pos] = struct {
+					o  Opcode
+					ok bool
+				}{Opcode(o), true}
+			}
+		}
+	}
+}
 
 // MessageOpcode returns the opcode of a packet of a message: first and last
 // say whether the packet starts and ends it (both for a single-packet
 // message; the rxe_req.c next_opcode analogue). ok is false when the
-// transport does not offer op (UD only sends single packets; UC has no
-// invalidate or read).
+// transport does not offer op at that position (UD only sends single
+// packets; UC has no invalidate, READ or atomics; READ and atomic requests
+// are single packets). The answer comes from the opcode table.
 func MessageOpcode(t Transport, op Op, first, last bool) (o Opcode, ok bool) {
-	// Offsets of FIRST, MIDDLE, LAST, ONLY within each family.
-	var fam [4]Opcode
-	switch op {
-	case OpSend:
-		fam = [4]Opcode{RCSendFirst, RCSendMiddle, RCSendLast, RCSendOnly}
-	case OpSendImm:
-		fam = [4]Opcode{RCSendFirst, RCSendMiddle, RCSendLastImm, RCSendOnlyImm}
-	case OpSendInv:
-		fam = [4]Opcode{RCSendFirst, RCSendMiddle, RCSendLastInv, RCSendOnlyInv}
-	case OpWrite:
-		fam = [4]Opcode{RCWriteFirst, RCWriteMiddle, RCWriteLast, RCWriteOnly}
-	case OpWriteImm:
-		fam = [4]Opcode{RCWriteFirst, RCWriteMiddle, RCWriteLastImm, RCWriteOnlyImm}
-	case OpReadResponse:
-		fam = [4]Opcode{RCReadResponseFirst, RCReadResponseMiddle, RCReadResponseLast, RCReadResponseOnly}
-	default:
+	if op >= numOps {
 		return 0, false
 	}
-	i := 1 // middle
+	pos := posMiddle
 	switch {
 	case first && last:
-		i = 3
+		pos = posOnly
 	case first:
-		i = 0
+		pos = posFirst
 	case last:
-		i = 2
+		pos = posLast
 	}
-	o = fam[i]
-	switch t {
-	case TransportRC:
-		return o, true
-	case TransportUC:
-		if op == OpSendInv || op == OpReadResponse {
-			return 0, false
-		}
-		return o | Opcode(TransportUC), true
-	case TransportUD:
-		if i != 3 {
-			return 0, false
-		}
-		switch op {
-		case OpSend:
-			return UDSendOnly, true
-		case OpSendImm:
-			return UDSendOnlyImm, true
-		}
-	}
-	return 0, false
+	e := msgOpcodes[t>>5&7][op][pos]
+	return e.o, e.ok
 }
 
 // ValidSequence reports whether request opcode next may follow request
 // opcode prev on the same RC or UC QP (IBA 9.8.3, rxe_resp.c
 // check_op_seq): inside a SEND only SEND MIDDLE/LAST may follow, inside a
 // WRITE only WRITE MIDDLE/LAST, and outside a message no MIDDLE or LAST may
-// start. Pass any ONLY opcode (e.g. RCSendOnly) as prev before the first
-// packet. A violation is a NAK invalid request on RC and a silent drop of
+// start one. Outside a message means prev is not a FIRST or MIDDLE: before
+// the first packet pass any other opcode (an ONLY, or an invalid one such
+// as 0xFF). A violation is a NAK invalid request on RC and a silent drop of
 // the message on UC.
 func ValidSequence(prev, next Opcode) bool {
-	if prev.Transport() != next.Transport() || !next.IsRequest() {
+	if !next.IsRequest() {
 		return false
 	}
-	sendFam := func(o Opcode) bool { return o&0x1F <= 0x05 || o&0x1F == 0x16 || o&0x1F == 0x17 }
-	writeFam := func(o Opcode) bool { return o&0x1F >= 0x06 && o&0x1F <= 0x0B }
-	inMessage := prev.IsFirst() || prev.IsMiddle()
-	cont := next.IsMiddle() || next.IsLast()
-	switch {
-	case !inMessage:
-		return !cont
-	case sendFam(prev):
-		return cont && sendFam(next)
-	case writeFam(prev):
-		return cont && writeFam(next)
+	if !prev.has(fFirst | fMiddle) {
+		return next.Starts()
 	}
-	return false
+	fam := opTable[prev].flags & (fSend | fWrite)
+	return !next.Starts() && prev.Transport() == next.Transport() && opTable[next].flags&fam != 0
 }

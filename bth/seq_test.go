@@ -45,6 +45,13 @@ func TestMessageOpcode(t *testing.T) {
 		{bth.TransportUD, bth.OpSend, F, 0, false},
 		{bth.TransportUD, bth.OpWrite, O, 0, false},
 		{bth.TransportCNP, bth.OpSend, O, 0, false},
+		{bth.TransportRC, bth.OpRead, O, bth.RCReadRequest, true},
+		{bth.TransportRC, bth.OpRead, F, 0, false},
+		{bth.TransportRC, bth.OpCompareSwap, O, bth.RCCompareSwap, true},
+		{bth.TransportRC, bth.OpFetchAdd, O, bth.RCFetchAdd, true},
+		{bth.TransportRC, bth.OpFetchAdd, L, 0, false},
+		{bth.TransportUC, bth.OpRead, O, 0, false},
+		{bth.TransportUC, bth.OpFetchAdd, O, 0, false},
 		{bth.TransportRC, bth.Op(99), O, 0, false},
 	}
 	for _, tt := range tests {
@@ -86,10 +93,63 @@ func TestValidSequence(t *testing.T) {
 		{bth.UCSendFirst, bth.RCSendLast, false},
 		{bth.UCWriteOnly, bth.UCWriteFirst, true},
 		{bth.RCSendOnly, bth.RCAck, false},
+		{bth.Opcode(0xFF), bth.UCSendFirst, true},
+		{bth.Opcode(0xFF), bth.UCWriteLast, false},
+		{bth.RCReadRequest, bth.RCWriteFirst, true},
 	}
 	for _, tt := range tests {
 		if got := bth.ValidSequence(tt.prev, tt.next); got != tt.want {
 			t.Errorf("ValidSequence(%v, %v) = %v", tt.prev, tt.next, got)
+		}
+	}
+}
+
+// TestOperationMasks checks the opcode table's operation masks against
+// rxe's (rxe_opcode.c): family, message position, receive WR, request or
+// response.
+func TestOperationMasks(t *testing.T) {
+	type masks struct {
+		send, write, readReq, readResp, atomic, ack, atomicAck bool
+		starts, ends, recvWR, request, response                bool
+	}
+	tests := []struct {
+		op   bth.Opcode
+		want masks
+	}{
+		{bth.RCSendFirst, masks{send: true, starts: true, recvWR: true, request: true}},
+		{bth.RCSendMiddle, masks{send: true, request: true}},
+		{bth.RCSendLast, masks{send: true, ends: true, request: true}},
+		{bth.RCSendLastImm, masks{send: true, ends: true, request: true}},
+		{bth.RCSendLastInv, masks{send: true, ends: true, request: true}},
+		{bth.RCSendOnly, masks{send: true, starts: true, ends: true, recvWR: true, request: true}},
+		{bth.RCSendOnlyImm, masks{send: true, starts: true, ends: true, recvWR: true, request: true}},
+		{bth.RCSendOnlyInv, masks{send: true, starts: true, ends: true, recvWR: true, request: true}},
+		{bth.UCSendFirst, masks{send: true, starts: true, recvWR: true, request: true}},
+		{bth.UDSendOnlyImm, masks{send: true, starts: true, ends: true, recvWR: true, request: true}},
+		{bth.RCWriteFirst, masks{write: true, starts: true, request: true}},
+		{bth.RCWriteMiddle, masks{write: true, request: true}},
+		{bth.RCWriteLast, masks{write: true, ends: true, request: true}},
+		{bth.RCWriteLastImm, masks{write: true, ends: true, recvWR: true, request: true}},
+		{bth.UCWriteOnly, masks{write: true, starts: true, ends: true, request: true}},
+		{bth.UCWriteOnlyImm, masks{write: true, starts: true, ends: true, recvWR: true, request: true}},
+		{bth.RCReadRequest, masks{readReq: true, starts: true, ends: true, request: true}},
+		{bth.RCReadResponseFirst, masks{readResp: true, starts: true, response: true}},
+		{bth.RCReadResponseMiddle, masks{readResp: true, response: true}},
+		{bth.RCReadResponseLast, masks{readResp: true, ends: true, response: true}},
+		{bth.RCReadResponseOnly, masks{readResp: true, starts: true, ends: true, response: true}},
+		{bth.RCAck, masks{ack: true, starts: true, ends: true, response: true}},
+		{bth.RCAtomicAck, masks{atomicAck: true, starts: true, ends: true, response: true}},
+		{bth.RCCompareSwap, masks{atomic: true, starts: true, ends: true, request: true}},
+		{bth.RCFetchAdd, masks{atomic: true, starts: true, ends: true, request: true}},
+		{bth.CNP, masks{starts: true, ends: true}},
+		{bth.Opcode(0xFF), masks{}},
+	}
+	for _, tt := range tests {
+		o := tt.op
+		got := masks{o.IsSend(), o.IsWrite(), o.IsReadRequest(), o.IsReadResponse(), o.IsAtomic(), o.IsAck(),
+			o.IsAtomicAck(), o.Starts(), o.Ends(), o.NeedsRecvWR(), o.IsRequest(), o.IsResponse()}
+		if got != tt.want {
+			t.Errorf("%v: masks %+v, want %+v", o, got, tt.want)
 		}
 	}
 }

@@ -120,22 +120,6 @@ func FlowLabel(srcPort, dstPort uint16) uint32 {
 	return (uint32(srcPort)*31 + uint32(dstPort)) & 0xFFFFF
 }
 
-// UDPSourcePort folds a 20-bit flow label into the RoCEv2 UDP source port
-// the way the kernel does (ib_verbs.h rdma_flow_label_to_udp_sport).
-func UDPSourcePort(flowLabel uint32) uint16 {
-	fl := flowLabel & 0xFFFFF
-	return uint16(0xC000 | (fl&0x3FFF ^ (fl&0xFC000)>>14))
-}
-
-// CalcFlowLabel is the flow label the kernel derives from the QPNs when the
-// address vector has none (ib_verbs.h rdma_calc_flow_label).
-func CalcFlowLabel(lqpn, rqpn uint32) uint32 {
-	v := uint64(lqpn) * uint64(rqpn)
-	v ^= v >> 20
-	v ^= v >> 40
-	return uint32(v & 0xFFFFF)
-}
-
 // TimeoutDuration converts a 5-bit IBA time code (CM response timeout, local
 // ACK timeout, packet lifetime) to 4.096 µs × 2^code.
 func TimeoutDuration(code uint8) time.Duration {

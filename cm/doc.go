@@ -9,7 +9,8 @@
 //     REJ, REP, RTU, DREQ, DREP, SIDRREQ, SIDRREP with exact bit layouts
 //     (Marshal, Parse; round-trips the bytes of real rxe captures), and
 //     rdma_cm's private-data header (CMAHeader), service IDs (ServiceID),
-//     the flow label and UDP source port rules (FlowLabel, UDPSourcePort).
+//     and rdma_cm's flow label (FlowLabel; the UDP source port it gives is
+//     bth.FlowLabelSourcePort).
 //   - Machine: the communication-ID state machine (idle, REQ sent/received,
 //     MRA, REP sent/received, established, DREQ sent/received, timewait,
 //     SIDR). It is pure: time is passed in, MADs to send and events come

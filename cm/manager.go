@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // rdma_cm's defaults (cma.c): CM response timeout code 20 (≈ 4.3 s), 15 CM
@@ -422,7 +424,7 @@ func (r *ConnRequest) QPParams(p ConnParam) QPParams {
 		PathMTU:         min(q.PathMTU, r.mg.cfg.PathMTU),
 		Timeout:         q.Primary.LocalACKTimeout,
 		RetryCount:      q.RetryCount, RNRRetry: q.RNRRetryCount,
-		FlowLabel: q.Primary.FlowLabel, UDPSourcePort: UDPSourcePort(q.Primary.FlowLabel),
+		FlowLabel: q.Primary.FlowLabel, UDPSourcePort: bth.FlowLabelSourcePort(q.Primary.FlowLabel),
 		HopLimit: q.Primary.HopLimit, TrafficClass: q.Primary.TrafficClass,
 	}
 }
@@ -571,7 +573,7 @@ func (mg *Manager) Dial(ctx context.Context, local, remote netip.AddrPort, p Con
 					MaxRdAtomic: min(p.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: p.ResponderResources,
 					PathMTU: cfg.PathMTU, Timeout: req.Primary.LocalACKTimeout,
 					RetryCount: p.RetryCount, RNRRetry: rep.RNRRetryCount,
-					FlowLabel: fl, UDPSourcePort: UDPSourcePort(fl), HopLimit: cfg.HopLimit, TrafficClass: cfg.TrafficClass}
+					FlowLabel: fl, UDPSourcePort: bth.FlowLabelSourcePort(fl), HopLimit: cfg.HopLimit, TrafficClass: cfg.TrafficClass}
 				if p.Ready != nil {
 					if err := p.Ready(qp); err != nil {
 						mg.mu.Lock()

@@ -20,9 +20,9 @@
 //
 // # Receive flow
 //
-//	Link.ReadBatch ─► readLoop: DestQP ─► QP table ─► shard inbound ring (drop+count if full)
+//	Link.ReadBatch ─► readLoop: bth.PeekDestQP ─► QP table ─► shard inbound ring (drop+count if full)
 //	                                                        │
-//	shard: bth.Parse ─► ICRC (IPv4: ID 0, else SolveIPv4ID; IPv6: full) ─► P_Key, type, source checks
+//	shard: bth.Parse ─► bth.AcceptICRC (one CRC pass) ─► P_Key, type, source checks
 //	        │
 //	        ├─ request  ─► responder: PSN (expected / duplicate / ahead: one NAK per gap)
 //	        │                 ─► opcode sequence ─► QP access ─► length ─► receive WR (RQ/SRQ, else RNR NAK)
@@ -67,8 +67,8 @@
 // WR and moves an RC QP to ERR, but a UD or UC QP to SQE: its other send WRs
 // are flushed, receives go on, and ibv_modify_qp SQE→RTS resumes sending.
 //
-// Each QP sends from the UDP source port rxe would give it (rdma_get_udp_sport
-// for RC and UC, 0xC000 + hash_32(qpn, 14) for UD), for ECMP entropy, when
+// Each QP sends from the UDP source port rxe would give it
+// (bth.ConnectedSourcePort for RC and UC, bth.QPSourcePort for UD), for ECMP entropy, when
 // the Link grants it (link.Link.SourcePort); otherwise from the Link's own
 // port. The ICRC covers the port, so it is computed with the one used.
 package transport

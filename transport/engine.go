@@ -216,8 +216,10 @@ func (e *Engine) event(ev Event) {
 
 func (e *Engine) lookup(qpn uint32) *QP { return (*e.qps.Load())[qpn] }
 
+// shardFor is the QP's owner shard. QPNs are handed out in sequence, so
+// their remainder spreads QPs evenly.
 func (e *Engine) shardFor(qpn uint32) *shard {
-	return e.shards[hash32(qpn, 32)%uint32(len(e.shards))]
+	return e.shards[qpn%uint32(len(e.shards))]
 }
 
 // readLoop is the single reader: it reads batches, finds the QP by the BTH
@@ -251,11 +253,11 @@ func (e *Engine) readLoop(batch int) {
 		kicked = kicked[:0]
 		for i := 0; i < n; i++ {
 			b := msgs[i].Buf
-			if len(b) < bth.BTHLen+bth.ICRCLen {
+			qpn, ok := bth.PeekDestQP(b)
+			if !ok {
 				e.stats.Malformed.Add(1)
 				continue
 			}
-			qpn := uint32(b[5])<<16 | uint32(b[6])<<8 | uint32(b[7])
 			q := e.lookup(qpn)
 			if q == nil {
 				e.stats.UnknownQP.Add(1)
@@ -455,7 +457,8 @@ func (s *shard) txBuf() *[link.MaxDatagram]byte {
 // for dst.
 func (s *shard) xmit(q *QP, buf *[link.MaxDatagram]byte, pkt []byte, dst netip.Addr, class OpClass) {
 	e := s.e
-	// IPv4: the Link's sockets send with DF and ID 0 (PROTOCOL.md §4.3).
+	// IPv4: a Link's sockets send with DF set and IPv4 ID 0 (see package
+	// link), and the ICRC covers both.
 	env := bth.Envelope{Src: e.localAddr, Dst: dst, IPID: 0, DF: true, SrcPort: q.srcPort(), DstPort: e.port}
 	bth.PutICRC(&env, pkt)
 	s.tx = append(s.tx, link.Message{Buf: pkt, Addr: netip.AddrPortFrom(dst, e.port), SrcPort: q.wport})
@@ -484,30 +487,4 @@ func (s *shard) flushTx() {
 	}
 	s.tx = s.tx[:0]
 	s.txBufs = s.txBufs[:0]
-}
-
-// hash32 is the kernel's hash_32(val, bits).
-func hash32(v uint32, bits uint) uint32 {
-	h := v * 0x61C88647
-	if bits >= 32 {
-		return h
-	}
-	return h >> (32 - bits)
-}
-
-// udSrcPort is the UDP source port rxe gives a QP at creation:
-// 0xC000 + hash_32(qpn, 14).
-func udSrcPort(qpn uint32) uint16 { return 0xC000 + uint16(hash32(qpn, 14)&0x3FFF) }
-
-// rcSrcPort is rdma_get_udp_sport: from the flow label, or when it is 0 from
-// rdma_calc_flow_label(lqpn, rqpn).
-func rcSrcPort(flowLabel, lqpn, rqpn uint32) uint16 {
-	fl := flowLabel & 0xFFFFF
-	if fl == 0 {
-		v := uint64(lqpn) * uint64(rqpn)
-		v ^= v >> 20
-		v ^= v >> 40
-		fl = uint32(v & 0xFFFFF)
-	}
-	return 0xC000 | uint16((fl&0x3FFF)^((fl&0xFC000)>>14))
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport/link"
@@ -277,3 +278,6 @@ func pattern(n int, seed byte) []byte {
 func wcString(w cq.WorkCompletion) string {
 	return fmt.Sprintf("{wr %d %v %v len %d}", w.WRID, w.Status, w.Opcode, w.ByteLen)
 }
+
+// grhLen is the GRH area at the start of every UD receive buffer.
+const grhLen = bth.GRHLen

@@ -112,7 +112,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		q.init.Cap.MaxRecvWR, q.init.Cap.MaxRecvSGE = 0, 0
 	}
 	q.sq.init(int(c.MaxSendWR), int(q.init.Cap.MaxSendSGE), int(c.MaxInlineData))
-	q.resp.wr.SGL = make([]srq.SGE, 0, e.maxSGE)
+	q.resp = newResponder(nil, srq.RecvWR{SGL: make([]srq.SGE, 0, e.maxSGE)})
 	q.attr.Cap = q.init.Cap
 	q.attr.PortNum = 1
 	q.attr.PathMTU = MTU1024
@@ -145,7 +145,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		return nil, newErr(op, qpn, syscall.EBUSY, "QPN in use")
 	}
 	q.qpn = qpn
-	q.setSourcePort(udSrcPort(qpn))
+	q.setSourcePort(bth.QPSourcePort(qpn))
 	q.sh = e.shardFor(qpn)
 	nm := make(map[uint32]*QP, len(m)+1)
 	for k, v := range m {
@@ -327,7 +327,7 @@ func (q *QP) modify(now time.Time, a *QPAttr, mask QPAttrMask) error {
 		if t.AV.SrcPort != 0 {
 			q.setSourcePort(t.AV.SrcPort)
 		} else {
-			q.setSourcePort(rcSrcPort(t.AV.FlowLabel, q.qpn, t.DestQPN))
+			q.setSourcePort(bth.ConnectedSourcePort(t.AV.FlowLabel, q.qpn, t.DestQPN))
 		}
 	}
 	if mask&QPAttrState == 0 || next == cur && next != QPSErr {
@@ -370,7 +370,7 @@ func (q *QP) reset() {
 	q.req = requester{}
 	q.comp = completer{idx: q.sq.tail}
 	q.req.idx = q.sq.tail
-	q.resp = responder{res: res, wr: wr}
+	q.resp = newResponder(res, wr)
 	q.commEst, q.lastWQE = false, false
 	pm, cp := q.attr.PathMTU, q.attr.Cap
 	q.attr = QPAttr{PathMTU: pm, Cap: cp, PortNum: 1}

@@ -18,43 +18,35 @@ type requester struct {
 	needRetry bool    // rewind to the completer's PSN before sending (go-back-N)
 }
 
+// wireOps is the bth operation each send WR opcode is carried by.
+var wireOps = [...]bth.Op{
+	WRSend:              bth.OpSend,
+	WRSendWithImm:       bth.OpSendImm,
+	WRSendWithInv:       bth.OpSendInv,
+	WRRDMAWrite:         bth.OpWrite,
+	WRRDMAWriteWithImm:  bth.OpWriteImm,
+	WRRDMARead:          bth.OpRead,
+	WRAtomicCmpAndSwp:   bth.OpCompareSwap,
+	WRAtomicFetchAndAdd: bth.OpFetchAdd,
+	WRLocalInv:          0xFF, // not carried on the wire
+	WRBindMW:            0xFF,
+}
+
+// transports is the BTH transport of each QP type.
+var transports = [...]bth.Transport{QPTypeRC: bth.TransportRC, QPTypeUC: bth.TransportUC, QPTypeUD: bth.TransportUD}
+
 // nextOpcode picks the opcode of the packet that carries bytes [off,
-// off+pmtu) of a length-byte message (rxe next_opcode_rc): FIRST/MIDDLE
-// carry exactly pmtu bytes, LAST and ONLY the rest. last reports whether the
-// packet ends the message.
-func nextOpcode(op WROpcode, off, length, pmtu uint32) (o bth.Opcode, last bool) {
-	first := off == 0
-	last = length-off <= pmtu
-	pick := func(f, m, l, only bth.Opcode) bth.Opcode {
-		switch {
-		case first && last:
-			return only
-		case first:
-			return f
-		case last:
-			return l
-		}
-		return m
+// off+pmtu) of w's message from the opcode table (rxe next_opcode):
+// FIRST/MIDDLE carry exactly pmtu bytes, LAST and ONLY the rest; READ and
+// atomic requests are one packet. last reports whether the packet ends the
+// message.
+func (q *QP) nextOpcode(w *sendWQE, off uint32) (o bth.Opcode, last bool) {
+	first, last := off == 0, w.length-off <= q.pmtu
+	if w.isReadOrAtomic() || q.typ == QPTypeUD {
+		first, last = true, true
 	}
-	switch op {
-	case WRSend:
-		return pick(bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLast, bth.RCSendOnly), last
-	case WRSendWithImm:
-		return pick(bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLastImm, bth.RCSendOnlyImm), last
-	case WRSendWithInv:
-		return pick(bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLastInv, bth.RCSendOnlyInv), last
-	case WRRDMAWrite:
-		return pick(bth.RCWriteFirst, bth.RCWriteMiddle, bth.RCWriteLast, bth.RCWriteOnly), last
-	case WRRDMAWriteWithImm:
-		return pick(bth.RCWriteFirst, bth.RCWriteMiddle, bth.RCWriteLastImm, bth.RCWriteOnlyImm), last
-	case WRRDMARead:
-		return bth.RCReadRequest, true
-	case WRAtomicCmpAndSwp:
-		return bth.RCCompareSwap, true
-	case WRAtomicFetchAndAdd:
-		return bth.RCFetchAdd, true
-	}
-	return 0, true
+	o, _ = bth.MessageOpcode(transports[q.typ], wireOps[w.wr.Opcode], first, last)
+	return o, last
 }
 
 // rdAtomicOutstanding counts READ/atomic WQEs sent and not yet completed.
@@ -237,14 +229,6 @@ func (q *QP) scatter(sgl []srq.SGE, off uint32, data []byte) cq.Status {
 	return cq.Success
 }
 
-func sglSize(sgl []srq.SGE) uint64 {
-	var n uint64
-	for _, s := range sgl {
-		n += uint64(s.Size())
-	}
-	return n
-}
-
 // sendPacket builds and queues the next packet of w at req.psn. done reports
 // that the message is fully sent; ok is false when w failed locally.
 func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
@@ -256,11 +240,8 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 	consumed := 1
 	switch q.typ {
 	case QPTypeUD:
-		f.Opcode = bth.UDSendOnly
-		if w.wr.Opcode == WRSendWithImm {
-			f.Opcode = bth.UDSendOnlyImm
-			f.Imm = w.wr.Imm
-		}
+		f.Opcode, _ = q.nextOpcode(w, 0)
+		f.Imm = w.wr.Imm
 		qkey := w.wr.RemoteQKey
 		if qkey&0x80000000 != 0 {
 			qkey = q.attr.QKey // C10-15: high bit set takes the QP's Q_Key
@@ -274,11 +255,8 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 		class = ClassUD
 	default:
 		var last bool
-		f.Opcode, last = nextOpcode(w.wr.Opcode, q.req.off, w.length, q.pmtu)
+		f.Opcode, last = q.nextOpcode(w, q.req.off)
 		done = last
-		if q.typ == QPTypeUC {
-			f.Opcode = ucOpcode(f.Opcode)
-		}
 		switch w.wr.Opcode {
 		case WRRDMARead:
 			rem := w.length - q.req.off
@@ -302,14 +280,12 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 			if f.Opcode.HasIETH() {
 				f.IETH = w.wr.InvRKey
 			}
-			isWrite := w.wr.Opcode == WRRDMAWrite || w.wr.Opcode == WRRDMAWriteWithImm
-			if last && w.wr.Flags&SendSolicited != 0 && (!isWrite || w.wr.Opcode == WRRDMAWriteWithImm) {
+			// SE goes on the last packet of a SEND or WRITE with immediate:
+			// the packets that complete a receive WR.
+			if last && w.wr.Flags&SendSolicited != 0 && (f.Opcode.IsSend() || f.Opcode.HasImm()) {
 				f.SE = true
 			}
-			class = ClassSend
-			if isWrite {
-				class = ClassWrite
-			}
+			class = classOf(f.Opcode)
 		}
 		q.req.noAck++
 		if q.typ == QPTypeRC && (last || q.req.noAck >= maxPktsPerAck) {

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"encoding/binary"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -19,11 +18,13 @@ type responder struct {
 	msn     uint32  // messages completed (24 bits on the wire)
 	sentNAK bool    // one PSN-sequence NAK per gap
 
-	inSend, inWrite bool       // inside a multi-packet SEND / WRITE
-	dropping        bool       // UC: dropping until the next FIRST/ONLY
-	wr              srq.RecvWR // receive WR taken for the current message
-	haveWR          bool
-	off             uint32 // bytes placed into wr
+	// opcode is the last request executed, for the opcode sequence check
+	// (bth.ValidSequence); noOpcode when no message is in progress.
+	opcode   bth.Opcode
+	dropping bool       // UC: dropping until the next FIRST/ONLY
+	wr       srq.RecvWR // receive WR taken for the current message
+	haveWR   bool
+	off      uint32 // bytes placed into wr
 
 	// The current WRITE is kept as its R_Key and addresses, never as a
 	// slice of the MR: the key is resolved again for every packet
@@ -46,6 +47,16 @@ type responder struct {
 	ackPending bool
 	ackPSN     bth.PSN
 	ackMSN     uint32
+}
+
+// noOpcode is the responder's opcode outside any message: not a FIRST or
+// MIDDLE, so bth.ValidSequence lets only a FIRST or ONLY follow.
+const noOpcode bth.Opcode = 0xFF
+
+// newResponder is a responder in its initial state that keeps the resource
+// ring and receive-WR storage of res and wr.
+func newResponder(res []rdResource, wr srq.RecvWR) responder {
+	return responder{res: res, wr: wr, opcode: noOpcode}
 }
 
 // rdResource is a responder resource: a READ or atomic accepted, kept so a
@@ -191,47 +202,23 @@ func (q *QP) sendRNR(p bth.PSN) {
 	q.e.stats.NAKsSent[NAKRNR].Add(1)
 }
 
-func isSend(op bth.Opcode) bool {
-	switch op {
-	case bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLast, bth.RCSendLastImm, bth.RCSendOnly,
-		bth.RCSendOnlyImm, bth.RCSendLastInv, bth.RCSendOnlyInv:
-		return true
-	}
-	return false
-}
-
-func isWrite(op bth.Opcode) bool { return op >= bth.RCWriteFirst && op <= bth.RCWriteOnlyImm }
-
 // execute runs the responder pipeline for the expected PSN.
 func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 	op := pkt.Opcode()
 	p := pkt.PSN()
-	// Opcode sequence (C9-?? rxe check_op_seq).
-	switch {
-	case q.resp.inSend:
-		if !isSend(op) || op.IsFirst() || op.IsOnly() {
-			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-			return
-		}
-	case q.resp.inWrite:
-		if !isWrite(op) || op.IsFirst() || op.IsOnly() {
-			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-			return
-		}
-	default:
-		if op.IsMiddle() || op.IsLast() {
-			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-			return
-		}
+	// Opcode sequence (rxe check_op_seq).
+	if !bth.ValidSequence(q.resp.opcode, op) {
+		q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
+		return
 	}
 	// QP access rights (rxe check_op_valid).
 	var want Access
 	switch {
-	case isWrite(op):
+	case op.IsWrite():
 		want = AccessRemoteWrite
-	case op == bth.RCReadRequest:
+	case op.IsReadRequest():
 		want = AccessRemoteRead
-	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
+	case op.IsAtomic():
 		want = AccessRemoteAtomic
 	}
 	if q.attr.AccessFlags&want != want {
@@ -248,8 +235,8 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 		return
 	}
 	switch {
-	case isSend(op):
-		if (op.IsFirst() || op.IsOnly()) && !q.takeRecvWR() {
+	case op.IsSend():
+		if op.NeedsRecvWR() && !q.takeRecvWR() {
 			q.sendRNR(p)
 			return
 		}
@@ -262,9 +249,9 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 			return
 		}
 		q.resp.off += n
-		q.resp.inSend = !(op.IsLast() || op.IsOnly())
+		q.resp.opcode = op
 		q.resp.psn = p.Add(1)
-		if !q.resp.inSend {
+		if op.Ends() {
 			q.resp.msn++
 			wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecv,
 				ByteLen: q.resp.off, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
@@ -282,8 +269,8 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 		if pkt.AckReq() {
 			q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), p)
 		}
-	case isWrite(op):
-		if op.IsFirst() || op.IsOnly() {
+	case op.IsWrite():
+		if op.Starts() {
 			reth := pkt.RETH()
 			if reth.DMALen > 1<<31 || (op.IsOnly() && n != reth.DMALen) || n > reth.DMALen {
 				q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
@@ -299,15 +286,15 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 			q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
 			return
 		}
-		if op.HasImm() && !q.takeRecvWR() {
+		if op.NeedsRecvWR() && !q.takeRecvWR() {
 			q.sendRNR(p)
 			return
 		}
 		copy(dst, data)
 		q.resp.woff += n
-		q.resp.inWrite = !(op.IsLast() || op.IsOnly())
+		q.resp.opcode = op
 		q.resp.psn = p.Add(1)
-		if !q.resp.inWrite {
+		if op.Ends() {
 			q.resp.msn++
 			if op.HasImm() {
 				wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecvRDMAWithImm,
@@ -319,7 +306,7 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 		if pkt.AckReq() {
 			q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), p)
 		}
-	case op == bth.RCReadRequest:
+	case op.IsReadRequest():
 		if !q.haveRDResources() {
 			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
 			return
@@ -341,9 +328,10 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 		npk := numPackets(WRRDMARead, reth.DMALen, q.pmtu)
 		q.saveResource(rdResource{valid: true, first: p, last: p.Add(int(npk) - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALen})
 		q.resp.msn++
+		q.resp.opcode = op
 		q.resp.psn = p.Add(int(npk))
 		q.sendReadResponses(p, b)
-	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
+	case op.IsAtomic():
 		if !q.haveRDResources() {
 			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
 			return
@@ -368,6 +356,7 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 		atomicMu.Unlock()
 		q.saveResource(rdResource{valid: true, atomic: true, first: p, last: p, va: ae.VA, rkey: ae.RKey, length: 8, orig: orig})
 		q.resp.msn++
+		q.resp.opcode = op
 		q.resp.psn = p.Add(1)
 		q.sendAtomicAck(p, orig)
 	default:
@@ -427,9 +416,9 @@ func (q *QP) duplicate(now time.Time, pkt *bth.Packet) {
 	op := pkt.Opcode()
 	p := pkt.PSN()
 	switch {
-	case isSend(op) || isWrite(op):
+	case op.IsSend() || op.IsWrite():
 		q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), q.resp.psn.Add(-1))
-	case op == bth.RCReadRequest:
+	case op.IsReadRequest():
 		reth := pkt.RETH()
 		for i := range q.resp.res {
 			r := &q.resp.res[i]
@@ -452,7 +441,7 @@ func (q *QP) duplicate(now time.Time, pkt *bth.Packet) {
 			q.sendReadResponses(p, b)
 			return
 		}
-	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
+	case op.IsAtomic():
 		for i := range q.resp.res {
 			r := &q.resp.res[i]
 			if r.valid && r.atomic && r.first == p {
@@ -515,24 +504,12 @@ func (q *QP) sendReadResponses(p bth.PSN, data []byte) {
 		chunk := data[min(i*pmtu, n):min((i+1)*pmtu, n)]
 		f := bth.Fields{PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p.Add(i),
 			AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn}}
-		switch {
-		case npk == 1:
-			f.Opcode = bth.RCReadResponseOnly
-		case i == 0:
-			f.Opcode = bth.RCReadResponseFirst
-		case i == npk-1:
-			f.Opcode = bth.RCReadResponseLast
-		default:
-			f.Opcode = bth.RCReadResponseMiddle
-		}
+		f.Opcode, _ = bth.MessageOpcode(bth.TransportRC, bth.OpReadResponse, i == 0, i == npk-1)
 		buf := q.sh.txBuf()
 		q.sh.xmit(q, buf, bth.Append(buf[:0], &f, chunk), q.attr.AV.DGID, ClassReadResponse)
 		q.cnt.txPackets.Add(1)
 	}
 }
-
-// grhLen is the GRH area at the start of every UD receive buffer.
-const grhLen = 40
 
 // udReceive delivers a UD SEND: Q_Key check (C10-15), the GRH area, then
 // the payload, into the next receive WR. With no WR posted the datagram is
@@ -551,15 +528,19 @@ func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
 	if !q.takeRecvWR() {
 		return
 	}
-	var grh [grhLen]byte
-	buildGRH(&grh, it, q.e.localAddr, len(pkt.Bytes()))
+	var grh [bth.GRHLen]byte
+	dst := it.local
+	if !dst.IsValid() {
+		dst = q.e.localAddr
+	}
+	bth.PutGRH(&grh, it.src.Addr(), dst, it.tos, len(pkt.Bytes()))
 	st := q.scatter(q.resp.wr.SGL, 0, grh[:])
 	if st == cq.Success {
-		st = q.scatter(q.resp.wr.SGL, grhLen, data)
+		st = q.scatter(q.resp.wr.SGL, bth.GRHLen, data)
 	}
 	wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: st, Opcode: cq.OpRecv, QPNum: q.qpn}
 	if st == cq.Success {
-		wc.ByteLen = uint32(grhLen + len(data))
+		wc.ByteLen = uint32(bth.GRHLen + len(data))
 		wc.SrcQP = deth.SrcQP
 		wc.Flags = cq.FlagGRH
 		if pkt.Opcode().HasImm() {
@@ -569,43 +550,4 @@ func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
 	}
 	q.resp.haveWR = false
 	q.pushWC(q.init.RecvCQ, &wc, pkt.SE())
-}
-
-// buildGRH fills the GRH area of a UD receive: for IPv4, 20 zero bytes then
-// the IPv4 header as it was on the wire (ID 0 and DF assumed, TTL 64 as the
-// socket hides them); for IPv6, the IPv6 header (libibverbs UD semantics).
-func buildGRH(g *[grhLen]byte, it *rxItem, local netip.Addr, udpPayloadLen int) {
-	src := it.src.Addr().Unmap()
-	dst := it.local.Unmap()
-	if !dst.IsValid() {
-		dst = local
-	}
-	if src.Is4() && dst.Is4() {
-		h := g[20:]
-		h[0] = 0x45
-		h[1] = it.tos
-		binary.BigEndian.PutUint16(h[2:], uint16(20+8+udpPayloadLen))
-		binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
-		h[8] = 64
-		h[9] = 17
-		s4, d4 := src.As4(), dst.As4()
-		copy(h[12:16], s4[:])
-		copy(h[16:20], d4[:])
-		var sum uint32
-		for i := 0; i < 20; i += 2 {
-			sum += uint32(binary.BigEndian.Uint16(h[i:]))
-		}
-		for sum > 0xFFFF {
-			sum = sum&0xFFFF + sum>>16
-		}
-		binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
-		return
-	}
-	binary.BigEndian.PutUint32(g[0:], 6<<28|uint32(it.tos)<<20)
-	binary.BigEndian.PutUint16(g[4:], uint16(8+udpPayloadLen))
-	g[6] = 17
-	g[7] = 64
-	s16, d16 := src.As16(), dst.As16()
-	copy(g[8:24], s16[:])
-	copy(g[24:40], d16[:])
 }

@@ -7,27 +7,27 @@ import (
 	"github.com/goroce/goroce/bth"
 )
 
-// classOf maps an opcode to its counting class.
+// classOf maps an opcode to its counting class (UC SEND/WRITE count with
+// RC's).
 func classOf(op bth.Opcode) OpClass {
-	op = rcTwin(op) // UC SEND/WRITE count with their RC twins
 	switch {
 	case op == bth.CNP:
 		return ClassCNP
 	case op.IsUD():
 		return ClassUD
-	case isSend(op):
+	case op.IsSend():
 		return ClassSend
-	case isWrite(op):
+	case op.IsWrite():
 		return ClassWrite
-	case op == bth.RCReadRequest:
+	case op.IsReadRequest():
 		return ClassReadRequest
-	case op >= bth.RCReadResponseFirst && op <= bth.RCReadResponseOnly:
+	case op.IsReadResponse():
 		return ClassReadResponse
-	case op == bth.RCAck:
+	case op.IsAck():
 		return ClassAck
-	case op == bth.RCAtomicAck:
+	case op.IsAtomicAck():
 		return ClassAtomicAck
-	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
+	case op.IsAtomic():
 		return ClassAtomic
 	}
 	return ClassOther
@@ -58,13 +58,9 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 		dst = e.localAddr
 	}
 	env := bth.Envelope{Src: src, Dst: dst, DF: true, SrcPort: it.src.Port(), DstPort: e.port}
-	if !bth.CheckICRC(&env, b) {
-		// A UDP socket cannot see the IPv4 ID: ID 0 (DF senders such as us)
-		// was tried first; otherwise solve for it (rxe hashes its IDs).
-		if _, ok := bth.SolveIPv4ID(&env, b); !ok || !src.Is4() {
-			e.stats.ICRCErrors.Add(1)
-			return
-		}
+	if !bth.AcceptICRC(&env, b) {
+		e.stats.ICRCErrors.Add(1)
+		return
 	}
 	op := pkt.Opcode()
 	class := classOf(op)

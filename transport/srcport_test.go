@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport/link"
 	"github.com/goroce/goroce/transport/link/linktest"
@@ -67,7 +68,7 @@ func TestQPSourcePort(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitWC(t, a.scq, 1, 5*time.Second)
-	rcA := rcSrcPort(0, qa.QPN(), qb.QPN())
+	rcA := bth.ConnectedSourcePort(0, qa.QPN(), qb.QPN())
 	if got := wb.seen(); got[rcA] == 0 || len(got) != 1 {
 		t.Errorf("b received from ports %v, want only %d (rdma_get_udp_sport)", got, rcA)
 	}
@@ -90,8 +91,8 @@ func TestQPSourcePort(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitWC(t, b.rcq, 1, 5*time.Second)
-	if got := wb.seen(); got[udSrcPort(ua.QPN())] != 1 {
-		t.Errorf("b received from ports %v, want one datagram from %d (UD)", got, udSrcPort(ua.QPN()))
+	if got := wb.seen(); got[bth.QPSourcePort(ua.QPN())] != 1 {
+		t.Errorf("b received from ports %v, want one datagram from %d (UD)", got, bth.QPSourcePort(ua.QPN()))
 	}
 	if s := b.e.Stats(); s.ICRCErrors.Load() != 0 {
 		t.Errorf("%d ICRC errors", s.ICRCErrors.Load())

@@ -7,19 +7,6 @@ import (
 	"github.com/goroce/goroce/cq"
 )
 
-// ucOpcode turns an RC SEND/WRITE opcode into its UC twin: the UC family
-// (0x20-0x2b) has the same low five bits as RC's 0x00-0x0b.
-func ucOpcode(rc bth.Opcode) bth.Opcode { return bth.Opcode(bth.TransportUC) | rc&0x1F }
-
-// rcTwin maps a UC opcode onto the RC opcode with the same layout, so the
-// SEND/WRITE helpers serve both transports.
-func rcTwin(op bth.Opcode) bth.Opcode {
-	if op.IsUC() {
-		return op & 0x1F
-	}
-	return op
-}
-
 // ucDrop abandons the message in progress and drops packets until the next
 // FIRST or ONLY (IBA 9.7.5.2.x, rxe drop_msg): UC never NAKs. A receive WR
 // taken for the abandoned SEND stays with the QP for the next message.
@@ -30,7 +17,7 @@ func (q *QP) ucDrop() {
 
 // ucAbandon forgets a partial SEND or WRITE; bytes already placed stay.
 func (q *QP) ucAbandon() {
-	q.resp.inSend, q.resp.inWrite = false, false
+	q.resp.opcode = noOpcode
 	q.resp.off = 0
 	q.resp.woff, q.resp.wlen = 0, 0
 }
@@ -52,9 +39,9 @@ func (q *QP) ucFail(now time.Time, status cq.Status) {
 // silently drops the whole message, and the responder resynchronizes at the
 // next FIRST or ONLY whatever its PSN.
 func (q *QP) ucRequest(now time.Time, pkt *bth.Packet) {
-	op := rcTwin(pkt.Opcode())
+	op := pkt.Opcode()
 	p := pkt.PSN()
-	start := op.IsFirst() || op.IsOnly()
+	start := op.Starts()
 	if p != q.resp.psn {
 		q.e.stats.OutOfSequence.Add(1)
 	}
@@ -62,15 +49,13 @@ func (q *QP) ucRequest(now time.Time, pkt *bth.Packet) {
 	case start:
 		q.ucAbandon() // a lost LAST: the partial message is gone
 		q.resp.dropping = false
-	case q.resp.dropping || p != q.resp.psn ||
-		(q.resp.inSend && !isSend(op)) || (q.resp.inWrite && !isWrite(op)) ||
-		(!q.resp.inSend && !q.resp.inWrite):
+	case q.resp.dropping || p != q.resp.psn || !bth.ValidSequence(q.resp.opcode, op):
 		q.resp.psn = p.Add(1)
 		q.ucDrop()
 		return
 	}
 	q.resp.psn = p.Add(1)
-	end := op.IsLast() || op.IsOnly()
+	end := op.Ends()
 	data := pkt.Payload()
 	n := uint32(len(data))
 	if ((op.IsFirst() || op.IsMiddle()) && n != q.pmtu) || (op.IsLast() && (n == 0 || n > q.pmtu)) ||
@@ -79,8 +64,8 @@ func (q *QP) ucRequest(now time.Time, pkt *bth.Packet) {
 		return
 	}
 	switch {
-	case isSend(op):
-		if start && !q.takeRecvWR() {
+	case op.IsSend():
+		if op.NeedsRecvWR() && !q.takeRecvWR() {
 			q.ucDrop() // RNR: UC drops the message
 			return
 		}
@@ -89,7 +74,7 @@ func (q *QP) ucRequest(now time.Time, pkt *bth.Packet) {
 			return
 		}
 		q.resp.off += n
-		q.resp.inSend = !end
+		q.resp.opcode = op
 		if end {
 			wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecv,
 				ByteLen: q.resp.off, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
@@ -101,7 +86,7 @@ func (q *QP) ucRequest(now time.Time, pkt *bth.Packet) {
 			q.resp.off = 0
 			q.pushWC(q.init.RecvCQ, &wc, pkt.SE())
 		}
-	case isWrite(op):
+	case op.IsWrite():
 		if q.attr.AccessFlags&AccessRemoteWrite == 0 {
 			q.ucDrop()
 			return
@@ -123,13 +108,13 @@ func (q *QP) ucRequest(now time.Time, pkt *bth.Packet) {
 			q.ucDrop()
 			return
 		}
-		if op.HasImm() && !q.takeRecvWR() {
+		if op.NeedsRecvWR() && !q.takeRecvWR() {
 			q.ucDrop()
 			return
 		}
 		copy(dst, data)
 		q.resp.woff += n
-		q.resp.inWrite = !end
+		q.resp.opcode = op
 		if end {
 			wlen := q.resp.wlen
 			q.resp.woff, q.resp.wlen = 0, 0

@@ -37,32 +37,39 @@ func TestCheckPSN(t *testing.T) {
 
 func TestNextOpcode(t *testing.T) {
 	cases := []struct {
+		typ               QPType
 		op                WROpcode
 		off, length, pmtu uint32
 		want              bth.Opcode
 		last              bool
 	}{
-		{WRSend, 0, 0, 1024, bth.RCSendOnly, true},
-		{WRSend, 0, 1024, 1024, bth.RCSendOnly, true},
-		{WRSend, 0, 1025, 1024, bth.RCSendFirst, false},
-		{WRSend, 1024, 1025, 1024, bth.RCSendLast, true},
-		{WRSend, 1024, 4096, 1024, bth.RCSendMiddle, false},
-		{WRSendWithImm, 0, 10, 256, bth.RCSendOnlyImm, true},
-		{WRSendWithImm, 256, 300, 256, bth.RCSendLastImm, true},
-		{WRSendWithInv, 0, 10, 256, bth.RCSendOnlyInv, true},
-		{WRSendWithInv, 256, 512, 256, bth.RCSendLastInv, true},
-		{WRRDMAWrite, 0, 5000, 4096, bth.RCWriteFirst, false},
-		{WRRDMAWrite, 4096, 5000, 4096, bth.RCWriteLast, true},
-		{WRRDMAWriteWithImm, 0, 0, 4096, bth.RCWriteOnlyImm, true},
-		{WRRDMAWriteWithImm, 4096, 9000, 4096, bth.RCWriteMiddle, false},
-		{WRRDMARead, 0, 1 << 20, 1024, bth.RCReadRequest, true},
-		{WRAtomicCmpAndSwp, 0, 8, 1024, bth.RCCompareSwap, true},
-		{WRAtomicFetchAndAdd, 0, 8, 1024, bth.RCFetchAdd, true},
+		{QPTypeRC, WRSend, 0, 0, 1024, bth.RCSendOnly, true},
+		{QPTypeRC, WRSend, 0, 1024, 1024, bth.RCSendOnly, true},
+		{QPTypeRC, WRSend, 0, 1025, 1024, bth.RCSendFirst, false},
+		{QPTypeRC, WRSend, 1024, 1025, 1024, bth.RCSendLast, true},
+		{QPTypeRC, WRSend, 1024, 4096, 1024, bth.RCSendMiddle, false},
+		{QPTypeRC, WRSendWithImm, 0, 10, 256, bth.RCSendOnlyImm, true},
+		{QPTypeRC, WRSendWithImm, 256, 300, 256, bth.RCSendLastImm, true},
+		{QPTypeRC, WRSendWithInv, 0, 10, 256, bth.RCSendOnlyInv, true},
+		{QPTypeRC, WRSendWithInv, 256, 512, 256, bth.RCSendLastInv, true},
+		{QPTypeRC, WRRDMAWrite, 0, 5000, 4096, bth.RCWriteFirst, false},
+		{QPTypeRC, WRRDMAWrite, 4096, 5000, 4096, bth.RCWriteLast, true},
+		{QPTypeRC, WRRDMAWriteWithImm, 0, 0, 4096, bth.RCWriteOnlyImm, true},
+		{QPTypeRC, WRRDMAWriteWithImm, 4096, 9000, 4096, bth.RCWriteMiddle, false},
+		{QPTypeRC, WRRDMARead, 0, 1 << 20, 1024, bth.RCReadRequest, true},
+		{QPTypeRC, WRRDMARead, 2048, 1 << 20, 1024, bth.RCReadRequest, true},
+		{QPTypeRC, WRAtomicCmpAndSwp, 0, 8, 1024, bth.RCCompareSwap, true},
+		{QPTypeRC, WRAtomicFetchAndAdd, 0, 8, 1024, bth.RCFetchAdd, true},
+		{QPTypeUC, WRSend, 0, 1025, 1024, bth.UCSendFirst, false},
+		{QPTypeUC, WRRDMAWriteWithImm, 1024, 1025, 1024, bth.UCWriteLastImm, true},
+		{QPTypeUD, WRSendWithImm, 0, 100, 1024, bth.UDSendOnlyImm, true},
 	}
 	for _, tc := range cases {
-		got, last := nextOpcode(tc.op, tc.off, tc.length, tc.pmtu)
+		q := &QP{typ: tc.typ, pmtu: tc.pmtu}
+		w := &sendWQE{wr: SendWR{Opcode: tc.op}, length: tc.length}
+		got, last := q.nextOpcode(w, tc.off)
 		if got != tc.want || last != tc.last {
-			t.Errorf("nextOpcode(%d, %d, %d, %d) = %v %v, want %v %v", tc.op, tc.off, tc.length, tc.pmtu, got, last, tc.want, tc.last)
+			t.Errorf("%v nextOpcode(%d, %d, %d, %d) = %v %v, want %v %v", tc.typ, tc.op, tc.off, tc.length, tc.pmtu, got, last, tc.want, tc.last)
 		}
 	}
 }
@@ -76,21 +83,6 @@ func TestNumPackets(t *testing.T) {
 		if got := numPackets(tc.op, tc.length, tc.pmtu); got != tc.want {
 			t.Errorf("numPackets(%d, %d, %d) = %d, want %d", tc.op, tc.length, tc.pmtu, got, tc.want)
 		}
-	}
-}
-
-// Vectors from PROTOCOL.md §7 (rxe's source-port derivation).
-func TestSourcePorts(t *testing.T) {
-	for qpn, want := range map[uint32]uint16{1: 55410, 0x11: 57236, 0x12: 63494, 0x13: 53368} {
-		if got := udSrcPort(qpn); got != want {
-			t.Errorf("udSrcPort(%#x) = %d, want %d", qpn, got, want)
-		}
-	}
-	if got := rcSrcPort(0x14A64, 0, 0); got != 51809 {
-		t.Errorf("rcSrcPort(flow label 0x14A64) = %d, want 51809", got)
-	}
-	if got := rcSrcPort(0, 0x11, 0x12); got != 49458 {
-		t.Errorf("rcSrcPort(0, 0x11, 0x12) = %d, want 49458", got)
 	}
 }
 

@@ -64,18 +64,16 @@ type rxMAD struct {
 	from netip.Addr
 }
 
-// SrcPort is the UDP source port of rxe's QP1: 0xC000 + hash_32(1, 14). MADs
-// leave from it when the link can send from it.
-const SrcPort = 55410
-
 // Wrap returns l with QP1 diverted, and the Conn that receives it. Give the
 // Link to the engine (roce.OpenLink) and the Conn to cm.NewManager.
 func Wrap(l link.Link) (*Link, *Conn) {
 	c := &Conn{l: l, addr: l.LocalAddr().Addr().Unmap(), port: l.LocalAddr().Port(),
 		in: make(chan rxMAD, 128), done: make(chan struct{})}
+	// MADs leave from rxe's QP1 port (bth.QPSourcePort(1), 55410) when
+	// the link can send from it.
 	c.sport = c.port
-	if l.SourcePort(SrcPort) {
-		c.sport = SrcPort
+	if p := bth.QPSourcePort(cm.GSIQPN); l.SourcePort(p) {
+		c.sport = p
 	}
 	return &Link{Link: l, conn: c}, c
 }
@@ -134,7 +132,7 @@ func (g *Link) Close() error {
 // divert reports whether m is a QP1 datagram, and if so checks and queues it.
 func (c *Conn) divert(m *link.Message) bool {
 	b := m.Buf
-	if len(b) < bth.BTHLen || uint32(b[5])<<16|uint32(b[6])<<8|uint32(b[7]) != cm.GSIQPN {
+	if qpn, ok := bth.PeekDestQP(b); !ok || qpn != cm.GSIQPN {
 		return false
 	}
 	pkt, err := bth.Parse(b)
@@ -149,13 +147,7 @@ func (c *Conn) divert(m *link.Message) bool {
 		dst = c.addr
 	}
 	env := bth.Envelope{Src: src, Dst: dst, DF: true, SrcPort: m.Addr.Port(), DstPort: c.port}
-	ok := false
-	if src.Is4() {
-		_, ok = bth.SolveIPv4ID(&env, b)
-	} else {
-		ok = bth.CheckICRC(&env, b)
-	}
-	if !ok {
+	if !bth.AcceptICRC(&env, b) {
 		c.badICRC.Add(1)
 		return true
 	}
