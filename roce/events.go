@@ -90,13 +90,13 @@ func (d *Device) emit(ev AsyncEvent) {
 func (d *Device) onEngineEvent(ev transport.Event) {
 	out := AsyncEvent{Type: ev.Type}
 	// The type decides which object the event is about; the engine may fill in
-	// more than one (LAST_WQE_REACHED carries the QP and its SRQ).
+	// more than one (LAST_WQE_REACHED carries the QP and its SRQ). SRQ events
+	// never come from the engine: roce raises SRQ_LIMIT_REACHED from the SRQ's
+	// limit handler (SRQ.limitReached) and SRQ_ERR on DEVICE_FATAL.
 	d.objMu.RLock()
 	switch ev.Type {
 	case EventCQErr:
 		out.CQ = d.cqs[ev.CQ]
-	case EventSRQErr, EventSRQLimitReached:
-		out.SRQ = d.srqs[ev.SRQ]
 	case EventPortActive, EventPortErr:
 		out.Port = 1
 		d.portDown.Store(ev.Type == EventPortErr)

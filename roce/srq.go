@@ -58,8 +58,10 @@ func (d *Device) srqCaps() srq.Caps {
 	return srq.Caps{MaxWR: uint32(d.limits.MaxSRQWR), MaxSGE: uint32(d.limits.MaxSRQSGE), Resize: !d.limits.NoSRQResize}
 }
 
-// limitReached is the queue's limit handler: it raises SRQ_LIMIT_REACHED. It may run
-// on an engine shard or on the goroutine calling Modify; it only queues an event.
+// limitReached is the queue's limit handler and the one path of SRQ_LIMIT_REACHED:
+// the srq package disarms the queue before calling it, so it runs once per arming
+// (ibv_modify_srq(3)). It may run on the engine shard whose Pop crossed the limit or
+// on the goroutine calling Modify; it only counts and queues an event.
 func (s *SRQ) limitReached() {
 	s.pd.dev.stats.SRQLimitEvents.Add(1)
 	s.pd.dev.emit(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})

@@ -47,9 +47,8 @@ type Engine struct {
 	qps    atomic.Pointer[map[uint32]*QP] // copy-on-write, read by the reader
 
 	mu sync.Mutex
-	// mu guards: nextQPN, srqWatched, and writes of qps.
-	nextQPN    uint32
-	srqWatched map[*srq.Queue]bool
+	// mu guards: nextQPN and writes of qps.
+	nextQPN uint32
 
 	closed atomic.Bool
 	fatal  atomic.Bool // the Link died under the engine (DEVICE_FATAL)
@@ -64,19 +63,18 @@ func NewEngine(cfg Config) (*Engine, error) {
 		return nil, newErr("create_engine", 0, syscall.EINVAL, "Link and Memory are required")
 	}
 	e := &Engine{
-		link:       cfg.Link,
-		mem:        cfg.Memory,
-		stats:      cfg.Stats,
-		clock:      cfg.Clock,
-		onEvent:    cfg.OnEvent,
-		localAddr:  cfg.LocalAddr,
-		maxQPWR:    cfg.MaxQPWR,
-		maxSGE:     cfg.MaxSGE,
-		maxInline:  cfg.MaxInline,
-		portMTU:    cfg.PortMTU,
-		nextQPN:    firstQPN,
-		srqWatched: map[*srq.Queue]bool{},
-		done:       make(chan struct{}),
+		link:      cfg.Link,
+		mem:       cfg.Memory,
+		stats:     cfg.Stats,
+		clock:     cfg.Clock,
+		onEvent:   cfg.OnEvent,
+		localAddr: cfg.LocalAddr,
+		maxQPWR:   cfg.MaxQPWR,
+		maxSGE:    cfg.MaxSGE,
+		maxInline: cfg.MaxInline,
+		portMTU:   cfg.PortMTU,
+		nextQPN:   firstQPN,
+		done:      make(chan struct{}),
 	}
 	la := cfg.Link.LocalAddr()
 	e.port = la.Port()

@@ -57,7 +57,9 @@ type qpCounters struct {
 
 // CreateQP is ibv_create_qp: it makes a QP in the RESET state with the next
 // free QPN (from 0x11, as rxe). The engine attaches the QP to its CQs and
-// SRQ (cq.Queue.Attach, srq.Queue.Attach) and detaches on Destroy.
+// SRQ (cq.Queue.Attach, srq.Queue.Attach) and detaches on Destroy. It leaves
+// the SRQ's limit handler alone: SRQ_LIMIT_REACHED belongs to whoever created
+// the SRQ (roce raises it), and fires on the shard whose Pop crossed the limit.
 func (e *Engine) CreateQP(init *QPInitAttr) (*QP, error) { return e.CreateQPWithNum(init, 0) }
 
 // CreateQPWithNum is CreateQP with a chosen QPN (non-zero), for the GSI QP 1
@@ -153,13 +155,6 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	}
 	nm[qpn] = q
 	e.qps.Store(&nm)
-	if s := init.SRQ; s != nil && !e.srqWatched[s] {
-		e.srqWatched[s] = true
-		s.SetLimitHandler(func() {
-			e.stats.SRQLimitEvents.Add(1)
-			e.event(Event{Type: EventSRQLimitReached, SRQ: s})
-		})
-	}
 	e.mu.Unlock()
 	init.SendCQ.Attach()
 	init.RecvCQ.Attach()
@@ -465,17 +460,12 @@ func (q *QP) Destroy() error {
 	e.mu.Lock()
 	m := *e.qps.Load()
 	nm := make(map[uint32]*QP, len(m))
-	srqInUse := false
 	for k, v := range m {
 		if k != q.qpn {
 			nm[k] = v
-			srqInUse = srqInUse || (q.srq != nil && v.srq == q.srq)
 		}
 	}
 	e.qps.Store(&nm)
-	if q.srq != nil && !srqInUse {
-		delete(e.srqWatched, q.srq) // no QP draws from it now: forget it (a later CreateQP watches it again)
-	}
 	e.mu.Unlock()
 	q.init.SendCQ.Detach()
 	q.init.RecvCQ.Detach()

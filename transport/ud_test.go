@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -120,6 +121,8 @@ func sharedSRQRun(t *testing.T, loss *linktest.LossConfig) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var limitEvents atomic.Int32 // the SRQ's owner raises SRQ_LIMIT_REACHED; the shards only Pop
+	s.SetLimitHandler(func() { limitEvents.Add(1) })
 	const nqp, per, size = 4, 8, 2000
 	dst := b.mem.reg(1, make([]byte, nqp*per*size), AccessLocalWrite)
 	for i := 0; i < nqp*per; i++ {
@@ -167,8 +170,8 @@ func sharedSRQRun(t *testing.T, loss *linktest.LossConfig) {
 	if len(seen) != nqp*per {
 		t.Fatalf("%d distinct messages", len(seen))
 	}
-	if !b.hasEvent(EventSRQLimitReached) || b.e.Stats().Snapshot().SRQLimitEvents != 1 {
-		t.Fatal("SRQ limit event not raised once")
+	if n := limitEvents.Load(); n != 1 {
+		t.Fatalf("SRQ limit handler ran %d times, want once", n)
 	}
 	noMoreWC(t, b.rcq, time.Second)
 	if loss != nil {
@@ -258,10 +261,11 @@ func TestUDUnderLoss(t *testing.T) {
 	}
 }
 
-// TestDestroyedQPsForgetTheirSRQ: the engine watches an SRQ (for its limit event)
-// only while QPs draw from it, so a daemon that makes an SRQ per session does not
-// keep every one it ever saw.
-func TestDestroyedQPsForgetTheirSRQ(t *testing.T) {
+// TestEngineLeavesTheSRQLimitHandlerAlone: SRQ_LIMIT_REACHED has one owner, the
+// creator of the SRQ (roce). Creating and destroying the QPs that draw from an SRQ
+// neither replaces its limit handler nor makes the engine keep the SRQ (it used to
+// watch every SRQ it saw in a map).
+func TestEngineLeavesTheSRQLimitHandlerAlone(t *testing.T) {
 	a, b := pair(t, nil)
 	defer a.close(t)
 	defer b.close(t)
@@ -270,25 +274,24 @@ func TestDestroyedQPsForgetTheirSRQ(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		calls := 0
+		s.SetLimitHandler(func() { calls++ })
 		q1 := b.createQP(t, QPTypeRC, rcOpts{srq: s})
 		q2 := b.createQP(t, QPTypeRC, rcOpts{srq: s})
-		if err := q1.Destroy(); err != nil {
+		// Arming above the WRs outstanding (none) fires at once, on this goroutine.
+		if err := s.Modify(&srq.Attr{Limit: 1}, srq.AttrLimit); err != nil || calls != 1 {
+			t.Fatalf("arm with QPs attached: err %v, handler ran %d times, want once", err, calls)
+		}
+		for _, q := range []*QP{q1, q2} {
+			if err := q.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Modify(&srq.Attr{Limit: 1}, srq.AttrLimit); err != nil || calls != 2 {
+			t.Fatalf("arm after the QPs are gone: err %v, handler ran %d times in all, want 2", err, calls)
+		}
+		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		b.e.mu.Lock()
-		watched := b.e.srqWatched[s]
-		b.e.mu.Unlock()
-		if !watched {
-			t.Fatal("SRQ forgotten while a QP still draws from it")
-		}
-		if err := q2.Destroy(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b.e.mu.Lock()
-	n := len(b.e.srqWatched)
-	b.e.mu.Unlock()
-	if n != 0 {
-		t.Fatalf("engine still watches %d SRQs after every QP using them was destroyed", n)
 	}
 }
