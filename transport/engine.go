@@ -124,6 +124,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	e.wg.Add(n + 1)
 	for _, s := range e.shards {
+		s.passDone.Store(e.clock.Now().UnixNano())
 		go s.run()
 	}
 	go e.readLoop(batch)
@@ -304,6 +305,8 @@ type shard struct {
 	cmds  chan func()
 	batch int
 
+	passDone atomic.Int64 // clock time (UnixNano) the last pass ended; see ShardLoopAges
+
 	inMu sync.Mutex
 	// inMu guards: in, ready.
 	in    []rxItem
@@ -379,6 +382,7 @@ func (s *shard) run() {
 			return
 		}
 		s.process()
+		s.passDone.Store(s.e.clock.Now().UnixNano()) // health: Engine.ShardLoopAges
 	}
 }
 

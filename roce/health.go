@@ -1,0 +1,10 @@
+package roce
+
+import "time"
+
+// ShardLoopAges returns, for each engine shard, how long ago it finished its
+// last pass of work, and wakes every shard so an idle one finishes a pass at
+// once: polled every period P, a healthy shard reports at most P, a wedged one
+// a growing age. It is for health checks (roced's /healthz); see
+// transport.Engine.ShardLoopAges.
+func (d *Device) ShardLoopAges() []time.Duration { return d.eng.ShardLoopAges() }
