@@ -92,6 +92,7 @@ type Limits struct {
 	MaxCQE          int
 	MaxMR           int
 	MaxMRSize       uint64
+	MaxMW           int
 	MaxPD           int
 	MaxAH           int
 	MaxSRQ          int
@@ -114,6 +115,7 @@ var DefaultLimits = Limits{
 	MaxCQE:          (1 << 15) - 1,
 	MaxMR:           1 << 18,
 	MaxMRSize:       math.MaxInt64,
+	MaxMW:           1<<19 - 1,
 	MaxPD:           1 << 16,
 	MaxAH:           1 << 15,
 	MaxSRQ:          1 << 16,
@@ -137,6 +139,7 @@ func (l Limits) withDefaults() Limits {
 	set(&d.MaxCQ, l.MaxCQ)
 	set(&d.MaxCQE, l.MaxCQE)
 	set(&d.MaxMR, l.MaxMR)
+	set(&d.MaxMW, l.MaxMW)
 	set(&d.MaxPD, l.MaxPD)
 	set(&d.MaxAH, l.MaxAH)
 	set(&d.MaxSRQ, l.MaxSRQ)
@@ -171,6 +174,7 @@ func (l Limits) deviceAttr(guid uint64) DeviceAttr {
 		MaxCQ:           l.MaxCQ,
 		MaxCQE:          l.MaxCQE,
 		MaxMR:           l.MaxMR,
+		MaxMW:           l.MaxMW,
 		MaxPD:           l.MaxPD,
 		MaxQPRdAtom:     l.MaxQPRdAtom,
 		MaxResRdAtom:    l.MaxQPRdAtom * l.MaxQP,

@@ -108,8 +108,8 @@ type Device struct {
 	srqs  map[*srq.Queue]*SRQ
 
 	// Resource counts against Limits; atomics so create/destroy stay cheap.
-	nPD, nMR, nCQ, nQP, nSRQ, nAH atomic.Int64
-	ids                           atomic.Uint32 // handle numbers for PD, CQ, SRQ, AH
+	nPD, nMR, nMW, nCQ, nQP, nSRQ, nAH atomic.Int64
+	ids                                atomic.Uint32 // handle numbers for PD, CQ, SRQ, AH
 }
 
 // Open is ibv_open_device for a device on the local IP address addr: it binds UDP port

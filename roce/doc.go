@@ -44,6 +44,9 @@
 //	ibv_reg_mr_iova              (*PD).RegMRIOVA(buf, iova, access) (*MR, error)
 //	ibv_dereg_mr                 (*MR).Close() error
 //	mr->lkey, mr->rkey, mr->addr (*MR).LKey(), RKey(), Addr(), Len()
+//	ibv_alloc_mw                 (*PD).AllocMW(MWType1 | MWType2) (*MW, error)
+//	ibv_dealloc_mw               (*MW).Close() error
+//	mw->rkey, ibv_inc_rkey       (*MW).RKey(), IncRKey(rkey)
 //	ibv_create_ah                (*PD).CreateAH(AHAttr) (*AH, error)
 //	ibv_destroy_ah               (*AH).Close() error
 //	ibv_create_cq                (*Device).CreateCQ(cqe) (*CQ, error)
@@ -103,7 +106,7 @@
 //	EOPNOTSUPP  an access flag rxe does not support (ON_DEMAND, ZERO_BASED or
 //	        HUGETLB on an MR).
 //	EBUSY   destroying an object still in use: a PD with MRs, AHs, SRQs or QPs, a CQ
-//	        or SRQ attached to a QP.
+//	        or SRQ attached to a QP, an MR with memory windows bound to it.
 //	ENODEV  the Device was closed. Such errors also match net.ErrClosed, so shutdown
 //	        code can test one condition.
 //

@@ -9,74 +9,114 @@ import (
 )
 
 // memShards spreads the key tables over several locks so shards resolving keys in
-// parallel do not contend on one cache line. Keys are random, so their low bits
-// spread evenly.
+// parallel do not contend on one cache line. Key indexes are random, so their low
+// bits spread evenly.
 const memShards = 16
 
-// memory is the device's MR registry: lkey and rkey → region. It implements
-// transport.Memory. Lookups are on the engine's hot path: an RLock and a map read,
-// no allocation.
+// A key (lkey or rkey) is index<<8 | key byte, as on rxe: the 24-bit index names
+// the object and the key byte is the part a memory window bind changes
+// (ibv_inc_rkey). Every live object has its own index, so one lookup by index
+// finds whatever a key names, and the full key is compared after it.
+const keyByteMask = 0xff
+
+// keyKind says what a key index belongs to.
+type keyKind uint8
+
+const (
+	kindLKey   keyKind = iota + 1 // an MR's lkey
+	kindRKey                      // an MR's rkey
+	kindWindow                    // a memory window's rkey
+)
+
+// keyEntry is one live index. region is the MR for kindLKey and kindRKey; w is
+// the window for kindWindow.
+type keyEntry struct {
+	kind   keyKind
+	key    uint32
+	region *transport.Region
+	w      *window
+}
+
+// memory is the device's key registry: MR lkeys and rkeys and memory window rkeys.
+// It implements transport.Memory. Lookups are on the engine's hot path: an RLock
+// and a map read, no allocation.
 type memory struct {
 	shards [memShards]memShard
 
-	// keyMu guards: lastKey (so consecutive keys are never adjacent).
+	// keyMu guards: lastKey (so consecutive keys are never adjacent), and
+	// serialises index allocation so a check and an insert cannot interleave.
 	keyMu   sync.Mutex
 	lastKey uint32
+
+	// mwMu serialises binds, invalidations, window deallocation and MR
+	// deregistration, so an MR cannot lose its last window and gain a new one
+	// while it is being deregistered. It is taken before a shard lock, never
+	// after.
+	mwMu sync.Mutex
+	// mwMu guards: boundMWs.
+	boundMWs map[*transport.Region]int // MR → windows bound to it (rxe num_mw)
 }
 
 type memShard struct {
 	mu sync.RWMutex
-	// mu guards: local, remote.
-	local  map[uint32]*transport.Region
-	remote map[uint32]*transport.Region
-	_      [64]byte // keep shards on separate cache lines
+	// mu guards: keys, and the bind state of every window whose index is here.
+	keys map[uint32]*keyEntry // key index → entry
+	_    [64]byte             // keep shards on separate cache lines
 }
 
 var _ transport.Memory = (*memory)(nil)
 
 func newMemory() *memory {
-	m := &memory{}
+	m := &memory{boundMWs: make(map[*transport.Region]int)}
 	for i := range m.shards {
-		m.shards[i].local = make(map[uint32]*transport.Region)
-		m.shards[i].remote = make(map[uint32]*transport.Region)
+		m.shards[i].keys = make(map[uint32]*keyEntry)
 	}
 	return m
 }
 
-func (m *memory) shard(key uint32) *memShard { return &m.shards[key%memShards] }
+func (m *memory) shard(key uint32) *memShard { return &m.shards[(key>>8)%memShards] }
 
 // LocalRegion resolves an lkey; nil when no live MR has it.
 func (m *memory) LocalRegion(lkey uint32) *transport.Region {
 	s := m.shard(lkey)
 	s.mu.RLock()
-	r := s.local[lkey]
+	var r *transport.Region
+	if e := s.keys[lkey>>8]; e != nil && e.kind == kindLKey && e.key == lkey {
+		r = e.region
+	}
 	s.mu.RUnlock()
 	return r
 }
 
-// RemoteRegion resolves an rkey; nil when no live MR has it.
+// RemoteRegion resolves an rkey: an MR's rkey, or the rkey of a memory window
+// that is bound (valid, with a nonzero length) and carries exactly this key
+// byte. For a window the region is the window itself (its bounds, its access
+// rights, its PD); nil otherwise.
 func (m *memory) RemoteRegion(rkey uint32) *transport.Region {
 	s := m.shard(rkey)
 	s.mu.RLock()
-	r := s.remote[rkey]
+	var r *transport.Region
+	if e := s.keys[rkey>>8]; e != nil {
+		switch e.kind {
+		case kindRKey:
+			if e.key == rkey {
+				r = e.region
+			}
+		case kindWindow:
+			if w := e.w; w.rkey == rkey && w.state == mwValid {
+				r = w.region
+			}
+		}
+	}
 	s.mu.RUnlock()
 	return r
 }
 
-// inUse reports whether key is an lkey or rkey of a live MR.
-func (m *memory) inUse(key uint32) bool {
-	s := m.shard(key)
-	s.mu.RLock()
-	_, l := s.local[key]
-	_, r := s.remote[key]
-	s.mu.RUnlock()
-	return l || r
-}
-
 // register assigns r fresh keys and publishes it. Keys come from crypto/rand: a
-// remote peer that learns one rkey can infer nothing about the others, and keys of a
-// closed MR are not handed out again while that key is still live anywhere. 0 is
-// never a key, and a key is never adjacent to the one issued just before it.
+// remote peer that learns one rkey can infer nothing about the others, and the
+// index of a closed MR is not handed out again while that index is still live
+// anywhere. 0 is never a key, and a key is never adjacent to the one issued just
+// before it.
 func (m *memory) register(r *transport.Region) error {
 	m.keyMu.Lock()
 	defer m.keyMu.Unlock()
@@ -89,19 +129,38 @@ func (m *memory) register(r *transport.Region) error {
 		return err
 	}
 	r.LKey, r.RKey = lkey, rkey
-	ls, rs := m.shard(lkey), m.shard(rkey)
-	ls.mu.Lock()
-	ls.local[lkey] = r
-	ls.mu.Unlock()
-	rs.mu.Lock()
-	rs.remote[rkey] = r
-	rs.mu.Unlock()
+	m.insert(&keyEntry{kind: kindLKey, key: lkey, region: r})
+	m.insert(&keyEntry{kind: kindRKey, key: rkey, region: r})
 	return nil
 }
 
-// newKeyLocked draws a random key that is unused, nonzero, different from other and
-// not within 1 of the previous key. keyMu is held, so no concurrent register can take
-// the same key between the check and the insert.
+func (m *memory) insert(e *keyEntry) {
+	s := m.shard(e.key)
+	s.mu.Lock()
+	s.keys[e.key>>8] = e
+	s.mu.Unlock()
+}
+
+func (m *memory) remove(key uint32) {
+	s := m.shard(key)
+	s.mu.Lock()
+	delete(s.keys, key>>8)
+	s.mu.Unlock()
+}
+
+// indexInUse reports whether a live key has the index of key.
+func (m *memory) indexInUse(key uint32) bool {
+	s := m.shard(key)
+	s.mu.RLock()
+	_, ok := s.keys[key>>8]
+	s.mu.RUnlock()
+	return ok
+}
+
+// newKeyLocked draws a random key whose index is unused and nonzero, whose index
+// differs from other's, and that is not within 1 of the previous key. keyMu is
+// held, so no concurrent allocation can take the same index between the check and
+// the insert.
 func (m *memory) newKeyLocked(other uint32) (uint32, error) {
 	var b [4]byte
 	for {
@@ -109,7 +168,7 @@ func (m *memory) newKeyLocked(other uint32) (uint32, error) {
 			return 0, err
 		}
 		k := binary.LittleEndian.Uint32(b[:])
-		if k == 0 || k == other || k-m.lastKey <= 1 || m.lastKey-k <= 1 || m.inUse(k) {
+		if k>>8 == 0 || k>>8 == other>>8 || k-m.lastKey <= 1 || m.lastKey-k <= 1 || m.indexInUse(k) {
 			continue
 		}
 		m.lastKey = k
@@ -117,14 +176,17 @@ func (m *memory) newKeyLocked(other uint32) (uint32, error) {
 	}
 }
 
-// unregister removes r's keys. New lookups fail once it returns; lookups already in
-// progress may still hold r (see MR.Close for the barrier).
-func (m *memory) unregister(r *transport.Region) {
-	ls, rs := m.shard(r.LKey), m.shard(r.RKey)
-	ls.mu.Lock()
-	delete(ls.local, r.LKey)
-	ls.mu.Unlock()
-	rs.mu.Lock()
-	delete(rs.remote, r.RKey)
-	rs.mu.Unlock()
+// unregister removes r's keys, unless memory windows are still bound to r: then
+// it changes nothing and returns false (ibv_dereg_mr "fails if any memory window
+// is still bound to this MR"). New lookups fail once it returns true; lookups
+// already in progress may still hold r (see MR.Close for the barrier).
+func (m *memory) unregister(r *transport.Region) bool {
+	m.mwMu.Lock()
+	defer m.mwMu.Unlock()
+	if m.boundMWs[r] > 0 {
+		return false
+	}
+	m.remove(r.LKey)
+	m.remove(r.RKey)
+	return true
 }

@@ -131,7 +131,9 @@ func (mr *MR) String() string {
 // access the engine started through them is still running: it waits for every engine
 // shard to finish the step it was in (Engine.Barrier), so no remote write lands in the
 // buffer after Close returns. WRs that still name the keys complete with
-// an error, as in C.
+// an error, as in C. EBUSY, changing nothing, while memory windows are bound to the
+// MR (ibv_dereg_mr "fails if any memory window is still bound to this MR"; rxe says
+// EINVAL, this device says EBUSY as for every object destroyed while in use).
 func (mr *MR) Close() error {
 	const op = "ibv_dereg_mr"
 	mr.mu.Lock()
@@ -139,9 +141,11 @@ func (mr *MR) Close() error {
 	if mr.closed {
 		return newClosedObjErr(op, fmt.Sprintf("mr %#x", mr.reg.LKey), "mr")
 	}
-	mr.closed = true
 	d := mr.pd.dev
-	d.mem.unregister(mr.reg)
+	if !d.mem.unregister(mr.reg) {
+		return newErr(op, fmt.Sprintf("mr %#x", mr.reg.LKey), syscall.EBUSY, "memory windows are still bound to it")
+	}
+	mr.closed = true
 	if !d.closed.Load() {
 		d.barrier()
 	}

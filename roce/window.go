@@ -1,0 +1,237 @@
+package roce
+
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/goroce/goroce/transport"
+)
+
+// mwState is the state of a memory window (rxe enum rxe_mw_state, IBA 10.6.7.2).
+type mwState uint8
+
+const (
+	mwInvalid mwState = iota // deallocated
+	mwFree                   // a type 2 window with no binding
+	mwValid                  // type 1 always (possibly zero length); type 2 bound
+)
+
+// window is a memory window in the key registry. Its bind state changes only
+// with memory.mwMu and its shard's write lock held, and is read by lookups with
+// the shard's read lock: a lookup sees a bind whole or not at all.
+type window struct {
+	typ MWType
+	pd  uint32
+
+	// The shard lock of the window's index guards: rkey, state, region, mr, qpn,
+	// addr, length, access.
+	rkey         uint32
+	state        mwState
+	region       *transport.Region // what RemoteRegion returns; nil while zero length
+	mr           *transport.Region // the MR bound to; nil while zero length
+	qpn          uint32            // type 2: the QP the window is bound to
+	addr, length uint64
+	access       Access
+}
+
+// accessMW is what a window bind may grant: rxe's RXE_ACCESS_SUPPORTED_MW (the
+// MR flags plus ZERO_BASED). Anything else is EOPNOTSUPP, as rxe_bind_mw says.
+const accessMW = accessSupported | AccessZeroBased
+
+// mwBind is one bind as the send queue executes it, from ibv_bind_mw or an
+// IBV_WR_BIND_MW work request (rxe_bind_mw's inputs).
+type mwBind struct {
+	mwRKey       uint32 // the window's current rkey: names the window
+	newRKey      uint32 // the rkey after the bind: only its key byte is taken
+	mrLKey       uint32 // the MR to bind to; unused when length is 0
+	addr, length uint64
+	access       Access
+	qpn, pd      uint32 // the QP executing the bind and its PD
+}
+
+// bindErr is a refused bind. The send queue completes the WR with
+// IBV_WC_MW_BIND_ERR whatever the rule; the errno and rule are for the message.
+func bindErr(errno syscall.Errno, format string, args ...any) error {
+	return newErr("bind_mw", "", errno, format, args...)
+}
+
+// allocWindow registers a new window of pd: a random unused index and key byte;
+// type 1 starts valid with zero length (it grants nothing until bound), type 2
+// starts free (rxe_alloc_mw).
+func (m *memory) allocWindow(typ MWType, pd uint32) (*window, error) {
+	w := &window{typ: typ, pd: pd, state: mwValid}
+	if typ == MWType2 {
+		w.state = mwFree
+	}
+	m.keyMu.Lock()
+	defer m.keyMu.Unlock()
+	k, err := m.newKeyLocked(0)
+	if err != nil {
+		return nil, err
+	}
+	w.rkey = k
+	m.insert(&keyEntry{kind: kindWindow, key: k, w: w})
+	return w, nil
+}
+
+// deallocWindow is rxe_dealloc_mw: the window lets go of its MR and QP, becomes
+// invalid and its index is freed. Lookups already in progress may still hold its
+// region (see MW.Close for the barrier).
+func (m *memory) deallocWindow(w *window) {
+	m.mwMu.Lock()
+	defer m.mwMu.Unlock()
+	s := m.shard(w.rkey)
+	s.mu.Lock()
+	m.unbindLocked(w)
+	w.state = mwInvalid
+	delete(s.keys, w.rkey>>8)
+	s.mu.Unlock()
+}
+
+// unbindLocked drops the window's MR reference and bounds. mwMu and the shard
+// lock are held.
+func (m *memory) unbindLocked(w *window) {
+	if w.mr != nil {
+		if m.boundMWs[w.mr]--; m.boundMWs[w.mr] <= 0 {
+			delete(m.boundMWs, w.mr)
+		}
+	}
+	w.mr, w.region, w.qpn, w.addr, w.length, w.access = nil, nil, 0, 0, 0, 0
+}
+
+// windowOf returns the live window the key's index names, or nil.
+func (m *memory) windowOf(key uint32) *window {
+	s := m.shard(key)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if e := s.keys[key>>8]; e != nil && e.kind == kindWindow {
+		return e.w
+	}
+	return nil
+}
+
+// bindMW executes a bind (rxe_bind_mw, rxe_check_bind_mw, IBA 10.6.7.2.3),
+// checking everything before it changes anything. On success the window's key
+// byte is the new rkey's, it grants access to [addr, addr+length) of the MR
+// (offsets [0, length) when zero based), and a type 2 window is bound to the
+// executing QP.
+func (m *memory) bindMW(b *mwBind) error {
+	m.mwMu.Lock()
+	defer m.mwMu.Unlock()
+	w := m.windowOf(b.mwRKey)
+	if w == nil || w.rkey != b.mwRKey {
+		return bindErr(syscall.EINVAL, "no memory window has rkey %#x", b.mwRKey)
+	}
+	var mr *transport.Region
+	if b.length > 0 {
+		if mr = m.LocalRegion(b.mrLKey); mr == nil {
+			return bindErr(syscall.EINVAL, "no MR has lkey %#x", b.mrLKey)
+		}
+	}
+	if err := checkBind(w, b, mr); err != nil {
+		return err
+	}
+	s := m.shard(w.rkey)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m.unbindLocked(w)
+	w.rkey = w.rkey&^keyByteMask | b.newRKey&keyByteMask
+	w.state, w.access, w.addr, w.length = mwValid, b.access, b.addr, b.length
+	if mr != nil {
+		w.mr = mr
+		m.boundMWs[mr]++
+		off := b.addr - mr.Addr
+		base := b.addr
+		if b.access&AccessZeroBased != 0 {
+			base = 0
+		}
+		w.region = &transport.Region{PD: w.pd, Addr: base, Buf: mr.Buf[off : off+b.length : off+b.length],
+			Access: b.access, RKey: w.rkey}
+	}
+	if w.typ == MWType2 {
+		w.qpn = b.qpn
+	}
+	return nil
+}
+
+// checkBind holds the rules of a bind, in rxe's order. mr is nil for a zero
+// length bind.
+func checkBind(w *window, b *mwBind, mr *transport.Region) error {
+	if b.access&^accessMW != 0 {
+		return bindErr(syscall.EOPNOTSUPP, "access %#x not supported on a memory window", uint32(b.access&^accessMW))
+	}
+	switch w.typ {
+	case MWType1:
+		if w.state != mwValid {
+			return bindErr(syscall.EINVAL, "type 1 window not in the valid state")
+		}
+		if b.access&AccessZeroBased != 0 {
+			return bindErr(syscall.EINVAL, "o10-36.2.2: a type 1 window cannot be zero based")
+		}
+	case MWType2:
+		if w.state != mwFree {
+			return bindErr(syscall.EINVAL, "o10-37.2.30: a type 2 window is bound only from the free state (invalidate it first)")
+		}
+		if b.pd != w.pd {
+			return bindErr(syscall.EINVAL, "C10-72: the QP's PD is not the window's")
+		}
+		if mr == nil {
+			return bindErr(syscall.EINVAL, "o10-37.2.40: a type 2 window cannot be bound with zero length")
+		}
+	}
+	if mr == nil {
+		return nil
+	}
+	switch {
+	case mr.PD != w.pd:
+		return bindErr(syscall.EPERM, "the MR's PD is not the window's")
+	case mr.Access&AccessMWBind == 0:
+		return bindErr(syscall.EACCES, "C10-73: the MR was not registered with MW_BIND")
+	case b.access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && mr.Access&AccessLocalWrite == 0:
+		return bindErr(syscall.EACCES, "C10-74: a writable window needs an MR with LOCAL_WRITE")
+	case b.addr < mr.Addr || b.length > uint64(len(mr.Buf)) || b.addr-mr.Addr > uint64(len(mr.Buf))-b.length:
+		return bindErr(syscall.EINVAL, "C10-75: window [%#x, +%d) outside the MR [%#x, +%d)", b.addr, b.length, mr.Addr, len(mr.Buf))
+	}
+	return nil
+}
+
+// invalidate is LOCAL_INV and the responder half of SEND_WITH_INV (IBA
+// 10.6.7.2.5, rxe_invalidate_mw): only a bound type 2 window can be
+// invalidated, by its exact rkey, from a QP of its PD, and a type 2B window only
+// from the QP it is bound to. An MR of ibv_reg_mr is no fast-registration MR and
+// cannot be invalidated either (rxe_invalidate_mr: "Type is wrong"). The window
+// returns to the free state and its rkey resolves to nothing.
+func (m *memory) invalidate(rkey, qpn, pd uint32) error {
+	m.mwMu.Lock()
+	defer m.mwMu.Unlock()
+	w := m.windowOf(rkey)
+	if w == nil {
+		if m.LocalRegion(rkey) != nil || m.RemoteRegion(rkey) != nil {
+			return bindErr(syscall.EINVAL, "key %#x is an MR's; only type 2 memory windows can be invalidated", rkey)
+		}
+		return bindErr(syscall.EINVAL, "no memory window has rkey %#x", rkey)
+	}
+	switch {
+	case w.rkey != rkey:
+		return bindErr(syscall.EINVAL, "rkey %#x does not carry the window's key byte (%#x)", rkey, w.rkey)
+	case w.typ == MWType1:
+		return bindErr(syscall.EINVAL, "o10-37.2.26: a type 1 window cannot be invalidated")
+	case w.state != mwValid:
+		return bindErr(syscall.EINVAL, "the window is not bound")
+	case w.pd != pd:
+		return bindErr(syscall.EINVAL, "the QP's PD is not the window's")
+	case w.qpn != qpn:
+		return bindErr(syscall.EINVAL, "the window is bound to QP %#x, not %#x", w.qpn, qpn)
+	}
+	s := m.shard(w.rkey)
+	s.mu.Lock()
+	m.unbindLocked(w)
+	w.state = mwFree
+	s.mu.Unlock()
+	return nil
+}
+
+// String describes the window for messages and tests.
+func (w *window) String() string {
+	return fmt.Sprintf("mw type %d rkey %#x", w.typ, w.rkey)
+}
