@@ -49,6 +49,8 @@
 //	mw->rkey, ibv_inc_rkey       (*MW).RKey(), IncRKey(rkey)
 //	ibv_create_ah                (*PD).CreateAH(AHAttr) (*AH, error)
 //	ibv_destroy_ah               (*AH).Close() error
+//	ibv_init_ah_from_wc          (*Device).InitAHFromWC(wc, grh) (AHAttr, error)
+//	ibv_create_ah_from_wc        (*PD).CreateAHFromWC(wc, grh) (*AH, error)
 //	ibv_create_cq                (*Device).CreateCQ(cqe) (*CQ, error)
 //	ibv_destroy_cq               (*CQ).Close() error
 //	ibv_poll_cq                  (*CQ).Poll(wc []WC) (int, error)

@@ -279,6 +279,18 @@ func TestUDEndToEndUDP(t *testing.T) {
 	}
 }
 
+// readyUD moves UD QPs a and b to RTS with Q_Key qkey and returns an AH from a
+// to b.
+func readyUD(t testing.TB, a, b *side, qkey uint32) *AH {
+	t.Helper()
+	for _, x := range []*side{a, b} {
+		noErr(t, x.qp.Modify(&QPAttr{State: QPSInit, PortNum: 1, QKey: qkey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey))
+		noErr(t, x.qp.Modify(&QPAttr{State: QPSRTR}, QPAttrState))
+		noErr(t, x.qp.Modify(&QPAttr{State: QPSRTS, SQPSN: 1}, QPAttrState|QPAttrSQPSN))
+	}
+	return must[*AH](t)(a.pd.CreateAH(AHAttr{DGID: b.dev.Addr(), SGIDIndex: uint8(a.dev.GIDIndex()), HopLimit: 64, IsGlobal: true}))
+}
+
 // udEndToEnd runs UD sends up to the port's active MTU, which is a UD QP's
 // message limit (ud_pingpong never sets a path MTU).
 func udEndToEnd(t *testing.T, mtu MTU) {
@@ -286,12 +298,7 @@ func udEndToEnd(t *testing.T, mtu MTU) {
 	const qkey = 0x11111111
 	a := newSide(t, da, QPTypeUD, 8192, nil, nil)
 	b := newSide(t, db, QPTypeUD, 8192, nil, nil)
-	for _, x := range []*side{a, b} {
-		noErr(t, x.qp.Modify(&QPAttr{State: QPSInit, PortNum: 1, QKey: qkey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey))
-		noErr(t, x.qp.Modify(&QPAttr{State: QPSRTR}, QPAttrState))
-		noErr(t, x.qp.Modify(&QPAttr{State: QPSRTS, SQPSN: 1}, QPAttrState|QPAttrSQPSN))
-	}
-	ah := must[*AH](t)(a.pd.CreateAH(AHAttr{DGID: db.Addr(), SGIDIndex: uint8(da.GIDIndex()), HopLimit: 64, IsGlobal: true}))
+	ah := readyUD(t, a, b, qkey)
 	const grh = 40
 	for i, n := range []int{0, 1, mtu.Bytes() - 1, mtu.Bytes()} {
 		for _, imm := range []bool{false, true} {
