@@ -1,0 +1,122 @@
+// Package ccsim runs goroce RC flows through a simulated bottleneck in
+// virtual time: N sender devices, each with one RC QP streaming RDMA
+// WRITEs, into one receiver device behind a switch port whose egress queue
+// has a rate, a buffer and ECN marking (transport/link/bottleneck). It
+// samples the queue depth and each flow's completed bytes over time, for
+// the congestion-control acceptance tests and the plots in docs/.
+//
+// Run must be called inside a testing/synctest bubble: the switch and the
+// engines' timers then run on virtual time, and a 100 ms run costs only the
+// CPU of its packets.
+package ccsim
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/link/bottleneck"
+)
+
+// Config is one scenario.
+type Config struct {
+	Flows    int                // senders, one RC QP each
+	LinkRate uint64             // bit/s of every port and NIC
+	Delay    time.Duration      // propagation delay of each cable
+	Buffer   int                // bytes of the bottleneck egress queue (tail drop)
+	Mark     bottleneck.Marking // ECN marking of the bottleneck queue
+	MTU      roce.MTU           // path MTU
+	MsgSize  int                // bytes per RDMA WRITE
+	Depth    int                // WRITEs each flow keeps outstanding
+	Duration time.Duration      // how long the flows run
+	Sample   time.Duration      // sampling period
+	Seed     uint64             // RED's draws
+	// Options are added to every device's Open (congestion control and
+	// its parameters go here).
+	Options []roce.Option
+}
+
+// Sample is the state at one instant.
+type Sample struct {
+	At    time.Duration // since the start
+	Queue int           // bottleneck queue depth, bytes
+	Done  []uint64      // bytes of WRITEs completed per flow, cumulative
+}
+
+// Result is what a run measured.
+type Result struct {
+	Config   Config
+	Samples  []Sample
+	Egress   bottleneck.Stats          // the bottleneck queue's counters
+	Sent     []transport.StatsSnapshot // per sender device, at the end
+	Receiver transport.StatsSnapshot
+	Errors   []error // per flow: the first failed completion, if any
+}
+
+var (
+	recvAddr = netip.MustParseAddr("10.0.0.100")
+)
+
+func senderAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 1, byte(1 + i)}) }
+
+// Run runs cfg and returns the samples. Call it inside a synctest bubble.
+func Run(cfg Config) (*Result, error) {
+	sw := bottleneck.New(cfg.Seed)
+	port := bottleneck.PortConfig{Rate: cfg.LinkRate, Delay: cfg.Delay, Uplink: cfg.LinkRate, UplinkDelay: cfg.Delay}
+	rport := port
+	rport.Buffer, rport.Mark = cfg.Buffer, cfg.Mark
+	rl, err := sw.Attach(netip.AddrPortFrom(recvAddr, roce.RoCEv2Port), rport)
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]roce.Option{roce.WithMTU(cfg.MTU)}, cfg.Options...)
+	rdev, err := roce.OpenLink(rl, opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer rdev.Close()
+	flows := make([]*flow, cfg.Flows)
+	for i := range flows {
+		l, err := sw.Attach(netip.AddrPortFrom(senderAddr(i), roce.RoCEv2Port), port)
+		if err != nil {
+			return nil, err
+		}
+		dev, err := roce.OpenLink(l, opts...)
+		if err != nil {
+			return nil, err
+		}
+		defer dev.Close()
+		if flows[i], err = connect(dev, rdev, cfg); err != nil {
+			return nil, fmt.Errorf("flow %d: %w", i, err)
+		}
+		defer flows[i].close()
+	}
+	res := &Result{Config: cfg}
+	start := time.Now()
+	stop := make(chan struct{})
+	done := make(chan struct{}, len(flows))
+	for _, f := range flows {
+		go func() { f.run(stop); done <- struct{}{} }()
+	}
+	for t := time.Duration(0); t <= cfg.Duration; t += cfg.Sample {
+		time.Sleep(start.Add(t).Sub(time.Now()))
+		s := Sample{At: time.Since(start), Queue: rl.QueueBytes(), Done: make([]uint64, len(flows))}
+		for i, f := range flows {
+			s.Done[i] = f.done.Load()
+		}
+		res.Samples = append(res.Samples, s)
+	}
+	close(stop)
+	for range flows {
+		<-done
+	}
+	res.Egress = rl.Egress()
+	for _, f := range flows {
+		res.Sent = append(res.Sent, f.dev.Stats())
+		res.Errors = append(res.Errors, f.err)
+	}
+	res.Receiver = rdev.Stats()
+	return res, nil
+}
