@@ -43,6 +43,7 @@ type Sample struct {
 	At    time.Duration // since the start
 	Queue int           // bottleneck queue depth, bytes
 	Done  []uint64      // bytes of WRITEs completed per flow, cumulative
+	Wire  []uint64      // bytes each flow got through the bottleneck, cumulative (retransmissions included)
 }
 
 // Result is what a run measured.
@@ -102,9 +103,10 @@ func Run(cfg Config) (*Result, error) {
 	}
 	for t := time.Duration(0); t <= cfg.Duration; t += cfg.Sample {
 		time.Sleep(start.Add(t).Sub(time.Now()))
-		s := Sample{At: time.Since(start), Queue: rl.QueueBytes(), Done: make([]uint64, len(flows))}
+		s := Sample{At: time.Since(start), Queue: rl.QueueBytes(), Done: make([]uint64, len(flows)), Wire: make([]uint64, len(flows))}
 		for i, f := range flows {
 			s.Done[i] = f.done.Load()
+			s.Wire[i] = rl.DeliveredFromAddr(senderAddr(i))
 		}
 		res.Samples = append(res.Samples, s)
 	}

@@ -245,6 +245,9 @@ func TestLineRateAndSources(t *testing.T) {
 		st := b.Egress()
 		fromA := b.DeliveredFrom(netip.AddrPortFrom(addrA.Addr(), 49152))
 		fromC := b.DeliveredFrom(addrC)
+		if b.DeliveredFromAddr(addrA.Addr()) != fromA || len(b.Sources()) != 2 {
+			t.Errorf("DeliveredFromAddr %d, want %d; sources %v", b.DeliveredFromAddr(addrA.Addr()), fromA, b.Sources())
+		}
 		a.Close()
 		b.Close()
 		c.Close()

@@ -234,6 +234,20 @@ func (p *Port) DeliveredFrom(src netip.AddrPort) uint64 {
 	return p.bySource[src]
 }
 
+// DeliveredFromAddr returns the bytes delivered to this host from every
+// UDP port of addr.
+func (p *Port) DeliveredFromAddr(addr netip.Addr) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n uint64
+	for s, b := range p.bySource {
+		if s.Addr() == addr {
+			n += b
+		}
+	}
+	return n
+}
+
 // Sources returns every sender this host has received from.
 func (p *Port) Sources() []netip.AddrPort {
 	p.mu.Lock()
