@@ -373,14 +373,7 @@ func udaddyServer(ctx context.Context, dev *roce.Device, mg *cm.Manager, count, 
 		return err
 	}
 	defer v.close()
-	err = v.qp.Modify(&roce.QPAttr{State: roce.QPSInit, PortNum: 1, QKey: cm.UDPQKey},
-		roce.QPAttrState|roce.QPAttrPKeyIndex|roce.QPAttrPort|roce.QPAttrQKey)
-	if err == nil {
-		err = v.qp.Modify(&roce.QPAttr{State: roce.QPSRTR}, roce.QPAttrState)
-	}
-	if err == nil {
-		err = v.qp.Modify(&roce.QPAttr{State: roce.QPSRTS, SQPSN: cm.RandomPSN()}, roce.QPAttrState|roce.QPAttrSQPSN)
-	}
+	err = v.qp.Connect(&roce.ConnectAttr{QKey: cm.UDPQKey, SQPSN: cm.RandomPSN()})
 	if err == nil {
 		err = v.postRecvs(count)
 	}
@@ -451,8 +444,7 @@ func ucmatoseServer(ctx context.Context, dev *roce.Device, mg *cm.Manager, count
 		return err
 	}
 	defer v.close()
-	err = v.qp.Modify(&roce.QPAttr{State: roce.QPSInit, PortNum: 1, AccessFlags: roce.AccessLocalWrite},
-		roce.QPAttrState|roce.QPAttrPKeyIndex|roce.QPAttrPort|roce.QPAttrAccessFlags)
+	err = v.qp.Init(&roce.ConnectAttr{AccessFlags: roce.AccessLocalWrite})
 	if err == nil {
 		err = v.postRecvs(count)
 	}
@@ -461,18 +453,8 @@ func ucmatoseServer(ctx context.Context, dev *roce.Device, mg *cm.Manager, count
 		return err
 	}
 	ready := func(q cm.QPParams) error {
-		err := v.qp.Modify(&roce.QPAttr{State: roce.QPSRTR, PathMTU: roce.MTU(q.PathMTU), DestQPN: q.RemoteQPN,
-			RQPSN: q.RQPSN, MaxDestRDAtomic: q.MaxDestRdAtomic, MinRNRTimer: 12,
-			AV: roce.AddressVector{DGID: q.RemoteAddr, SGIDIndex: uint8(dev.GIDIndex()), HopLimit: q.HopLimit,
-				TrafficClass: q.TrafficClass, FlowLabel: q.FlowLabel, SrcPort: q.UDPSourcePort, IsGlobal: true}},
-			roce.QPAttrState|roce.QPAttrAV|roce.QPAttrPathMTU|roce.QPAttrDestQPN|roce.QPAttrRQPSN|
-				roce.QPAttrMaxDestRDAtomic|roce.QPAttrMinRNRTimer)
-		if err != nil {
-			return err
-		}
-		return v.qp.Modify(&roce.QPAttr{State: roce.QPSRTS, SQPSN: q.SQPSN, Timeout: q.Timeout,
-			RetryCnt: q.RetryCount, RNRRetry: q.RNRRetry, MaxRDAtomic: q.MaxRdAtomic},
-			roce.QPAttrState|roce.QPAttrSQPSN|roce.QPAttrTimeout|roce.QPAttrRetryCnt|roce.QPAttrRNRRetry|roce.QPAttrMaxQPRDAtomic)
+		a := gsi.ConnectAttr(q, dev.GIDIndex(), roce.AccessLocalWrite)
+		return v.qp.Connect(&a)
 	}
 	// cmatose's rdma_accept parameters: 1/1 READs, retry 7 (rnr 7).
 	conn, err := req.Accept(ctx, cm.ConnParam{QPN: v.qp.QPN(), StartingPSN: cm.RandomPSN(), ResponderResources: 1,

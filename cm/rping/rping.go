@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -81,6 +82,10 @@ const (
 	rqDepth = 2
 )
 
+// access is what rping's buffers and QP allow: the peer READs the start buffer
+// and WRITEs the sink.
+const access = roce.AccessLocalWrite | roce.AccessRemoteRead | roce.AccessRemoteWrite
+
 // errDisconnected ends a ping loop because the CM connection went away:
 // rping's DISCONNECTED state.
 var errDisconnected = errors.New("disconnected")
@@ -131,15 +136,13 @@ func newPinger(o *Options, dev *roce.Device, server bool) (*pinger, error) {
 	// The server's sink is always RPING_BUFSIZE so a client with a larger -S
 	// still works; what it prints and writes back is the same.
 	p.mem = make([]byte, offStart+o.Size)
-	p.mr, err = p.pd.RegMR(p.mem, roce.AccessLocalWrite|roce.AccessRemoteRead|roce.AccessRemoteWrite)
+	p.mr, err = p.pd.RegMR(p.mem, access)
 	if err != nil {
 		p.close()
 		return nil, err
 	}
 	p.dbg("allocated & registered buffers...\n")
-	err = p.qp.Modify(&roce.QPAttr{State: roce.QPSInit, PKeyIndex: 0, PortNum: 1,
-		AccessFlags: roce.AccessLocalWrite | roce.AccessRemoteRead | roce.AccessRemoteWrite},
-		roce.QPAttrState|roce.QPAttrPKeyIndex|roce.QPAttrPort|roce.QPAttrAccessFlags)
+	err = p.qp.Init(&roce.ConnectAttr{AccessFlags: access})
 	if err == nil {
 		err = p.postRecv()
 	}
@@ -184,18 +187,8 @@ func (p *pinger) postRecv() error {
 // ready moves the QP to RTR and RTS with what the CM negotiated
 // (rdma_cm's cma_modify_qp_rtr/rts).
 func (p *pinger) ready(q cm.QPParams) error {
-	err := p.qp.Modify(&roce.QPAttr{State: roce.QPSRTR, PathMTU: roce.MTU(q.PathMTU), DestQPN: q.RemoteQPN,
-		RQPSN: q.RQPSN, MaxDestRDAtomic: q.MaxDestRdAtomic, MinRNRTimer: 12,
-		AV: roce.AddressVector{DGID: q.RemoteAddr, SGIDIndex: uint8(p.dev.GIDIndex()), HopLimit: q.HopLimit,
-			TrafficClass: q.TrafficClass, FlowLabel: q.FlowLabel, SrcPort: q.UDPSourcePort, IsGlobal: true}},
-		roce.QPAttrState|roce.QPAttrAV|roce.QPAttrPathMTU|roce.QPAttrDestQPN|roce.QPAttrRQPSN|
-			roce.QPAttrMaxDestRDAtomic|roce.QPAttrMinRNRTimer)
-	if err != nil {
-		return err
-	}
-	return p.qp.Modify(&roce.QPAttr{State: roce.QPSRTS, SQPSN: q.SQPSN, Timeout: q.Timeout,
-		RetryCnt: q.RetryCount, RNRRetry: q.RNRRetry, MaxRDAtomic: q.MaxRdAtomic},
-		roce.QPAttrState|roce.QPAttrSQPSN|roce.QPAttrTimeout|roce.QPAttrRetryCnt|roce.QPAttrRNRRetry|roce.QPAttrMaxQPRDAtomic)
+	a := gsi.ConnectAttr(q, p.dev.GIDIndex(), access)
+	return p.qp.Connect(&a)
 }
 
 func (p *pinger) connParam() cm.ConnParam {

@@ -219,8 +219,7 @@ func (s *session) createQP() error {
 		return fmt.Errorf("couldn't create QP: %w", err)
 	}
 	s.Add(s.qp.Close)
-	init := roce.QPAttr{State: roce.QPSInit, PKeyIndex: 0, PortNum: 1, AccessFlags: access}
-	if err := s.qp.Modify(&init, roce.QPAttrState|roce.QPAttrPKeyIndex|roce.QPAttrPort|roce.QPAttrAccessFlags); err != nil {
+	if err := s.qp.Init(&roce.ConnectAttr{AccessFlags: access}); err != nil {
 		return fmt.Errorf("failed to modify QP to INIT: %w", err)
 	}
 	gid, err := s.dev.QueryGID(s.gidx)
@@ -300,24 +299,18 @@ func (s *session) connect() error {
 	if r.QPN == 0 {
 		return fmt.Errorf("remote QP number 0")
 	}
-	av := roce.AddressVector{DGID: netip.AddrFrom16(r.GID), SGIDIndex: uint8(s.gidx), HopLimit: hopLimit, IsGlobal: true}
-	rtr := roce.QPAttr{State: roce.QPSRTR, PathMTU: s.mtu, DestQPN: r.QPN, RQPSN: r.PSN,
-		MaxDestRDAtomic: uint8(s.local.OutReads), MinRNRTimer: minRNRTimer, AV: av}
-	if err := s.qp.Modify(&rtr, roce.QPAttrState|roce.QPAttrAV|roce.QPAttrPathMTU|roce.QPAttrDestQPN|
-		roce.QPAttrRQPSN|roce.QPAttrMaxDestRDAtomic|roce.QPAttrMinRNRTimer); err != nil {
-		return fmt.Errorf("failed to modify QP to RTR: %w", err)
-	}
 	dattr, err := s.dev.Query()
 	if err != nil {
 		return err
 	}
-	// max_rd_atomic is what the peer allows us, within what our device can issue.
-	reads := min(int(r.OutReads), dattr.MaxQPInitRdAtom)
-	rts := roce.QPAttr{State: roce.QPSRTS, Timeout: qpTimeout, RetryCnt: retryCnt, RNRRetry: rnrRetry,
-		SQPSN: s.local.PSN, MaxRDAtomic: uint8(reads)}
-	if err := s.qp.Modify(&rts, roce.QPAttrState|roce.QPAttrTimeout|roce.QPAttrRetryCnt|roce.QPAttrRNRRetry|
-		roce.QPAttrSQPSN|roce.QPAttrMaxQPRDAtomic); err != nil {
-		return fmt.Errorf("failed to modify QP to RTS: %w", err)
+	a := roce.ConnectAttr{
+		AV:      roce.AddressVector{DGID: netip.AddrFrom16(r.GID), SGIDIndex: uint8(s.gidx), HopLimit: hopLimit, IsGlobal: true},
+		PathMTU: s.mtu, DestQPN: r.QPN, RQPSN: r.PSN, MaxDestRDAtomic: uint8(s.local.OutReads), MinRNRTimer: minRNRTimer,
+		SQPSN: s.local.PSN, Timeout: qpTimeout, RetryCnt: retryCnt, RNRRetry: rnrRetry,
+		// max_rd_atomic is what the peer allows us, within what our device can issue.
+		MaxRDAtomic: uint8(min(int(r.OutReads), dattr.MaxQPInitRdAtom))}
+	if err := s.qp.Connect(&a); err != nil {
+		return fmt.Errorf("failed to %w", err)
 	}
 	return nil
 }

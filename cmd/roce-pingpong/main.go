@@ -131,7 +131,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := c.Context()
 	defer cancel()
-	if err := pingpong(ctx, c, stdout, stderr); err != nil {
+	if err := runPingpong(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "roce-pingpong: %v\n", err)
 		return 1
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/pingpong"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/link"
@@ -26,9 +27,6 @@ const (
 // udGRH is the room ud_pingpong leaves in front of every receive buffer for the GRH a
 // UD receive completion carries (40 bytes, the IPv6 header size, on RoCE too).
 const udGRH = 40
-
-// udQKey is the Q_Key ud_pingpong uses on both sides.
-const udQKey = 0x11111111
 
 // pageSize is the stride of the stock tools' -c pattern (sysconf(_SC_PAGESIZE) on x86).
 const pageSize = 4096
@@ -58,7 +56,7 @@ type session struct {
 	cli.Closers
 }
 
-func pingpong(ctx context.Context, c *config, out, errOut io.Writer) (err error) {
+func runPingpong(ctx context.Context, c *config, out, errOut io.Writer) (err error) {
 	s := &session{c: c, out: out}
 	defer func() {
 		if c.Stats && s.dev != nil {
@@ -205,16 +203,8 @@ func (s *session) open() error {
 		if got, err := qp.Query(); err == nil && int(got.Cap.MaxInlineData) >= c.size {
 			s.sendFlags |= roce.SendInline
 		}
-		init := roce.QPAttr{State: roce.QPSInit, PKeyIndex: 0, PortNum: 1}
-		mask := roce.QPAttrState | roce.QPAttrPKeyIndex | roce.QPAttrPort
-		if qpType == roce.QPTypeUD {
-			init.QKey = udQKey
-			mask |= roce.QPAttrQKey
-		} else {
-			mask |= roce.QPAttrAccessFlags
-		}
-		if err := qp.Modify(&init, mask); err != nil {
-			return fmt.Errorf("failed to modify QP[%d] to INIT: %w", i, err)
+		if err := qp.Init(&roce.ConnectAttr{QKey: pingpong.QKey}); err != nil {
+			return fmt.Errorf("QP[%d]: %w", i, err)
 		}
 		s.local = append(s.local, oob.Dest{QPN: qp.QPN(), PSN: rand.Uint32() & 0xffffff, GID: gid})
 	}
@@ -272,7 +262,7 @@ func (s *session) postSend(qp int) error {
 	if s.ah != nil {
 		wr.AH = s.ah.AV()
 		wr.RemoteQPN = s.remote[0].QPN
-		wr.RemoteQKey = udQKey
+		wr.RemoteQKey = pingpong.QKey
 	}
 	_, err := s.qps[qp].PostSend([]roce.SendWR{wr})
 	return err
@@ -326,49 +316,21 @@ func (s *session) printRemote() {
 
 // connect moves every QP to RTR and RTS with the attributes the stock tools use.
 func (s *session) connect() error {
-	// Only the first record's GID counts (srq_pingpong uses dest->gid for all QPs).
-	dgid := s.remote[0].GID
-	av := roce.AddressVector{DGID: netip.AddrFrom16(dgid), SGIDIndex: uint8(s.gidx), HopLimit: 1}
-	var ifid [8]byte
-	av.IsGlobal = [8]byte(dgid[8:]) != ifid // the stock is_global rule: a non-zero interface ID
 	mtu := roce.MTUFromBytes(s.c.mtu)
 	for i, qp := range s.qps {
 		r := s.remote[i]
 		if r.QPN == 0 {
 			return fmt.Errorf("remote QP[%d]: the peer sent no address (fewer QPs than our -q %d?)", i, len(s.qps))
 		}
-		var rtr, rts roce.QPAttr
-		var rtrMask, rtsMask roce.QPAttrMask
-		switch s.c.mode {
-		case "rc", "srq":
-			rtr = roce.QPAttr{State: roce.QPSRTR, PathMTU: mtu, DestQPN: r.QPN, RQPSN: r.PSN,
-				MaxDestRDAtomic: 1, MinRNRTimer: 12, AV: av}
-			rtrMask = roce.QPAttrState | roce.QPAttrAV | roce.QPAttrPathMTU | roce.QPAttrDestQPN |
-				roce.QPAttrRQPSN | roce.QPAttrMaxDestRDAtomic | roce.QPAttrMinRNRTimer
-			rts = roce.QPAttr{State: roce.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
-				SQPSN: s.local[i].PSN, MaxRDAtomic: 1}
-			rtsMask = roce.QPAttrState | roce.QPAttrTimeout | roce.QPAttrRetryCnt | roce.QPAttrRNRRetry |
-				roce.QPAttrSQPSN | roce.QPAttrMaxQPRDAtomic
-		case "uc":
-			rtr = roce.QPAttr{State: roce.QPSRTR, PathMTU: mtu, DestQPN: r.QPN, RQPSN: r.PSN, AV: av}
-			rtrMask = roce.QPAttrState | roce.QPAttrAV | roce.QPAttrPathMTU | roce.QPAttrDestQPN | roce.QPAttrRQPSN
-			rts = roce.QPAttr{State: roce.QPSRTS, SQPSN: s.local[i].PSN}
-			rtsMask = roce.QPAttrState | roce.QPAttrSQPSN
-		case "ud":
-			rtr = roce.QPAttr{State: roce.QPSRTR}
-			rtrMask = roce.QPAttrState
-			rts = roce.QPAttr{State: roce.QPSRTS, SQPSN: s.local[i].PSN}
-			rtsMask = roce.QPAttrState | roce.QPAttrSQPSN
-		}
-		if err := qp.Modify(&rtr, rtrMask); err != nil {
-			return fmt.Errorf("failed to modify QP[%d] to RTR: %w", i, err)
-		}
-		if err := qp.Modify(&rts, rtsMask); err != nil {
-			return fmt.Errorf("failed to modify QP[%d] to RTS: %w", i, err)
+		// Only the first record's GID counts (srq_pingpong uses dest->gid for all QPs).
+		r.GID = s.remote[0].GID
+		a := pingpong.ConnectAttr(s.local[i].PSN, r, s.gidx, mtu)
+		if err := qp.Connect(&a); err != nil {
+			return fmt.Errorf("QP[%d]: %w", i, err)
 		}
 	}
 	if s.c.mode == "ud" {
-		ah, err := s.pd.CreateAH(av)
+		ah, err := s.pd.CreateAH(pingpong.AV(s.remote[0], s.gidx))
 		if err != nil {
 			return fmt.Errorf("failed to create AH: %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/internal/pingpong"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )
@@ -42,8 +43,8 @@ const (
 	// bytes: ibv_srq_pingpong writes its 256 records back to back, ibv_rc_pingpong
 	// writes one and waits for the answer.
 	ppSRQDetect = 250 * time.Millisecond
-	ppQKey      = 0x11111111 // ud_pingpong's Q_Key
-	ppGRH       = 40         // UD receive buffers start with a GRH slot
+	ppQKey      = pingpong.QKey
+	ppGRH       = 40 // UD receive buffers start with a GRH slot
 	// ppMaxSessions bounds memory: each session registers slots × max message size.
 	ppMaxSessions = 64
 )
@@ -377,15 +378,7 @@ func (s *ppSession) create(nqp int) error {
 		}
 		s.qps = append(s.qps, qp)
 		s.byQP[qp.QPN()] = &ppQP{qp: qp}
-		attr := roce.QPAttr{State: roce.QPSInit, PKeyIndex: 0, PortNum: 1}
-		mask := roce.QPAttrState | roce.QPAttrPKeyIndex | roce.QPAttrPort
-		if s.kind == kindUD {
-			attr.QKey = ppQKey
-			mask |= roce.QPAttrQKey
-		} else {
-			mask |= roce.QPAttrAccessFlags
-		}
-		if err := qp.Modify(&attr, mask); err != nil {
+		if err := qp.Init(&roce.ConnectAttr{QKey: ppQKey}); err != nil {
 			return err
 		}
 	}
@@ -398,29 +391,13 @@ func (s *ppSession) create(nqp int) error {
 }
 
 func (s *ppSession) connectQP(q *ppQP, psn uint32) error {
-	dev := s.r.dev
-	av := roce.AddressVector{IsGlobal: true, DGID: netip.AddrFrom16(q.remote.GID).Unmap(),
-		SGIDIndex: uint8(dev.GIDIndex()), HopLimit: 64}
-	if s.kind == kindUD {
-		if err := q.qp.Modify(&roce.QPAttr{State: roce.QPSRTR}, roce.QPAttrState); err != nil {
-			return err
-		}
-		if err := q.qp.Modify(&roce.QPAttr{State: roce.QPSRTS, SQPSN: psn}, roce.QPAttrState|roce.QPAttrSQPSN); err != nil {
-			return err
-		}
-		var err error
-		q.ah, err = s.pd.CreateAH(av)
+	a := pingpong.ConnectAttr(psn, q.remote, s.r.dev.GIDIndex(), s.r.cfg.mtu)
+	if err := q.qp.Connect(&a); err != nil || s.kind != kindUD {
 		return err
 	}
-	err := q.qp.Modify(&roce.QPAttr{State: roce.QPSRTR, PathMTU: s.r.cfg.mtu, DestQPN: q.remote.QPN, RQPSN: q.remote.PSN,
-		MaxDestRDAtomic: 1, MinRNRTimer: 12, AV: av},
-		roce.QPAttrState|roce.QPAttrAV|roce.QPAttrPathMTU|roce.QPAttrDestQPN|roce.QPAttrRQPSN|
-			roce.QPAttrMaxDestRDAtomic|roce.QPAttrMinRNRTimer)
-	if err != nil {
-		return err
-	}
-	return q.qp.Modify(&roce.QPAttr{State: roce.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: psn, MaxRDAtomic: 1},
-		roce.QPAttrState|roce.QPAttrTimeout|roce.QPAttrRetryCnt|roce.QPAttrRNRRetry|roce.QPAttrSQPSN|roce.QPAttrMaxQPRDAtomic)
+	var err error
+	q.ah, err = s.pd.CreateAH(a.AV)
+	return err
 }
 
 func (s *ppSession) slotSGE(i, off, n int) roce.SGE {
