@@ -40,6 +40,14 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	return c, nil
 }
 
+// queue is the engine's CQ, nil for a nil *CQ (which the engine then refuses).
+func (c *CQ) queue() *cq.Queue {
+	if c == nil {
+		return nil
+	}
+	return c.q
+}
+
 // Handle returns the CQ's number, used in error messages and events.
 func (c *CQ) Handle() uint32 { return c.id }
 

@@ -211,17 +211,19 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 	}
 	d.lnk = l
 	eng, err := transport.NewEngine(transport.Config{
-		Link:      l,
-		Memory:    d.mem,
-		Stats:     d.stats,
-		Shards:    o.shards,
-		Clock:     o.clock,
-		OnEvent:   d.onEngineEvent,
-		LocalAddr: addr,
-		MaxQPWR:   lim.MaxQPWR,
-		MaxSGE:    lim.MaxSGE,
-		MaxInline: lim.MaxInlineData,
-		PortMTU:   active,
+		Link:            l,
+		Memory:          d.mem,
+		Stats:           d.stats,
+		Shards:          o.shards,
+		Clock:           o.clock,
+		OnEvent:         d.onEngineEvent,
+		LocalAddr:       addr,
+		MaxQPWR:         lim.MaxQPWR,
+		MaxSGE:          lim.MaxSGE,
+		MaxInline:       lim.MaxInlineData,
+		MaxRDAtomic:     lim.MaxQPInitRdAtom,
+		MaxDestRDAtomic: lim.MaxQPRdAtom,
+		PortMTU:         active,
 	})
 	if err != nil {
 		return nil, wrapErr("ibv_open_device", "", -1, err)

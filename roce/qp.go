@@ -44,23 +44,28 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err := d.checkQPInit(op, obj, pd, &attr); err != nil {
 		return nil, err
 	}
-	if err := pd.use(op); err != nil {
-		return nil, err
-	}
-	if !reserve(&d.nQP, d.limits.MaxQP) {
-		pd.release()
-		return nil, newErr(op, obj, syscall.ENOMEM, "max_qp %d reached", d.limits.MaxQP)
-	}
 	ti := transport.QPInitAttr{
 		Type:     attr.Type,
-		SendCQ:   attr.SendCQ.q,
-		RecvCQ:   attr.RecvCQ.q,
+		SendCQ:   attr.SendCQ.queue(),
+		RecvCQ:   attr.RecvCQ.queue(),
 		Cap:      attr.Cap,
 		SQSigAll: attr.SQSigAll,
 		PD:       pd.id,
 	}
 	if attr.SRQ != nil {
 		ti.SRQ = attr.SRQ.q
+	}
+	// The engine owns the checks of type and caps against the device limits; run
+	// them before reserving, so a bad attribute is EINVAL even at max_qp.
+	if err := d.eng.CheckQPInit(&ti); err != nil {
+		return nil, wrapErr(op, obj, -1, err)
+	}
+	if err := pd.use(op); err != nil {
+		return nil, err
+	}
+	if !reserve(&d.nQP, d.limits.MaxQP) {
+		pd.release()
+		return nil, newErr(op, obj, syscall.ENOMEM, "max_qp %d reached", d.limits.MaxQP)
 	}
 	// The engine attaches the QP to its CQs and SRQ (their Close is EBUSY from
 	// then on) and detaches on Destroy.
@@ -78,33 +83,14 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	return q, nil
 }
 
+// checkQPInit checks what only roce knows: that the CQs and the SRQ are objects of
+// this device and PD. The engine checks the rest (Engine.CheckQPInit).
 func (d *Device) checkQPInit(op, obj string, pd *PD, a *QPInitAttr) error {
 	switch {
-	case a.SendCQ == nil || a.RecvCQ == nil:
-		return newErr(op, obj, syscall.EINVAL, "send_cq and recv_cq are required")
-	case a.SendCQ.dev != d || a.RecvCQ.dev != d:
+	case a.SendCQ != nil && a.SendCQ.dev != d || a.RecvCQ != nil && a.RecvCQ.dev != d:
 		return newErr(op, obj, syscall.EINVAL, "CQ belongs to another device")
 	case a.SRQ != nil && a.SRQ.pd != pd:
 		return newErr(op, obj, syscall.EINVAL, "SRQ belongs to another PD")
-	}
-	switch a.Type {
-	case QPTypeRC, QPTypeUD, QPTypeUC:
-	default:
-		return newErr(op, obj, syscall.EINVAL, "QP type %v not supported", a.Type)
-	}
-	c := a.Cap
-	l := d.limits
-	switch {
-	case int64(c.MaxSendWR) > int64(l.MaxQPWR):
-		return newErr(op, obj, syscall.EINVAL, "max_send_wr %d above max_qp_wr %d", c.MaxSendWR, l.MaxQPWR)
-	case a.SRQ == nil && int64(c.MaxRecvWR) > int64(l.MaxQPWR):
-		return newErr(op, obj, syscall.EINVAL, "max_recv_wr %d above max_qp_wr %d", c.MaxRecvWR, l.MaxQPWR)
-	case int64(c.MaxSendSGE) > int64(l.MaxSGE):
-		return newErr(op, obj, syscall.EINVAL, "max_send_sge %d above max_sge %d", c.MaxSendSGE, l.MaxSGE)
-	case a.SRQ == nil && int64(c.MaxRecvSGE) > int64(l.MaxSGE):
-		return newErr(op, obj, syscall.EINVAL, "max_recv_sge %d above max_sge %d", c.MaxRecvSGE, l.MaxSGE)
-	case int64(c.MaxInlineData) > int64(l.MaxInlineData):
-		return newErr(op, obj, syscall.EINVAL, "max_inline_data %d above %d", c.MaxInlineData, l.MaxInlineData)
 	}
 	return nil
 }
@@ -126,7 +112,9 @@ func (q *QP) PD() *PD { return q.pd }
 // attribute for the transition and QP type (IBA 11.2.4.2, as libibverbs and rxe),
 // or an attribute out of range (path MTU above max_mtu, max_rd_atomic or
 // max_dest_rd_atomic above the device's, a P_Key index other than 0, a port other
-// than 1, an address vector that checkAV refuses).
+// than 1, an address vector that checkAV refuses, unknown access flags). The
+// engine checks the transition and the ranges; roce checks what needs its GID
+// table and access vocabulary.
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	const op = "ibv_modify_qp"
 	d := q.pd.dev
@@ -143,26 +131,13 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	return wrapErr(op, q.obj, -1, q.qp.Modify(&a, mask))
 }
 
+// checkQPAttr checks the attributes that need roce's knowledge: the address vector
+// against the GID table, the access flags against the verbs' vocabulary.
 func (d *Device) checkQPAttr(op, obj string, a *QPAttr, mask QPAttrMask) error {
 	if mask&QPAttrAV != 0 {
 		if err := d.checkAV(op, obj, &a.AV); err != nil {
 			return err
 		}
-	}
-	if mask&QPAttrPathMTU != 0 && (a.PathMTU < MTU256 || a.PathMTU > d.port.MaxMTU) {
-		return newErr(op, obj, syscall.EINVAL, "path_mtu %d outside [%d, %d]", a.PathMTU, MTU256, d.port.MaxMTU)
-	}
-	if mask&QPAttrMaxQPRDAtomic != 0 && int(a.MaxRDAtomic) > d.limits.MaxQPInitRdAtom {
-		return newErr(op, obj, syscall.EINVAL, "max_rd_atomic %d above max_qp_init_rd_atom %d", a.MaxRDAtomic, d.limits.MaxQPInitRdAtom)
-	}
-	if mask&QPAttrMaxDestRDAtomic != 0 && int(a.MaxDestRDAtomic) > d.limits.MaxQPRdAtom {
-		return newErr(op, obj, syscall.EINVAL, "max_dest_rd_atomic %d above max_qp_rd_atom %d", a.MaxDestRDAtomic, d.limits.MaxQPRdAtom)
-	}
-	if mask&QPAttrPKeyIndex != 0 && a.PKeyIndex != 0 {
-		return newErr(op, obj, syscall.EINVAL, "pkey_index %d outside the P_Key table (1 entry)", a.PKeyIndex)
-	}
-	if mask&QPAttrPort != 0 && a.PortNum != 1 {
-		return newErr(op, obj, syscall.EINVAL, "port %d: the device has only port 1", a.PortNum)
 	}
 	if mask&QPAttrAccessFlags != 0 {
 		acc, err := checkQPAccess(op, obj, a.AccessFlags)

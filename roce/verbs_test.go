@@ -434,11 +434,23 @@ func TestCreateQPErrnos(t *testing.T) {
 			wantErrno(t, err, tc.want)
 		})
 	}
+	t.Run("receive caps ignored with an SRQ", func(t *testing.T) {
+		a := ok
+		a.SRQ = must[*SRQ](t)(pd.CreateSRQ(SRQInitAttr{Attr: SRQAttr{MaxWR: 4, MaxSGE: 1}}))
+		a.Cap.MaxRecvWR, a.Cap.MaxRecvSGE = 1<<20, 99 // as rxe_qp_chk_cap: not checked, not kept
+		q := must[*QP](t)(pd.CreateQP(a))
+		noErr(t, q.Close())
+		noErr(t, a.SRQ.Close())
+	})
 	t.Run("max_qp reached", func(t *testing.T) {
 		q1 := must[*QP](t)(pd.CreateQP(ok))
 		q2 := must[*QP](t)(pd.CreateQP(ok))
 		_, err := pd.CreateQP(ok)
 		wantErrno(t, err, syscall.ENOMEM)
+		bad := ok
+		bad.Cap.MaxSendWR = 17
+		_, err = pd.CreateQP(bad) // validated before max_qp is counted: EINVAL still
+		wantErrno(t, err, syscall.EINVAL)
 		noErr(t, q1.Close())
 		q3 := must[*QP](t)(pd.CreateQP(ok))
 		noErr(t, q2.Close())

@@ -327,6 +327,10 @@ type Config struct {
 	MaxQPWR   int         // device max_qp_wr (0: 16384)
 	MaxSGE    int         // device max_sge (0: 32)
 	MaxInline int         // device max_inline_data (0: 256)
+	// MaxRDAtomic and MaxDestRDAtomic are the device's max_qp_init_rd_atom and
+	// max_qp_rd_atom, the limits of a QP's max_rd_atomic and max_dest_rd_atomic
+	// (0: 128 each).
+	MaxRDAtomic, MaxDestRDAtomic int
 	// PortMTU is the port's active MTU (0: MTU1024, what rxe derives from a
 	// 1500-byte Ethernet). A UD QP has no path MTU of its own: its messages
 	// may be up to this size.

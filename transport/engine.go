@@ -20,6 +20,7 @@ const (
 	DefaultMaxQPWR   = 16384
 	DefaultMaxSGE    = 32
 	DefaultMaxInline = 256
+	DefaultRDAtomic  = 128  // max_qp_init_rd_atom and max_qp_rd_atom
 	firstQPN         = 0x11 // rxe: RXE_MIN_QP_INDEX 16, first QPN 0x11
 	maxQPN           = 0xFFFFFF
 	rxQueueLen       = 4096 // inbound packets a shard buffers before dropping
@@ -41,6 +42,7 @@ type Engine struct {
 	maxQPWR   int
 	maxSGE    int
 	maxInline int
+	maxRDAtom [2]int // max_rd_atomic and max_dest_rd_atomic limits
 	portMTU   MTU
 
 	shards []*shard
@@ -72,6 +74,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		maxQPWR:   cfg.MaxQPWR,
 		maxSGE:    cfg.MaxSGE,
 		maxInline: cfg.MaxInline,
+		maxRDAtom: [2]int{cfg.MaxRDAtomic, cfg.MaxDestRDAtomic},
 		portMTU:   cfg.PortMTU,
 		nextQPN:   firstQPN,
 		done:      make(chan struct{}),
@@ -98,6 +101,11 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if e.maxSGE <= 0 {
 		e.maxSGE = DefaultMaxSGE
+	}
+	for i, v := range e.maxRDAtom {
+		if v <= 0 {
+			e.maxRDAtom[i] = DefaultRDAtomic
+		}
 	}
 	if e.maxInline < 0 {
 		e.maxInline = 0

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync/atomic"
 	"syscall"
@@ -73,29 +74,13 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	if e.fatal.Load() {
 		return nil, newErr(op, qpn, syscall.EIO, "device fatal error: its link is gone")
 	}
-	if init == nil {
-		return nil, newErr(op, 0, syscall.EINVAL, "nil init attributes")
+	if err := e.CheckQPInit(init); err != nil {
+		return nil, err
 	}
-	switch init.Type {
-	case QPTypeRC, QPTypeUC, QPTypeUD:
-	default:
-		return nil, newErr(op, 0, syscall.EINVAL, "unknown QP type %d", init.Type)
-	}
-	c := init.Cap
-	switch {
-	case init.SendCQ == nil || init.RecvCQ == nil:
-		return nil, newErr(op, 0, syscall.EINVAL, "send and receive CQs are required")
-	case c.MaxSendWR == 0 || int(c.MaxSendWR) > e.maxQPWR:
-		return nil, newErr(op, 0, syscall.EINVAL, "max_send_wr %d not in [1..%d]", c.MaxSendWR, e.maxQPWR)
-	case init.SRQ == nil && (c.MaxRecvWR == 0 || int(c.MaxRecvWR) > e.maxQPWR):
-		return nil, newErr(op, 0, syscall.EINVAL, "max_recv_wr %d not in [1..%d]", c.MaxRecvWR, e.maxQPWR)
-	case int(c.MaxSendSGE) > e.maxSGE || int(c.MaxRecvSGE) > e.maxSGE:
-		return nil, newErr(op, 0, syscall.EINVAL, "max_sge above %d", e.maxSGE)
-	case int(c.MaxInlineData) > e.maxInline:
-		return nil, newErr(op, 0, syscall.EINVAL, "max_inline_data %d above %d", c.MaxInlineData, e.maxInline)
-	case qpn > maxQPN:
+	if qpn > maxQPN {
 		return nil, newErr(op, qpn, syscall.EINVAL, "QPN above 24 bits")
 	}
+	c := init.Cap
 	q := &QP{e: e, typ: init.Type, init: *init, srq: init.SRQ}
 	if q.init.Cap.MaxSendSGE == 0 {
 		q.init.Cap.MaxSendSGE = 1
@@ -164,6 +149,43 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	return q, nil
 }
 
+// CheckQPInit checks the attributes of ibv_create_qp against the device
+// limits, the one place these rules live (rxe_qp_chk_init, rxe_qp_chk_cap):
+// the type is RC, UC or UD, both CQs are given, max_send_wr (and, without an
+// SRQ, max_recv_wr) is in [1..max_qp_wr], max_send_sge (and, without an SRQ,
+// max_recv_sge) is at most max_sge, and max_inline_data at most the device's.
+// With an SRQ the receive caps are ignored, as rxe does. Each failure is
+// EINVAL. CreateQP runs it first; a caller that reserves resources for a QP
+// (roce, against max_qp) runs it before it does, so a bad attribute is EINVAL
+// whatever else is wrong.
+func (e *Engine) CheckQPInit(init *QPInitAttr) error {
+	const op = "ibv_create_qp"
+	if init == nil {
+		return newErr(op, 0, syscall.EINVAL, "nil init attributes")
+	}
+	switch init.Type {
+	case QPTypeRC, QPTypeUC, QPTypeUD:
+	default:
+		return newErr(op, 0, syscall.EINVAL, "QP type %v not supported", init.Type)
+	}
+	c, hasSRQ := init.Cap, init.SRQ != nil
+	switch {
+	case init.SendCQ == nil || init.RecvCQ == nil:
+		return newErr(op, 0, syscall.EINVAL, "send_cq and recv_cq are required")
+	case c.MaxSendWR == 0 || int64(c.MaxSendWR) > int64(e.maxQPWR):
+		return newErr(op, 0, syscall.EINVAL, "max_send_wr %d not in [1..%d] (max_qp_wr)", c.MaxSendWR, e.maxQPWR)
+	case !hasSRQ && (c.MaxRecvWR == 0 || int64(c.MaxRecvWR) > int64(e.maxQPWR)):
+		return newErr(op, 0, syscall.EINVAL, "max_recv_wr %d not in [1..%d] (max_qp_wr)", c.MaxRecvWR, e.maxQPWR)
+	case int64(c.MaxSendSGE) > int64(e.maxSGE):
+		return newErr(op, 0, syscall.EINVAL, "max_send_sge %d above max_sge %d", c.MaxSendSGE, e.maxSGE)
+	case !hasSRQ && int64(c.MaxRecvSGE) > int64(e.maxSGE):
+		return newErr(op, 0, syscall.EINVAL, "max_recv_sge %d above max_sge %d", c.MaxRecvSGE, e.maxSGE)
+	case int64(c.MaxInlineData) > int64(e.maxInline):
+		return newErr(op, 0, syscall.EINVAL, "max_inline_data %d above %d", c.MaxInlineData, e.maxInline)
+	}
+	return nil
+}
+
 // QPN returns the QP number.
 func (q *QP) QPN() uint32 { return q.qpn }
 
@@ -207,17 +229,20 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	return res
 }
 
-// checkAttr validates attribute values (rxe_qp_chk_attr).
+// checkAttr validates attribute values against the device (rxe_qp_chk_attr),
+// the one place these rules live: one port, one P_Key, path MTU 256..4096,
+// max_rd_atomic and max_dest_rd_atomic within the device's limits, and the
+// widths of the IBA fields.
 func (q *QP) checkAttr(a *QPAttr, mask QPAttrMask) string {
 	switch {
 	case mask&QPAttrCurState != 0 && a.CurState != q.attr.State:
 		return "cur_qp_state " + a.CurState.String() + " is not the current state " + q.attr.State.String()
 	case mask&QPAttrPathMTU != 0 && a.PathMTU.Bytes() == 0:
-		return "invalid path_mtu"
+		return fmt.Sprintf("path_mtu %d outside [%d..%d]", a.PathMTU, MTU256, MTU4096)
 	case mask&QPAttrPort != 0 && a.PortNum != 1:
-		return "port_num must be 1"
+		return fmt.Sprintf("port %d: the device has only port 1", a.PortNum)
 	case mask&QPAttrPKeyIndex != 0 && a.PKeyIndex != 0:
-		return "pkey_index must be 0 (one P_Key, 0xFFFF)"
+		return fmt.Sprintf("pkey_index %d outside the P_Key table (1 entry)", a.PKeyIndex)
 	case mask&QPAttrAV != 0 && !a.AV.DGID.IsValid():
 		return "address vector without a destination GID"
 	case mask&QPAttrTimeout != 0 && a.Timeout > 31:
@@ -228,10 +253,10 @@ func (q *QP) checkAttr(a *QPAttr, mask QPAttrMask) string {
 		return "rnr_retry above 7"
 	case mask&QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
 		return "min_rnr_timer above 31"
-	case mask&QPAttrMaxQPRDAtomic != 0 && a.MaxRDAtomic > 128:
-		return "max_rd_atomic above 128"
-	case mask&QPAttrMaxDestRDAtomic != 0 && a.MaxDestRDAtomic > 128:
-		return "max_dest_rd_atomic above 128"
+	case mask&QPAttrMaxQPRDAtomic != 0 && int(a.MaxRDAtomic) > q.e.maxRDAtom[0]:
+		return fmt.Sprintf("max_rd_atomic %d above max_qp_init_rd_atom %d", a.MaxRDAtomic, q.e.maxRDAtom[0])
+	case mask&QPAttrMaxDestRDAtomic != 0 && int(a.MaxDestRDAtomic) > q.e.maxRDAtom[1]:
+		return fmt.Sprintf("max_dest_rd_atomic %d above max_qp_rd_atom %d", a.MaxDestRDAtomic, q.e.maxRDAtom[1])
 	case mask&QPAttrDestQPN != 0 && a.DestQPN > maxQPN:
 		return "dest_qp_num above 24 bits"
 	}
