@@ -117,6 +117,12 @@ type Stats struct {
 	Timeouts    uint64 // retries exhausted
 	RejSent     uint64
 	RejRcvd     uint64
+	// Refused counts REQs dropped at the pending-connection caps
+	// (Config.MaxPending, MaxPendingPerPeer), each retransmission again.
+	Refused uint64
+	// Expired counts passive connections withdrawn because they were not
+	// established within Config.PendingTimeout.
+	Expired uint64
 }
 
 // Config tunes a Machine. The zero value is rdma_cm's behaviour.
@@ -131,6 +137,20 @@ type Config struct {
 	// MRAServiceTimeout is the 5-bit service timeout sent in MRA when a
 	// duplicate REQ arrives before Accept. Zero: 20 (≈ 4.3 s).
 	MRAServiceTimeout uint8
+	// MaxPending caps the pending passive connections: REQ received and
+	// not yet established (no RTU). MaxPendingPerPeer caps them per source
+	// address. A new REQ over either cap is dropped without a REJ and
+	// counted in Stats.Refused: cm.c does not reject a REQ its consumer
+	// cannot take for want of resources (cm_destroy_id with -ENOMEM: "do
+	// not reject to allow future retries"), so a real peer's REQ
+	// retransmission gets in once a slot frees, and a spoofed flood gets
+	// nothing back. Zero: no cap.
+	MaxPending, MaxPendingPerPeer int
+	// PendingTimeout withdraws a pending passive connection that is not
+	// established this long after its REQ: REJ (timeout) and
+	// EventUnreachable, whatever retry counts the REQ asked for. Zero:
+	// only the REP retries bound it.
+	PendingTimeout time.Duration
 }
 
 // entry is one communication ID.
@@ -156,6 +176,7 @@ type entry struct {
 	dreqTID   uint64
 	sidrReq   SIDRREQ
 	remoteKey remoteKey
+	expires   time.Time // passive pending: withdrawn then (Config.PendingTimeout)
 }
 
 type remoteKey struct {
@@ -177,6 +198,8 @@ type Machine struct {
 	out       []Datagram
 	events    []Event
 	stats     Stats
+	pending   int                // passive connections not yet established
+	pendingBy map[netip.Addr]int // the same, by peer
 }
 
 // NewMachine returns an idle Machine.
@@ -188,7 +211,7 @@ func NewMachine(cfg Config) *Machine {
 		cfg.MRAServiceTimeout = 20
 	}
 	return &Machine{cfg: cfg, tidHi: cfg.Rand(), byID: map[uint32]*entry{},
-		byRemote: map[remoteKey]*entry{}, listening: map[uint64]bool{}}
+		byRemote: map[remoteKey]*entry{}, listening: map[uint64]bool{}, pendingBy: map[netip.Addr]int{}}
 }
 
 // Stats returns the counters.
@@ -207,6 +230,52 @@ func (m *Machine) State(id uint32) State {
 		return e.state
 	}
 	return StateIdle
+}
+
+// Pending returns how many passive connections wait for their RTU (or for
+// Accept): the number Config.MaxPending caps.
+func (m *Machine) Pending() int { return m.pending }
+
+// passivePending reports whether e is a passive connection not yet
+// established: what the pending caps count.
+func (e *entry) passivePending() bool {
+	if e.active {
+		return false
+	}
+	switch e.state {
+	case StateREQRcvd, StateMRAREQSent, StateREPSent, StateMRAREPRcvd:
+		return true
+	}
+	return false
+}
+
+// setState moves e to st and keeps the pending counts.
+func (m *Machine) setState(e *entry, st State) {
+	was := e.passivePending()
+	e.state = st
+	if is := e.passivePending(); is != was {
+		m.countPending(e.peer, is)
+	}
+}
+
+func (m *Machine) countPending(peer netip.Addr, add bool) {
+	d := -1
+	if add {
+		d = 1
+	}
+	m.pending += d
+	if n := m.pendingBy[peer] + d; n > 0 {
+		m.pendingBy[peer] = n
+	} else {
+		delete(m.pendingBy, peer)
+	}
+}
+
+// admit reports whether a new REQ from peer fits under the pending caps.
+func (m *Machine) admit(peer netip.Addr) bool {
+	c := &m.cfg
+	return (c.MaxPending <= 0 || m.pending < c.MaxPending) &&
+		(c.MaxPendingPerPeer <= 0 || m.pendingBy[peer] < c.MaxPendingPerPeer)
 }
 
 // Listen accepts REQs and SIDR_REQs for serviceID.
@@ -259,7 +328,7 @@ func (e *entry) armRetry(now time.Time, b []byte, interval time.Duration, retrie
 func (e *entry) stopRetry() { e.retry, e.deadline = nil, time.Time{} }
 
 func (m *Machine) enterTimeWait(now time.Time, e *entry) {
-	e.state = StateTimeWait
+	m.setState(e, StateTimeWait)
 	e.stopRetry()
 	tw := m.cfg.TimeWait
 	if tw == 0 {
@@ -273,6 +342,9 @@ func (m *Machine) enterTimeWait(now time.Time, e *entry) {
 }
 
 func (m *Machine) remove(e *entry) {
+	if e.passivePending() {
+		m.countPending(e.peer, false)
+	}
 	delete(m.byID, e.id)
 	if m.byRemote[e.remoteKey] == e {
 		delete(m.byRemote, e.remoteKey)
@@ -328,7 +400,7 @@ func (m *Machine) Accept(now time.Time, id uint32, rep REP) error {
 	}
 	rep.LocalCommID, rep.RemoteCommID = e.id, e.remoteID
 	e.rep = rep
-	e.state = StateREPSent
+	m.setState(e, StateREPSent)
 	e.reply = nil
 	b := m.send(e.peer, e.tid, &rep)
 	e.armRetry(now, b, TimeoutDuration(e.req.LocalCMResponseTimeout)+2*e.lifetime, int(e.req.MaxCMRetries))
@@ -350,7 +422,7 @@ func (m *Machine) SendMRA(id uint32, serviceTimeout uint8) error {
 }
 
 func (m *Machine) sendMRA(e *entry, serviceTimeout uint8) {
-	e.state = StateMRAREQSent
+	m.setState(e, StateMRAREQSent)
 	e.reply = m.send(e.peer, e.tid, &MRA{LocalCommID: e.id, RemoteCommID: e.remoteID,
 		MessageMRAed: MsgREQ, ServiceTimeout: serviceTimeout})
 }
@@ -394,7 +466,7 @@ func (m *Machine) ReadyToUse(id uint32, privateData []byte) error {
 		return fmt.Errorf("%w: RTU carries at most %d bytes", ErrPrivateDataTooLong, RTUPrivateDataLen)
 	}
 	e.reply = m.send(e.peer, e.tid, &RTU{LocalCommID: e.id, RemoteCommID: e.remoteID, PrivateData: privateData})
-	e.state = StateEstablished
+	m.setState(e, StateEstablished)
 	return nil
 }
 
@@ -413,7 +485,7 @@ func (m *Machine) Disconnect(now time.Time, id uint32, privateData []byte) error
 	switch e.state {
 	case StateEstablished:
 		e.dreqTID = m.newTID(e.id)
-		e.state = StateDREQSent
+		m.setState(e, StateDREQSent)
 		remoteQPN := e.rep.LocalQPN
 		if !e.active {
 			remoteQPN = e.req.LocalQPN
@@ -493,18 +565,47 @@ func (m *Machine) SIDRReply(now time.Time, id uint32, rep SIDRREP) error {
 // no timer runs.
 func (m *Machine) Deadline() (t time.Time, ok bool) {
 	for _, e := range m.byID {
-		if !e.deadline.IsZero() && (!ok || e.deadline.Before(t)) {
-			t, ok = e.deadline, true
+		if d := e.next(); !d.IsZero() && (!ok || d.Before(t)) {
+			t, ok = d, true
 		}
 	}
 	return t, ok
+}
+
+// next is e's earliest timer: its retransmission or timewait deadline, or
+// the end of its pending time.
+func (e *entry) next() time.Time {
+	if !e.expires.IsZero() && e.passivePending() && (e.deadline.IsZero() || e.expires.Before(e.deadline)) {
+		return e.expires
+	}
+	return e.deadline
+}
+
+// expire withdraws a passive connection still pending at its
+// Config.PendingTimeout: REJ (timeout) of the REQ or REP, timewait, and
+// EventUnreachable for the owner.
+func (m *Machine) expire(now time.Time, e *entry) {
+	m.stats.Expired++
+	m.stats.RejSent++
+	which := uint8(MsgREP)
+	if e.state == StateREQRcvd || e.state == StateMRAREQSent {
+		which = MsgREQ
+	}
+	e.reply = m.send(e.peer, e.tid, &REJ{LocalCommID: e.id, RemoteCommID: e.remoteID,
+		MessageRejected: which, Reason: RejTimeout})
+	m.enterTimeWait(now, e)
+	m.emit(Event{Type: EventUnreachable, ID: e.id, Peer: e.peer, Err: ErrTimeout})
 }
 
 // Tick runs every timer due at now: retransmissions, retry exhaustion and
 // timewait exits.
 func (m *Machine) Tick(now time.Time) {
 	for _, e := range m.byID {
-		if e.deadline.IsZero() || now.Before(e.deadline) {
+		if d := e.next(); d.IsZero() || now.Before(d) {
+			continue
+		}
+		if e.passivePending() && !e.expires.IsZero() && !now.Before(e.expires) {
+			m.expire(now, e)
 			continue
 		}
 		if e.state == StateTimeWait {
@@ -625,8 +726,16 @@ func (m *Machine) onREQ(now time.Time, peer netip.Addr, h Header, req *REQ) {
 		m.rejectUnsolicited(peer, h.TID, req.LocalCommID, RejInvalidTransportType)
 		return
 	}
-	e := &entry{id: m.newID(), peer: peer, state: StateREQRcvd, tid: h.TID, req: *req}
+	if !m.admit(peer) {
+		m.stats.Refused++
+		return
+	}
+	e := &entry{id: m.newID(), peer: peer, tid: h.TID, req: *req}
 	e.lifetime = pathLifetime(req)
+	if m.cfg.PendingTimeout > 0 {
+		e.expires = now.Add(m.cfg.PendingTimeout)
+	}
+	m.setState(e, StateREQRcvd)
 	m.byID[e.id] = e
 	m.setRemote(e, req.LocalCommID)
 	r := *req
@@ -658,9 +767,9 @@ func (m *Machine) onMRA(now time.Time, peer netip.Addr, mra *MRA) {
 	wait := TimeoutDuration(mra.ServiceTimeout) + e.lifetime
 	switch {
 	case mra.MessageMRAed == MsgREQ && (e.state == StateREQSent || e.state == StateMRAREQRcvd):
-		e.state = StateMRAREQRcvd
+		m.setState(e, StateMRAREQRcvd)
 	case mra.MessageMRAed == MsgREP && (e.state == StateREPSent || e.state == StateMRAREPRcvd):
-		e.state = StateMRAREPRcvd
+		m.setState(e, StateMRAREPRcvd)
 	default:
 		m.stats.Unmatched++
 		return
@@ -696,7 +805,7 @@ func (m *Machine) onREP(peer netip.Addr, rep *REP) {
 		e.stopRetry()
 		m.setRemote(e, rep.LocalCommID)
 		e.rep = *rep
-		e.state = StateREPRcvd
+		m.setState(e, StateREPRcvd)
 		r := *rep
 		m.emit(Event{Type: EventReply, ID: e.id, Peer: peer, REP: &r})
 	case StateEstablished:
@@ -722,7 +831,7 @@ func (m *Machine) onRTU(peer netip.Addr, rtu *RTU) {
 		return
 	}
 	e.stopRetry()
-	e.state = StateEstablished
+	m.setState(e, StateEstablished)
 	m.emit(Event{Type: EventEstablished, ID: e.id, Peer: peer, PrivateData: rtu.PrivateData})
 }
 
@@ -736,7 +845,7 @@ func (m *Machine) onDREQ(now time.Time, peer netip.Addr, h Header, dreq *DREQ) {
 		// A DREQ before RTU implies the peer was established (cm.c).
 		e.stopRetry()
 		e.dreqTID = h.TID
-		e.state = StateDREQRcvd
+		m.setState(e, StateDREQRcvd)
 		m.emit(Event{Type: EventDisconnectRequest, ID: e.id, Peer: peer, PrivateData: dreq.PrivateData})
 	case StateDREQSent:
 		// Both sides disconnect at once: answer and finish.

@@ -23,6 +23,17 @@ const (
 	DefaultPacketLifetime    = 18
 )
 
+// A Manager bounds the passive connections that wait for their RTU (see
+// Config.MaxPending): a REQ costs the listener a connection's resources
+// before the peer proves it can answer, so a flood of spoofed REQs must not
+// grow them without bound. ManagerConfig.Machine fields left zero take these;
+// a negative one switches the bound off.
+const (
+	DefaultMaxPending        = 256
+	DefaultMaxPendingPerPeer = 32
+	DefaultPendingTimeout    = 30 * time.Second
+)
+
 // ManagerConfig configures a Manager. Zero fields take rdma_cm's values.
 type ManagerConfig struct {
 	// CAGUID is the local CA GUID put in REQ/REP (rxe: the node GUID, EUI-64
@@ -41,7 +52,8 @@ type ManagerConfig struct {
 	// HopLimit of the path (default 64) and TrafficClass.
 	HopLimit     uint8
 	TrafficClass uint8
-	// Machine tunes the state machine (timewait, randomness).
+	// Machine tunes the state machine (timewait, randomness, the caps on
+	// pending connections: DefaultMaxPending and its siblings when zero).
 	Machine Config
 	// Events, if non-nil, receives a copy of every connection event
 	// (rdma_cm's event channel, for tracing). Sends never block: events
@@ -170,6 +182,10 @@ func NewManager(conn MADConn, cfg ManagerConfig) *Manager {
 	if cfg.HopLimit == 0 {
 		cfg.HopLimit = 64
 	}
+	mc := &cfg.Machine
+	mc.MaxPending = orDefault(mc.MaxPending, DefaultMaxPending)
+	mc.MaxPendingPerPeer = orDefault(mc.MaxPendingPerPeer, DefaultMaxPendingPerPeer)
+	mc.PendingTimeout = orDefault(mc.PendingTimeout, DefaultPendingTimeout)
 	mg := &Manager{conn: conn, cfg: cfg, addr: conn.LocalAddr().Unmap(), m: NewMachine(cfg.Machine),
 		listeners: map[uint64]*Listener{}, udListen: map[uint64]*UDListener{}, handles: map[uint32]*handle{},
 		readDone: make(chan struct{})}
@@ -186,11 +202,29 @@ func (mg *Manager) DroppedEvents() uint64 {
 	return mg.dropped
 }
 
+// orDefault is v, or def when v is zero, or zero (no bound) when v is negative.
+func orDefault[T int | time.Duration](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
 // Stats returns the state machine's counters.
 func (mg *Manager) Stats() Stats {
 	mg.mu.Lock()
 	defer mg.mu.Unlock()
 	return mg.m.Stats()
+}
+
+// Pending returns how many passive connections wait for their RTU.
+func (mg *Manager) Pending() int {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	return mg.m.Pending()
 }
 
 // Close stops the Manager and closes the MADConn. Connections are not

@@ -44,12 +44,21 @@ type Options struct {
 	// Timeout bounds connection setup (Dial, Accept) and Disconnect; 0
 	// means 30 s.
 	Timeout time.Duration
+	// Idle ends the connection with ErrIdle when nothing completes for this
+	// long: a peer that died without a DREQ (rping asks retry_cnt 7, which
+	// retries forever, so the QP alone never gives up). The QP goes to
+	// ERR at once and the DREQ is sent without waiting for its DREP. 0
+	// waits forever, as rping does.
+	Idle time.Duration
 
 	corruptEcho bool // tests: the server flips a bit before writing back
 }
 
 // ErrMismatch is returned by Client when Validate finds the data changed.
 var ErrMismatch = errors.New("rping: data mismatch")
+
+// ErrIdle ends a connection on which nothing completed for Options.Idle.
+var ErrIdle = errors.New("rping: peer idle")
 
 func (o *Options) defaults() error {
 	if o.Size == 0 {
@@ -201,6 +210,13 @@ func (p *pinger) connParam() cm.ConnParam {
 // receive after a RECV (rping_cq_event_handler). A RECV must carry 16 bytes.
 func (p *pinger) wait(ctx context.Context) (roce.WC, error) {
 	var wc [1]roce.WC
+	var idle *time.Timer
+	var idleC <-chan time.Time // nil without Options.Idle: never fires
+	if p.o.Idle > 0 {
+		idle = time.NewTimer(p.o.Idle)
+		defer idle.Stop()
+		idleC = idle.C
+	}
 	for {
 		n, err := p.cq.Poll(wc[:])
 		if err != nil {
@@ -225,6 +241,8 @@ func (p *pinger) wait(ctx context.Context) (roce.WC, error) {
 				}
 			case <-ctx.Done():
 				return wc[0], ctx.Err()
+			case <-idleC:
+				return wc[0], ErrIdle
 			}
 		}
 		w := wc[0]
@@ -237,6 +255,9 @@ func (p *pinger) wait(ctx context.Context) (roce.WC, error) {
 		switch w.Opcode {
 		case roce.WCSend:
 			p.dbg("send completion\n")
+			if idle != nil {
+				idle.Reset(p.o.Idle) // progress
+			}
 			continue
 		case roce.WCRDMAWrite:
 			p.dbg("rdma write completion\n")
@@ -409,10 +430,7 @@ func Client(ctx context.Context, dev *roce.Device, mgr *cm.Manager, local, remot
 	}
 	o.Debug("rdma_connect successful\n")
 	err = p.testClient(ctx)
-	// rping_disconnect: DREQ, whatever happened.
-	dctx, cancel = context.WithTimeout(context.Background(), o.Timeout)
-	p.conn.Disconnect(dctx)
-	cancel()
+	p.disconnect(err) // rping_disconnect: DREQ, whatever happened
 	return err
 }
 
@@ -447,10 +465,23 @@ func ServeConn(ctx context.Context, dev *roce.Device, r *cm.ConnRequest, o Optio
 		return fmt.Errorf("connect error %w", err)
 	}
 	err = p.testServer(ctx)
-	dctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+	p.disconnect(err)
+	return err
+}
+
+// disconnect is rdma_disconnect: the QP goes to ERR (flushing its WRs and
+// stopping its retransmissions), then DREQ. After ErrIdle the peer is gone,
+// so the DREQ is not waited for (the CM still retries it); otherwise the DREP
+// is awaited up to Options.Timeout.
+func (p *pinger) disconnect(err error) {
+	p.qp.Modify(&roce.QPAttr{State: roce.QPSErr}, roce.QPAttrState)
+	wait := p.o.Timeout
+	if errors.Is(err, ErrIdle) {
+		wait = 0
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), wait)
 	p.conn.Disconnect(dctx)
 	cancel()
-	return err
 }
 
 // Serve is rping -s -P: it serves every connection request from l, each on

@@ -1,0 +1,186 @@
+package cm
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// reqMAD marshals a REQ with comm ID id, as a peer would send it.
+func reqMAD(t *testing.T, id uint32, mutate func(*REQ)) []byte {
+	t.Helper()
+	r := testREQ()
+	r.LocalCommID = id
+	if mutate != nil {
+		mutate(&r)
+	}
+	b, err := Marshal(uint64(id), &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPendingCaps: REQs beyond the per-peer or per-device pending cap are
+// dropped without an answer and counted; a duplicate of an admitted REQ is
+// still answered; an established connection frees its slot.
+func TestPendingCaps(t *testing.T) {
+	m := NewMachine(Config{Rand: seq(1), MaxPending: 3, MaxPendingPerPeer: 2})
+	if err := m.Listen(svc); err != nil {
+		t.Fatal(err)
+	}
+	peerC := netip.MustParseAddr("10.0.0.3")
+	steps := []struct {
+		peer    netip.Addr
+		id      uint32
+		admit   bool
+		pending int
+	}{
+		{addrA, 1, true, 1},
+		{addrA, 2, true, 2},
+		{addrA, 3, false, 2}, // per-peer cap
+		{peerC, 1, true, 3},
+		{peerC, 2, false, 3}, // device cap
+	}
+	var admitted []Event
+	for i, st := range steps {
+		m.Receive(t0, st.peer, reqMAD(t, st.id, nil))
+		out, ev := m.Drain()
+		if len(out) != 0 {
+			t.Errorf("step %d: %d MADs sent; a REQ is answered only by Accept/Reject, a refused one never", i, len(out))
+		}
+		if got := len(ev) == 1 && ev[0].Type == EventConnectRequest; got != st.admit {
+			t.Errorf("step %d (%v id %d): events %v, admitted want %v", i, st.peer, st.id, evTypes(ev), st.admit)
+		}
+		admitted = append(admitted, ev...)
+		if m.Pending() != st.pending {
+			t.Errorf("step %d: pending %d, want %d", i, m.Pending(), st.pending)
+		}
+	}
+	if s := m.Stats(); s.Refused != 2 {
+		t.Errorf("refused %d, want 2", s.Refused)
+	}
+	// A retransmission of an admitted REQ is a duplicate, answered with MRA.
+	m.Receive(t0, addrA, reqMAD(t, 1, nil))
+	if out, _ := m.Drain(); len(out) != 1 || attrOf(out[0].MAD) != AttrMRA {
+		t.Errorf("duplicate REQ at the cap: %d MADs, want one MRA", len(out))
+	}
+	// Establish A's first connection: its slot frees, peer C gets in.
+	id := admitted[0].ID
+	if err := m.Accept(t0, id, REP{LocalQPN: 0x22}); err != nil {
+		t.Fatal(err)
+	}
+	m.Drain()
+	if m.Pending() != 3 {
+		t.Fatalf("pending %d after REP, want 3 (no RTU yet)", m.Pending())
+	}
+	rtu, _ := Marshal(1, &RTU{LocalCommID: 1, RemoteCommID: id})
+	m.Receive(t0, addrA, rtu)
+	if _, ev := m.Drain(); len(ev) != 1 || ev[0].Type != EventEstablished {
+		t.Fatalf("RTU: events %v", evTypes(ev))
+	}
+	if m.Pending() != 2 {
+		t.Fatalf("pending %d once established, want 2", m.Pending())
+	}
+	m.Receive(t0, peerC, reqMAD(t, 2, nil))
+	if _, ev := m.Drain(); len(ev) != 1 || ev[0].Type != EventConnectRequest {
+		t.Errorf("REQ after a slot freed: events %v", evTypes(ev))
+	}
+}
+
+// TestPendingTimeout: a passive connection not established within
+// PendingTimeout is withdrawn with REJ (timeout) and EventUnreachable,
+// whether it waits for Accept or for RTU, even when the REQ asked for hours
+// of REP retries; its slot frees.
+func TestPendingTimeout(t *testing.T) {
+	const limit = 10 * time.Second
+	m := NewMachine(Config{Rand: seq(1), MaxPending: 2, PendingTimeout: limit})
+	if err := m.Listen(svc); err != nil {
+		t.Fatal(err)
+	}
+	slow := func(r *REQ) { r.LocalCMResponseTimeout, r.RemoteCMResponseTimeout, r.MaxCMRetries = 31, 31, 15 }
+	m.Receive(t0, addrA, reqMAD(t, 1, slow)) // answered with REP, never RTU
+	m.Receive(t0.Add(time.Second), addrA, reqMAD(t, 2, slow))
+	_, ev := m.Drain()
+	if len(ev) != 2 {
+		t.Fatalf("events %v", evTypes(ev))
+	}
+	if err := m.Accept(t0, ev[0].ID, REP{LocalQPN: 0x22}); err != nil {
+		t.Fatal(err)
+	}
+	m.Drain()
+	if d, ok := m.Deadline(); !ok || !d.Equal(t0.Add(limit)) {
+		t.Fatalf("deadline %v %v, want the pending limit %v", d, ok, t0.Add(limit))
+	}
+	for i, want := range []struct {
+		at  time.Time
+		msg uint8
+	}{{t0.Add(limit), MsgREP}, {t0.Add(time.Second + limit), MsgREQ}} {
+		d, _ := m.Deadline()
+		if !d.Equal(want.at) {
+			t.Fatalf("expiry %d: deadline %v, want %v", i, d, want.at)
+		}
+		m.Tick(d)
+		out, ev := m.Drain()
+		if len(ev) != 1 || ev[0].Type != EventUnreachable {
+			t.Fatalf("expiry %d: events %v", i, evTypes(ev))
+		}
+		if len(out) != 1 || attrOf(out[0].MAD) != AttrREJ {
+			t.Fatalf("expiry %d: %d MADs, want one REJ", i, len(out))
+		}
+		_, msg, err := Parse(out[0].MAD)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rej := msg.(*REJ); rej.Reason != RejTimeout || rej.MessageRejected != want.msg {
+			t.Errorf("expiry %d: REJ reason %d of message %d, want timeout of %d", i, rej.Reason, rej.MessageRejected, want.msg)
+		}
+	}
+	if m.Pending() != 0 {
+		t.Errorf("pending %d after both expired", m.Pending())
+	}
+	if s := m.Stats(); s.Expired != 2 {
+		t.Errorf("expired %d, want 2", s.Expired)
+	}
+}
+
+// TestREQFlood: 5,000 spoofed REQs from as many addresses, none followed by
+// an RTU. The machine holds at most MaxPending of them, sends nothing for the
+// refused ones, and is empty again after the pending time and timewait.
+func TestREQFlood(t *testing.T) {
+	const flood, limit = 5000, 64
+	m := NewMachine(Config{Rand: seq(1), MaxPending: limit, MaxPendingPerPeer: 4, PendingTimeout: 10 * time.Second})
+	if err := m.Listen(svc); err != nil {
+		t.Fatal(err)
+	}
+	base := netip.MustParseAddr("198.18.0.0").As4()
+	var sent, requests int
+	for i := range flood {
+		b := base
+		b[2], b[3] = byte(i>>8), byte(i)
+		m.Receive(t0, netip.AddrFrom4(b), reqMAD(t, uint32(i+1), nil))
+		out, ev := m.Drain()
+		sent += len(out)
+		requests += len(ev)
+	}
+	if requests != limit || sent != 0 {
+		t.Errorf("%d connection requests and %d MADs out of %d REQs; want %d and 0", requests, sent, flood, limit)
+	}
+	if s := m.Stats(); s.Refused != flood-limit {
+		t.Errorf("refused %d, want %d", s.Refused, flood-limit)
+	}
+	if n := len(m.byID); n != limit {
+		t.Errorf("%d communication IDs held, want %d", n, limit)
+	}
+	for range 2 * limit {
+		d, ok := m.Deadline()
+		if !ok {
+			break
+		}
+		m.Tick(d)
+		m.Drain()
+	}
+	if n, p := len(m.byID), m.Pending(); n != 0 || p != 0 {
+		t.Errorf("after the pending time and timewait: %d IDs, %d pending; want none", n, p)
+	}
+}
