@@ -3,18 +3,7 @@ package roce
 import (
 	"sync"
 	"syscall"
-
-	"github.com/goroce/goroce/transport"
 )
-
-// AddressVector says how to reach a peer: its GID (an IP address), the source GID
-// index, hop limit, traffic class, flow label and optionally the UDP source port. It
-// is both the attribute of CreateAH and QPAttr.AV, as struct ibv_ah_attr is both in
-// C. On RoCE IsGlobal must be true.
-type AddressVector = transport.AddressVector
-
-// AHAttr holds the attributes of an address handle (struct ibv_ah_attr).
-type AHAttr = AddressVector
 
 // AH is an address handle (struct ibv_ah): the destination of UD send WRs.
 type AH struct {

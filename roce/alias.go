@@ -6,12 +6,10 @@ import (
 	"github.com/goroce/goroce/transport"
 )
 
-// The value types of the verbs API live in the lowest package that stores them (cq
-// owns completions, srq owns receive WRs, transport owns send WRs and QP attributes);
-// roce re-exports them so users import one package. See STYLE §7.1.
-
-// WC is a work completion (struct ibv_wc).
-type WC = cq.WorkCompletion
+// The enumerations of the verbs API are defined by the lowest package that stores
+// them (cq owns completion statuses, srq the SRQ mask, transport QP states, opcodes
+// and flags); roce names them and their values again so users import one package.
+// The structs users fill in and read are roce's own: see types.go.
 
 // WCStatus is the status of a work completion (enum ibv_wc_status).
 type WCStatus = cq.Status
@@ -22,29 +20,11 @@ type WCOpcode = cq.Opcode
 // WCFlags are the wc_flags of a work completion (enum ibv_wc_flags).
 type WCFlags = cq.Flags
 
-// SGE is a scatter/gather element (struct ibv_sge).
-type SGE = srq.SGE
-
-// RecvWR is a receive work request (struct ibv_recv_wr).
-type RecvWR = srq.RecvWR
-
-// SRQAttr holds the attributes of an SRQ (struct ibv_srq_attr).
-type SRQAttr = srq.Attr
-
 // SRQAttrMask selects the SRQ attributes Modify changes (enum ibv_srq_attr_mask).
 type SRQAttrMask = srq.AttrMask
 
-// SendWR is a send work request (struct ibv_send_wr).
-type SendWR = transport.SendWR
-
-// QPAttr holds the modifiable attributes of a QP (struct ibv_qp_attr).
-type QPAttr = transport.QPAttr
-
 // QPAttrMask selects the QP attributes Modify changes (enum ibv_qp_attr_mask).
 type QPAttrMask = transport.QPAttrMask
-
-// QPCap holds the queue sizes of a QP (struct ibv_qp_cap).
-type QPCap = transport.QPCap
 
 // QPType is the transport service of a QP (enum ibv_qp_type).
 type QPType = transport.QPType

@@ -35,46 +35,46 @@ const (
 // DeviceAttr is what Device.Query returns (struct ibv_device_attr). Field names drop
 // the max_ prefix only where Go would stutter; every field keeps its C meaning.
 type DeviceAttr struct {
-	FWVer           string // fw_ver
-	NodeGUID        uint64 // node_guid (host order; printed as the big-endian bytes)
-	SysImageGUID    uint64 // sys_image_guid
-	MaxMRSize       uint64 // max_mr_size: largest MR in bytes
-	PageSizeCap     uint64 // page_size_cap
-	VendorID        uint32 // vendor_id (0xffffff, as rxe)
-	VendorPartID    uint32 // vendor_part_id
-	HWVer           uint32 // hw_ver
-	MaxQP           int    // max_qp
-	MaxQPWR         int    // max_qp_wr: send and receive queue depth limit
-	DeviceCapFlags  DeviceCapFlags
-	MaxSGE          int // max_sge: SGEs per send or receive WR
-	MaxSGERD        int // max_sge_rd
-	MaxCQ           int // max_cq
-	MaxCQE          int // max_cqe: CQ size limit
-	MaxMR           int // max_mr
-	MaxPD           int // max_pd
-	MaxQPRdAtom     int // max_qp_rd_atom: outstanding READ/atomic as responder (max_dest_rd_atomic limit)
-	MaxEECRdAtom    int // max_ee_rd_atom
-	MaxResRdAtom    int // max_res_rd_atom
-	MaxQPInitRdAtom int // max_qp_init_rd_atom: outstanding READ/atomic as requester (max_rd_atomic limit)
-	MaxEECInitRdAt  int // max_ee_init_rd_atom
-	AtomicCap       AtomicCap
-	MaxEE           int // max_ee
-	MaxRDD          int // max_rdd
-	MaxMW           int // max_mw
-	MaxRawIPv6QP    int // max_raw_ipv6_qp
-	MaxRawEthyQP    int // max_raw_ethy_qp
-	MaxMcastGrp     int // max_mcast_grp
-	MaxMcastQPAttch int // max_mcast_qp_attach
-	MaxTotalMcastQP int // max_total_mcast_qp_attach
-	MaxAH           int // max_ah
-	MaxFMR          int // max_fmr
-	MaxMapPerFMR    int // max_map_per_fmr
-	MaxSRQ          int // max_srq
-	MaxSRQWR        int // max_srq_wr
-	MaxSRQSGE       int // max_srq_sge
-	MaxPKeys        int // max_pkeys
-	LocalCAAckDelay uint8
-	PhysPortCnt     uint8
+	FWVer           string         // fw_ver
+	NodeGUID        uint64         // node_guid (host order; printed as the big-endian bytes)
+	SysImageGUID    uint64         // sys_image_guid
+	MaxMRSize       uint64         // max_mr_size: largest MR in bytes
+	PageSizeCap     uint64         // page_size_cap
+	VendorID        uint32         // vendor_id (0xffffff, as rxe)
+	VendorPartID    uint32         // vendor_part_id
+	HWVer           uint32         // hw_ver
+	MaxQP           int            // max_qp
+	MaxQPWR         int            // max_qp_wr: send and receive queue depth limit
+	DeviceCapFlags  DeviceCapFlags // device_cap_flags
+	MaxSGE          int            // max_sge: SGEs per send or receive WR
+	MaxSGERD        int            // max_sge_rd
+	MaxCQ           int            // max_cq
+	MaxCQE          int            // max_cqe: CQ size limit
+	MaxMR           int            // max_mr
+	MaxPD           int            // max_pd
+	MaxQPRdAtom     int            // max_qp_rd_atom: outstanding READ/atomic as responder (max_dest_rd_atomic limit)
+	MaxEECRdAtom    int            // max_ee_rd_atom
+	MaxResRdAtom    int            // max_res_rd_atom
+	MaxQPInitRdAtom int            // max_qp_init_rd_atom: outstanding READ/atomic as requester (max_rd_atomic limit)
+	MaxEECInitRdAt  int            // max_ee_init_rd_atom
+	AtomicCap       AtomicCap      // atomic_cap
+	MaxEE           int            // max_ee
+	MaxRDD          int            // max_rdd
+	MaxMW           int            // max_mw
+	MaxRawIPv6QP    int            // max_raw_ipv6_qp
+	MaxRawEthyQP    int            // max_raw_ethy_qp
+	MaxMcastGrp     int            // max_mcast_grp
+	MaxMcastQPAttch int            // max_mcast_qp_attach
+	MaxTotalMcastQP int            // max_total_mcast_qp_attach
+	MaxAH           int            // max_ah
+	MaxFMR          int            // max_fmr
+	MaxMapPerFMR    int            // max_map_per_fmr
+	MaxSRQ          int            // max_srq
+	MaxSRQWR        int            // max_srq_wr
+	MaxSRQSGE       int            // max_srq_sge
+	MaxPKeys        int            // max_pkeys
+	LocalCAAckDelay uint8          // local_ca_ack_delay
+	PhysPortCnt     uint8          // phys_port_cnt
 	// MaxInlineData is the largest max_inline_data a QP may ask for. It is not in
 	// ibv_device_attr (there a too-large request just fails); it is here so callers
 	// can size requests without trial and error.
@@ -84,22 +84,22 @@ type DeviceAttr struct {
 // Limits are the resource limits a Device enforces; pass them with WithLimits. A zero
 // field keeps the default, which mirrors rxe (rxe_param.h) where that makes sense.
 type Limits struct {
-	MaxQP           int
-	MaxQPWR         int
-	MaxSGE          int
-	MaxInlineData   int
-	MaxCQ           int
-	MaxCQE          int
-	MaxMR           int
-	MaxMRSize       uint64
-	MaxMW           int
-	MaxPD           int
-	MaxAH           int
-	MaxSRQ          int
-	MaxSRQWR        int
-	MaxSRQSGE       int
-	MaxQPRdAtom     int // responder resources (max_dest_rd_atomic limit)
-	MaxQPInitRdAtom int // initiator depth (max_rd_atomic limit)
+	MaxQP           int    // max_qp: QPs at once
+	MaxQPWR         int    // max_qp_wr: send and receive queue depth
+	MaxSGE          int    // max_sge: SGEs per send or receive WR
+	MaxInlineData   int    // max_inline_data of a QP
+	MaxCQ           int    // max_cq: CQs at once
+	MaxCQE          int    // max_cqe: CQ size
+	MaxMR           int    // max_mr: MRs at once
+	MaxMRSize       uint64 // max_mr_size: bytes of one MR
+	MaxMW           int    // max_mw: memory windows at once
+	MaxPD           int    // max_pd: PDs at once
+	MaxAH           int    // max_ah: AHs at once
+	MaxSRQ          int    // max_srq: SRQs at once
+	MaxSRQWR        int    // max_srq_wr: SRQ depth
+	MaxSRQSGE       int    // max_srq_sge: SGEs per SRQ WR
+	MaxQPRdAtom     int    // responder resources (max_dest_rd_atomic limit)
+	MaxQPInitRdAtom int    // initiator depth (max_rd_atomic limit)
 	// NoSRQResize turns off IBV_DEVICE_SRQ_RESIZE, so ibv_modify_srq with
 	// IBV_SRQ_MAX_WR fails with ENOSYS, as on devices without it.
 	NoSRQResize bool
@@ -226,15 +226,15 @@ func (s PortState) String() string {
 // PortAttr is what Device.QueryPort returns (struct ibv_port_attr), for the fields
 // that mean something on RoCE.
 type PortAttr struct {
-	State        PortState
-	MaxMTU       MTU    // max_mtu: the largest path MTU a QP may use (4096)
-	ActiveMTU    MTU    // active_mtu: derived from the interface MTU, as rxe does
-	GIDTblLen    int    // gid_tbl_len: populated GID entries (see GIDIndexRoCEv2)
-	PortCapFlags uint32 // port_cap_flags
-	MaxMsgSz     uint32 // max_msg_sz
-	PKeyTblLen   int    // pkey_tbl_len (1: the default P_Key 0xffff)
-	LID          uint16 // always 0 on RoCE
-	LinkLayer    uint8  // IBV_LINK_LAYER_ETHERNET (2)
+	State        PortState // state: ACTIVE, or DOWN once the link died
+	MaxMTU       MTU       // max_mtu: the largest path MTU a QP may use (4096)
+	ActiveMTU    MTU       // active_mtu: derived from the interface MTU, as rxe does
+	GIDTblLen    int       // gid_tbl_len: populated GID entries (see GIDIndexRoCEv2)
+	PortCapFlags uint32    // port_cap_flags
+	MaxMsgSz     uint32    // max_msg_sz
+	PKeyTblLen   int       // pkey_tbl_len (1: the default P_Key 0xffff)
+	LID          uint16    // always 0 on RoCE
+	LinkLayer    uint8     // IBV_LINK_LAYER_ETHERNET (2)
 }
 
 // LinkLayerEthernet is IBV_LINK_LAYER_ETHERNET, the link layer of every RoCE port.

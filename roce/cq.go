@@ -64,7 +64,7 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 	if c.dev.closed.Load() {
 		return 0, closedErr("ibv_poll_cq", c.obj)
 	}
-	n, err := c.q.Poll(wc)
+	n, err := c.q.Poll(engineWCs(wc))
 	if err != nil {
 		return n, wrapErr("ibv_poll_cq", c.obj, -1, err)
 	}

@@ -381,14 +381,16 @@ func reserve(n interface {
 // through the old keys is in flight (Engine.Barrier: one command per shard).
 func (d *Device) barrier() { d.eng.Barrier() }
 
-// QPInfo is a debugging snapshot of one QP (state, PSNs, queue depth, counters).
-type QPInfo = transport.QPInfo
-
 // QPs returns a snapshot of every QP on the device, for debugging (roced serves it
 // as /debug/qps). Per-QP data is kept out of Stats to keep metrics low-cardinality.
 func (d *Device) QPs() []QPInfo {
 	if d.closed.Load() {
 		return nil
 	}
-	return d.eng.QPs()
+	in := d.eng.QPs()
+	out := make([]QPInfo, len(in))
+	for i := range in {
+		out[i] = QPInfo(in[i])
+	}
+	return out
 }

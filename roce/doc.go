@@ -4,9 +4,12 @@
 //
 // roce is a facade. The objects' machinery lives below it: cq holds completion
 // queues, srq holds receive queues, transport runs the QPs on the wire, and
-// transport/link moves datagrams. The value types those packages store are
-// re-exported here as aliases (WC, SGE, RecvWR, SendWR, QPAttr, ...), so one import
-// is enough. roce itself owns registration (PD, MR keys and the lkey/rkey registry the
+// transport/link moves datagrams. The structs a program fills in and reads (WC, SGE,
+// RecvWR, SendWR, QPAttr, QPCap, AddressVector, SRQAttr, QPInfo) are declared here,
+// with a doc comment on every field, as twins of the forms those packages store:
+// same fields, same layout, so PostSend, PostRecv and Poll hand them down without a
+// copy. The enumerations (QPState, WROpcode, WCStatus, ...) and Error are the lower
+// packages' types under roce's names, so one import is enough. roce itself owns registration (PD, MR keys and the lkey/rkey registry the
 // engine resolves through transport.Memory), address handles, reference counts
 // between objects, device attributes, the GID table, and async event delivery.
 //

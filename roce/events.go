@@ -12,11 +12,11 @@ import (
 // acknowledge: ibv_ack_async_event has no Go counterpart, the garbage collector keeps
 // the handles alive.
 type AsyncEvent struct {
-	Type EventType
-	QP   *QP  // QP events: COMM_EST, QP_FATAL, QP_LAST_WQE_REACHED, ...
-	CQ   *CQ  // CQ_ERR
-	SRQ  *SRQ // SRQ_ERR, SRQ_LIMIT_REACHED
-	Port int  // PORT_ACTIVE, PORT_ERR: the port number (1)
+	Type EventType // event_type
+	QP   *QP       // QP events: COMM_EST, QP_FATAL, QP_LAST_WQE_REACHED, ...
+	CQ   *CQ       // CQ_ERR
+	SRQ  *SRQ      // SRQ_ERR, SRQ_LIMIT_REACHED
+	Port int       // PORT_ACTIVE, PORT_ERR: the port number (1)
 }
 
 // String formats the event like ibv_asyncwatch: "SRQ_LIMIT_REACHED srq 0x3".

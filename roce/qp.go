@@ -10,12 +10,12 @@ import (
 
 // QPInitAttr holds the creation attributes of a QP (struct ibv_qp_init_attr).
 type QPInitAttr struct {
-	Type     QPType
-	SendCQ   *CQ
-	RecvCQ   *CQ
-	SRQ      *SRQ // optional: receive from this SRQ instead of an own receive queue
-	Cap      QPCap
-	SQSigAll bool // every send WR completes signaled, whatever its flags
+	Type     QPType // qp_type: QPTypeRC, QPTypeUC or QPTypeUD
+	SendCQ   *CQ    // send_cq: completions of send WRs
+	RecvCQ   *CQ    // recv_cq: completions of receive WRs (may be SendCQ)
+	SRQ      *SRQ   // srq, optional: receive from this SRQ instead of an own receive queue
+	Cap      QPCap  // cap: queue sizes, checked against the device limits
+	SQSigAll bool   // sq_sig_all: every send WR completes signaled, whatever its flags
 }
 
 // QP is a queue pair (struct ibv_qp): a thin handle on the engine's QP. Its state and
@@ -48,7 +48,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		Type:     attr.Type,
 		SendCQ:   attr.SendCQ.queue(),
 		RecvCQ:   attr.RecvCQ.queue(),
-		Cap:      attr.Cap,
+		Cap:      transport.QPCap(attr.Cap),
 		SQSigAll: attr.SQSigAll,
 		PD:       pd.id,
 	}
@@ -128,7 +128,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if err := d.checkQPAttr(op, q.obj, &a, mask); err != nil {
 		return err
 	}
-	return wrapErr(op, q.obj, -1, q.qp.Modify(&a, mask))
+	return wrapErr(op, q.obj, -1, q.qp.Modify(engineQPAttr(&a), mask))
 }
 
 // checkQPAttr checks the attributes that need roce's knowledge: the address vector
@@ -156,7 +156,7 @@ func (q *QP) Query() (QPAttr, error) {
 		return QPAttr{}, closedErr(op, q.obj)
 	}
 	a, _ := q.qp.Query()
-	return a, nil
+	return *userQPAttr(&a), nil
 }
 
 // State returns the QP's current state (Query().State).
@@ -174,7 +174,7 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) {
 	if q.pd.dev.closed.Load() {
 		return 0, closedErr("ibv_post_send", q.obj)
 	}
-	n, err := q.qp.PostSend(wrs)
+	n, err := q.qp.PostSend(engineSendWRs(wrs))
 	if err != nil {
 		return n, wrapErr("ibv_post_send", q.obj, n, err)
 	}
@@ -197,7 +197,7 @@ func (q *QP) PostRecv(wrs []RecvWR) (int, error) {
 		e.Index = 0
 		return 0, e
 	}
-	n, err := q.qp.PostRecv(wrs)
+	n, err := q.qp.PostRecv(engineRecvWRs(wrs))
 	if err != nil {
 		return n, wrapErr(op, q.obj, n, err)
 	}

@@ -94,7 +94,7 @@ func maskFor(tbl map[[2]QPState]ibtaCell, from, to QPState, typ QPType) QPAttrMa
 	return tbl[[2]QPState{from, to}].req[typ] | QPAttrState
 }
 
-func driveTo(t *testing.T, qp *QP, typ QPType, target QPState) {
+func driveTo(t testing.TB, qp *QP, typ QPType, target QPState) {
 	t.Helper()
 	tbl := ibtaTable()
 	from := QPSReset

@@ -9,7 +9,7 @@ import (
 // SRQInitAttr holds the creation attributes of an SRQ (struct ibv_srq_init_attr).
 // Attr.Limit is ignored at creation, as ibv_create_srq(3) says; arm with Modify.
 type SRQInitAttr struct {
-	Attr SRQAttr
+	Attr SRQAttr // attr: MaxWR and MaxSGE; Limit is ignored
 }
 
 // SRQ is a shared receive queue (struct ibv_srq). Any number of QPs of the same PD
@@ -38,7 +38,7 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 		pd.release()
 		return nil, newErr(op, obj, syscall.ENOMEM, "max_srq %d reached", d.limits.MaxSRQ)
 	}
-	a := attr.Attr
+	a := srq.Attr(attr.Attr)
 	q, err := srq.New(&a, d.srqCaps())
 	if err != nil {
 		d.nSRQ.Add(-1)
@@ -79,7 +79,7 @@ func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
 	if s.pd.dev.closed.Load() {
 		return 0, closedErr(op, s.obj)
 	}
-	n, err := s.q.PostRecv(wrs)
+	n, err := s.q.PostRecv(engineRecvWRs(wrs))
 	if err != nil {
 		return n, wrapErr(op, s.obj, n, err)
 	}
@@ -98,7 +98,7 @@ func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
 	if attr == nil {
 		return newErr(op, s.obj, syscall.EINVAL, "nil attr")
 	}
-	return wrapErr(op, s.obj, -1, s.q.Modify(attr, mask))
+	return wrapErr(op, s.obj, -1, s.q.Modify((*srq.Attr)(attr), mask))
 }
 
 // Query is ibv_query_srq: max_wr, max_sge and the armed limit (0 when disarmed).
@@ -108,7 +108,7 @@ func (s *SRQ) Query() (SRQAttr, error) {
 		return SRQAttr{}, closedErr(op, s.obj)
 	}
 	a, err := s.q.Query()
-	return a, wrapErr(op, s.obj, -1, err)
+	return SRQAttr(a), wrapErr(op, s.obj, -1, err)
 }
 
 // Close is ibv_destroy_srq. It fails with EBUSY, changing nothing, while a QP uses the
