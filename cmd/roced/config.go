@@ -27,6 +27,7 @@ const (
 	defaultRpingPort    = 7174 // rping's default rdma_cm port
 	defaultDrainTimeout = 5 * time.Second
 	defaultSourcePorts  = 64
+	defaultHealth       = 5 * time.Second
 )
 
 // config is the daemon's validated configuration.
@@ -35,6 +36,8 @@ type config struct {
 	port         uint16
 	mtu          int
 	metrics      string // host:port, or "" for no HTTP endpoint
+	debug        string // host:port serving /debug/*; "" serves it on a loopback metrics address only
+	health       time.Duration
 	logLevel     slog.Level
 	logJSON      bool
 	logFile      string // "" logs to stderr
@@ -121,7 +124,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(binds, "bind", "IP `address` to serve RoCEv2 on; repeat or comma-separate for several)")
 	port := fs.Int("port", defaultPort, "UDP `port` for RoCEv2 (IANA: 4791; peers only talk to 4791)")
 	mtu := fs.Int("mtu", defaultMTU, "path MTU in `bytes`: 256, 512, 1024, 2048 or 4096")
-	metrics := fs.String("metrics", defaultMetrics, "`host:port` for /metrics, /healthz and /debug/qps; empty disables")
+	metrics := fs.String("metrics", defaultMetrics, "`host:port` for /metrics, /healthz, /readyz (and /debug/* when it is a loopback address); empty disables")
+	debug := fs.String("debug", "", "serve /debug/* (every QP's peer, QPN and PSNs) on `host:port` instead of a loopback -metrics address")
+	healthDeadline := fs.Duration("health-deadline", defaultHealth, "/healthz fails when an engine shard has not finished a pass for this long")
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log `format`: text or json")
 	logFile := fs.String("log-file", "", "append logs to `file` instead of stderr; SIGHUP reopens it")
@@ -153,6 +158,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{
 		binds:        binds.addrs,
 		metrics:      *metrics,
+		debug:        *debug,
+		health:       *healthDeadline,
 		logFile:      *logFile,
 		pcapFile:     *pcapFile,
 		pingpong:     *pingpong,
@@ -206,6 +213,17 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
 			return nil, &usageError{fmt.Sprintf("invalid value %q for flag -metrics: bad port %q", c.metrics, p)}
 		}
+	}
+	if c.debug != "" {
+		if _, _, err := net.SplitHostPort(c.debug); err != nil {
+			return nil, &usageError{fmt.Sprintf("invalid value %q for flag -debug: want host:port", c.debug)}
+		}
+		if c.debug == c.metrics {
+			return nil, &usageError{fmt.Sprintf("-debug and -metrics are both %s: /debug/* gets its own address", c.debug)}
+		}
+	}
+	if c.health <= 0 {
+		return nil, &usageError{fmt.Sprintf("invalid value %s for flag -health-deadline: want > 0", c.health)}
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return nil, &usageError{fmt.Sprintf("invalid value %q for flag -log-level: want debug, info, warn or error", *logLevel)}

@@ -116,6 +116,29 @@ func TestServeAndStop(t *testing.T) {
 	}
 }
 
+// TestDebugFlag: -debug moves /debug/* to its own listener; the metrics address
+// then answers 404 for it, and /readyz and /healthz answer ok.
+func TestDebugFlag(t *testing.T) {
+	addrs := testAddrs(1)
+	port := freeUDPPort(t, addrs...)
+	dbg := freeTCPAddr(t)
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-pingpong=false", "-ud-pingpong=false", "-debug", dbg)
+	if code, body := httpGet(t, "http://"+dbg+"/debug/qps"); code != http.StatusOK || !strings.HasPrefix(string(body), "[") {
+		t.Errorf("-debug /debug/qps = %d %q", code, body)
+	}
+	if code, _ := httpGet(t, "http://"+p.metrics+"/debug/qps"); code != http.StatusNotFound {
+		t.Errorf("/debug/qps on the metrics address with -debug set = %d, want 404", code)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := httpGet(t, "http://"+p.metrics+path); code != http.StatusOK {
+			t.Errorf("%s = %d %q", path, code, body)
+		}
+	}
+	if !strings.Contains(p.stdout.String(), "roced: debug endpoints on http://"+dbg+"/debug/qps") {
+		t.Errorf("stdout does not name the debug address:\n%s", p.stdout.String())
+	}
+}
+
 // sendDatagrams sends every datagram in pkts from from to the daemon, pacing so that
 // loopback does not drop any (a drop would make the exact counts below wrong).
 func sendDatagrams(t *testing.T, from netip.Addr, to netip.AddrPort, pkts [][]byte) {

@@ -11,7 +11,7 @@
 // Layout: run (run.go) is the whole daemon behind a testable function; config.go parses
 // and validates flags; package metrics exports the engine's counters (one
 // transport.StatsSnapshot per device per scrape: the data path never calls Prometheus)
-// and collector.go the responders' session counters; httpserver.go serves
-// /metrics, /healthz and /debug/qps; pingpong.go is the pingpong responder over the
+// and collector.go the responders' session counters; health.go watches the engine
+// shards; httpserver.go serves /metrics, /healthz, /readyz and /debug/qps; pingpong.go is the pingpong responder over the
 // oob exchange; rping.go is the rping responder (cm.Manager on the gsi agent, cm/rping). See README.md in this directory for operating it.
 package main

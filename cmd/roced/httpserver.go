@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync/atomic"
 
@@ -25,27 +26,75 @@ func newRegistry(cs ...prometheus.Collector) *prometheus.Registry {
 	return reg
 }
 
-// newMux serves /metrics, /healthz and /debug/qps.
+// endpoints is what the metrics listener serves.
+type endpoints struct {
+	reg *prometheus.Registry
+	// ready is set once every socket is bound and cleared when shutdown
+	// starts: roced accepts sessions.
+	ready *atomic.Bool
+	// health returns "" while the engine works, else why not.
+	health func() string
+	// debug serves /debug/*; nil answers 404 with the reason (see debugHere).
+	debug http.Handler
+	log   *slog.Logger
+}
+
+// newMux serves /metrics, /healthz, /readyz and /debug/*.
 //
-// /healthz is 200 only while ready is true: roced sets it once every UDP socket is
-// bound and clears it when shutdown starts, so a load balancer or systemd watchdog
-// script stops sending work before the QPs go to ERR.
-func newMux(reg *prometheus.Registry, ready *atomic.Bool, qps func() any, log *slog.Logger) *http.ServeMux {
+// /healthz is liveness: 503, with the reason, when an engine shard has not
+// finished a pass within the deadline (the engine is wedged; restarting helps).
+// /readyz is readiness: 200 only while roced accepts sessions (started, not
+// shutting down, and healthy), so a load balancer stops sending clients before
+// the QPs go to ERR.
+func newMux(ep endpoints) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelError),
+	mux.Handle("GET /metrics", promhttp.HandlerFor(ep.reg, promhttp.HandlerOpts{
+		ErrorLog:          slog.NewLogLogger(ep.log.Handler(), slog.LevelError),
 		ErrorHandling:     promhttp.ContinueOnError,
 		EnableOpenMetrics: true,
 	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !ready.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("not ready\n"))
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
+		status(w, ep.health(), "ok")
 	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		why := ep.health()
+		if why == "" && !ep.ready.Load() {
+			why = "not accepting sessions: starting or shutting down"
+		}
+		status(w, why, "ready")
+	})
+	if ep.debug != nil {
+		mux.Handle("/debug/", ep.debug)
+	} else {
+		mux.HandleFunc("/debug/", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "/debug/* is served only on a loopback -metrics address, or on -debug: it shows every QP's peer, QPN and PSNs", http.StatusNotFound)
+		})
+	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(`<html><head><title>roced</title></head><body><h1>roced</h1>` +
+			`<p><a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a>` +
+			` · <a href="/debug/qps">/debug/qps</a></p></body></html>` + "\n"))
+	})
+	return mux
+}
+
+// status answers 200 with ok when why is empty, else 503 with why.
+func status(w http.ResponseWriter, why, ok string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if why != "" {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(why + "\n"))
+		return
+	}
+	_, _ = w.Write([]byte(ok + "\n"))
+}
+
+// newDebugMux serves /debug/qps: every QP with its peer, QPNs and PSNs. Whoever
+// reads it and can spoof the peer's address can inject packets the QP accepts
+// as in sequence, so it is served only on loopback unless -debug says where.
+func newDebugMux(qps func() any, log *slog.Logger) *http.ServeMux {
+	mux := http.NewServeMux()
 	mux.HandleFunc("GET /debug/qps", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
@@ -54,10 +103,19 @@ func newMux(reg *prometheus.Registry, ready *atomic.Bool, qps func() any, log *s
 			log.Debug("debug/qps: write failed", "err", err)
 		}
 	})
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write([]byte(`<html><head><title>roced</title></head><body><h1>roced</h1>` +
-			`<p><a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a> · <a href="/debug/qps">/debug/qps</a></p></body></html>` + "\n"))
-	})
 	return mux
+}
+
+// debugHere reports whether /debug/* may be served on the -metrics address:
+// only when it is a loopback address (or localhost).
+func debugHere(metrics string) bool {
+	host, _, err := net.SplitHostPort(metrics)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -118,6 +118,10 @@ type daemon struct {
 	responders []responder
 	metrics    net.Listener
 	http       *http.Server
+	debugLn    net.Listener // -debug; nil serves /debug/* on metrics (loopback) or nowhere
+	debugHTTP  *http.Server
+	health     *health
+	stopHealth chan struct{}
 	ready      atomic.Bool
 	fatal      chan error
 	pingpong   ppStats
@@ -159,6 +163,11 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 		logw = d.logFile
 	}
 	d.log = newLogger(logw, cfg)
+	defer func() {
+		if err != nil && d.stopHealth != nil {
+			close(d.stopHealth)
+		}
+	}()
 
 	for _, a := range cfg.binds {
 		s, err := d.openDevice(a)
@@ -167,6 +176,13 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 		}
 		d.devs = append(d.devs, s)
 	}
+
+	agers := make([]shardAger, len(d.devs))
+	for i, s := range d.devs {
+		agers[i] = s.dev
+	}
+	d.health, d.stopHealth = newHealth(agers, cfg.health), make(chan struct{})
+	go d.health.run(d.stopHealth)
 
 	if cfg.metrics != "" {
 		d.metrics, err = net.Listen("tcp", cfg.metrics)
@@ -180,12 +196,18 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 		for i, s := range d.devs {
 			devs[i] = s.dev
 		}
-		reg := newRegistry(metrics.NewCollector(metrics.Options{}, devs...), newResponderCollector(&d.pingpong, &d.rping))
-		d.http = &http.Server{
-			Handler:           newMux(reg, &d.ready, d.debugQPs, d.log),
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+		reg := newRegistry(metrics.NewCollector(metrics.Options{}, devs...), newResponderCollector(&d.pingpong, &d.rping), d.health)
+		ep := endpoints{reg: reg, ready: &d.ready, health: d.health.check, log: d.log}
+		if cfg.debug == "" && debugHere(cfg.metrics) {
+			ep.debug = newDebugMux(d.debugQPs, d.log)
 		}
+		d.http = d.newHTTPServer(newMux(ep))
+	}
+	if cfg.debug != "" {
+		if d.debugLn, err = net.Listen("tcp", cfg.debug); err != nil {
+			return nil, fmt.Errorf("-debug %s: %w", cfg.debug, unwrapOp(err))
+		}
+		d.debugHTTP = d.newHTTPServer(newDebugMux(d.debugQPs, d.log))
 	}
 
 	for _, s := range d.devs {
@@ -226,12 +248,10 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 	// Everything is bound: start serving.
 	d.ready.Store(true)
 	if d.http != nil {
-		d.goServe("metrics", func() error {
-			if err := d.http.Serve(d.metrics); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
+		d.goServe("metrics", func() error { return serveHTTP(d.http, d.metrics) })
+	}
+	if d.debugHTTP != nil {
+		d.goServe("debug", func() error { return serveHTTP(d.debugHTTP, d.debugLn) })
 	}
 	for _, r := range d.responders {
 		d.goServe(r.Name(), r.Serve)
@@ -345,6 +365,22 @@ func unwrapOp(err error) error {
 	return err
 }
 
+func (d *daemon) newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// serveHTTP serves srv on ln until Shutdown.
+func serveHTTP(srv *http.Server, ln net.Listener) error {
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
 func (d *daemon) goServe(name string, serve func() error) {
 	d.wg.Add(1)
 	go func() {
@@ -375,7 +411,14 @@ func (d *daemon) announce(w io.Writer) {
 		fmt.Fprintf(w, "roced: %s responder on %s %s\n", r.Name(), network, r.Addr())
 	}
 	if d.metrics != nil {
-		fmt.Fprintf(w, "roced: metrics on http://%s/metrics (also /healthz, /debug/qps)\n", d.metrics.Addr())
+		also := "/healthz, /readyz"
+		if d.debugLn == nil && debugHere(d.cfg.metrics) {
+			also += ", /debug/qps"
+		}
+		fmt.Fprintf(w, "roced: metrics on http://%s/metrics (also %s)\n", d.metrics.Addr(), also)
+	}
+	if d.debugLn != nil {
+		fmt.Fprintf(w, "roced: debug endpoints on http://%s/debug/qps\n", d.debugLn.Addr())
 	}
 	d.log.Info("started", "binds", d.cfg.binds, "port", d.cfg.port, "mtu", d.cfg.mtu, "metrics", d.cfg.metrics)
 }
@@ -424,13 +467,17 @@ func (d *daemon) shutdown() {
 	}
 	wg.Wait()
 	d.closeDevices()
-	if d.http != nil {
+	for _, srv := range []*http.Server{d.http, d.debugHTTP} {
+		if srv == nil {
+			continue
+		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(time.Second))
-		if err := d.http.Shutdown(ctx); err != nil {
-			d.http.Close()
+		if err := srv.Shutdown(ctx); err != nil {
+			srv.Close()
 		}
 		cancel()
 	}
+	close(d.stopHealth)
 	d.wg.Wait()
 	d.closeFiles()
 }
@@ -443,6 +490,9 @@ func (d *daemon) closeAll() {
 	d.closeDevices()
 	if d.metrics != nil {
 		d.metrics.Close()
+	}
+	if d.debugLn != nil {
+		d.debugLn.Close()
 	}
 	d.closeFiles()
 }

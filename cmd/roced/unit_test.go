@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,34 +80,97 @@ func TestReopenFile(t *testing.T) {
 	}
 }
 
-// TestHealthz: 200 only while ready.
-func TestHealthz(t *testing.T) {
+// fakeShards is a device whose shard ages the test sets.
+type fakeShards struct {
+	mu   sync.Mutex
+	ages []time.Duration
+}
+
+func (f *fakeShards) Addr() netip.Addr { return netip.MustParseAddr("192.0.2.1") }
+func (f *fakeShards) ShardLoopAges() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Duration(nil), f.ages...)
+}
+func (f *fakeShards) set(ages ...time.Duration) {
+	f.mu.Lock()
+	f.ages = ages
+	f.mu.Unlock()
+}
+
+// TestHealthzReadyz: /healthz fails with the reason when a shard is wedged past
+// the deadline; /readyz also fails until roced accepts sessions; the shard ages
+// are exported; /debug/* is served only where allowed.
+func TestHealthzReadyz(t *testing.T) {
 	var ready atomic.Bool
-	reg := newRegistry(metrics.NewCollector(metrics.Options{}))
-	mux := newMux(reg, &ready, func() any { return []qpJSON{} }, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	get := func(path string) (int, string) {
+	shards := &fakeShards{}
+	shards.set(0, 0, 0)
+	h := newHealth([]shardAger{shards}, 5*time.Second)
+	reg := newRegistry(metrics.NewCollector(metrics.Options{}), h)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ep := endpoints{reg: reg, ready: &ready, health: h.check, log: log}
+	get := func(mux *http.ServeMux, path string) (int, string) {
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
 		return rec.Code, rec.Body.String()
 	}
-	if code, _ := get("/healthz"); code != http.StatusServiceUnavailable {
-		t.Errorf("not ready: /healthz = %d, want 503", code)
+	noDebug := newMux(ep)
+	ep.debug = newDebugMux(func() any { return []qpJSON{} }, log)
+	mux := newMux(ep)
+	const wedged = "engine shard 1 of 192.0.2.1 has not finished a pass for 7s (deadline 5s)\n"
+	tests := []struct {
+		name          string
+		ready         bool
+		ages          []time.Duration
+		health, readz int
+		body          string
+	}{
+		{"starting", false, []time.Duration{0, 0, 0}, 200, 503, "ok\n"},
+		{"serving", true, []time.Duration{0, 250 * time.Millisecond, 0}, 200, 200, "ok\n"},
+		{"wedged", true, []time.Duration{0, 7 * time.Second, 0}, 503, 503, wedged},
+		{"wedged while draining", false, []time.Duration{0, 7 * time.Second, 0}, 503, 503, wedged},
+		{"draining", false, []time.Duration{0, 0, 0}, 200, 503, "ok\n"},
 	}
-	ready.Store(true)
-	if code, body := get("/healthz"); code != http.StatusOK || body != "ok\n" {
-		t.Errorf("ready: /healthz = %d %q", code, body)
+	for _, tt := range tests {
+		ready.Store(tt.ready)
+		shards.set(tt.ages...)
+		code, body := get(mux, "/healthz")
+		if code != tt.health || body != tt.body {
+			t.Errorf("%s: /healthz = %d %q, want %d %q", tt.name, code, body, tt.health, tt.body)
+		}
+		if code, body := get(mux, "/readyz"); code != tt.readz || (code == 200) != (body == "ready\n") {
+			t.Errorf("%s: /readyz = %d %q, want %d", tt.name, code, body, tt.readz)
+		}
 	}
-	if code, body := get("/debug/qps"); code != http.StatusOK || strings.TrimSpace(body) != "[]" {
+	shards.set(0, 3*time.Second, 0)
+	h.poll()
+	if code, body := get(mux, "/metrics"); code != http.StatusOK ||
+		!strings.Contains(body, `roce_shard_loop_age_seconds{address="192.0.2.1",shard="1"} 3`) ||
+		!strings.Contains(body, "roce_packets_total") {
+		t.Errorf("/metrics = %d without the shard ages or the engine counters:\n%s", code, body)
+	}
+	if code, body := get(mux, "/debug/qps"); code != http.StatusOK || strings.TrimSpace(body) != "[]" {
 		t.Errorf("/debug/qps = %d %q, want []", code, body)
 	}
-	if code, _ := get("/"); code != http.StatusOK {
+	if code, body := get(noDebug, "/debug/qps"); code != http.StatusNotFound || !strings.Contains(body, "-debug") {
+		t.Errorf("/debug/qps where not allowed = %d %q, want 404 naming -debug", code, body)
+	}
+	if code, _ := get(mux, "/"); code != http.StatusOK {
 		t.Errorf("/ = %d", code)
 	}
-	if code, _ := get("/nope"); code != http.StatusNotFound {
+	if code, _ := get(mux, "/nope"); code != http.StatusNotFound {
 		t.Errorf("/nope = %d, want 404", code)
 	}
-	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "roce_packets_total") {
-		t.Errorf("/metrics = %d, no roce_packets_total", code)
+}
+
+func TestDebugHere(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:9464": true, "127.3.4.5:1": true, "[::1]:9464": true, "localhost:9464": true,
+		"192.0.2.10:9464": false, ":9464": false, "0.0.0.0:9464": false, "[::]:9464": false, "myhost:9464": false,
+	} {
+		if got := debugHere(addr); got != want {
+			t.Errorf("debugHere(%q) = %v, want %v", addr, got, want)
+		}
 	}
 }
 
