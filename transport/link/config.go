@@ -1,5 +1,7 @@
 package link
 
+import "log/slog"
+
 // Defaults for Config fields left zero.
 const (
 	// DefaultBatchSize is the messages per recvmmsg/sendmmsg call. 64 is
@@ -17,9 +19,16 @@ const (
 	// per-QP source ports (one file descriptor each); QPs beyond it share
 	// the link's own port.
 	DefaultMaxSourcePorts = 64
+	// MaxReaders bounds Config.Readers.
+	MaxReaders = 64
+	// DefaultMulticastTTL is the TTL / hop limit of datagrams sent to a
+	// multicast group when the message does not set one: the kernel's
+	// default of 1 keeps group traffic on the local link.
+	DefaultMulticastTTL = 1
 )
 
-// Config tunes a UDP link. The zero value is usable.
+// Config tunes a UDP link. The zero value is usable: GSO and GRO on where
+// the kernel has them, one reader, silent.
 type Config struct {
 	// BatchSize is the number of datagrams per recvmmsg/sendmmsg call.
 	// 0 means DefaultBatchSize; values above MaxBatchSize are clamped.
@@ -33,12 +42,32 @@ type Config struct {
 	// ZeroChecksum6 sends IPv6 datagrams with UDP checksum 0
 	// (UDP_NO_CHECK6_TX), as rxe does. Receiving zero-checksum datagrams
 	// (UDP_NO_CHECK6_RX) is always enabled. The ICRC covers the payload
-	// either way.
+	// either way. The kernel refuses UDP GSO without a checksum, so it turns
+	// GSO off on an IPv6 link.
 	ZeroChecksum6 bool
 	// MaxSourcePorts is the most extra source ports (send-only sockets) the
 	// link opens for SourcePort. 0 means DefaultMaxSourcePorts; negative
 	// disables them, so every datagram leaves from the bound port.
 	MaxSourcePorts int
+	// Readers is the number of receive sockets bound to the address with
+	// SO_REUSEPORT; the kernel spreads flows over them by a hash of the
+	// 4-tuple, and UDP.ReceiveFuncs offers one function per socket. 0 or 1
+	// means one socket and no SO_REUSEPORT (another socket on the same port
+	// is then EADDRINUSE, as before); at most MaxReaders.
+	Readers int
+	// NoGSO sends trains one datagram per segment instead of as UDP GSO
+	// super-datagrams (to compare, or to rule GSO out).
+	NoGSO bool
+	// NoGRO never enables UDP_GRO, so every datagram arrives on its own
+	// even in MaxTrain buffers.
+	NoGRO bool
+	// MulticastTTL is the TTL / hop limit for datagrams to a multicast
+	// group (IP_MULTICAST_TTL / IPV6_MULTICAST_HOPS) when the message does
+	// not set one. 0 means DefaultMulticastTTL.
+	MulticastTTL int
+	// Logger receives the link's rare notices (GSO refused by the kernel,
+	// flow label leases refused), each logged once. nil is silent.
+	Logger *slog.Logger
 }
 
 func (c Config) batchSize() int {
@@ -66,4 +95,15 @@ func (c Config) socketBuffer() int {
 		return DefaultSocketBuffer
 	}
 	return c.SocketBuffer
+}
+
+func (c Config) readers() int {
+	return max(1, min(c.Readers, MaxReaders))
+}
+
+func (c Config) multicastTTL() int {
+	if c.MulticastTTL <= 0 {
+		return DefaultMulticastTTL
+	}
+	return min(c.MulticastTTL, 255)
 }

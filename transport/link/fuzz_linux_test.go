@@ -63,9 +63,9 @@ func TestParseControl(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			local, tos := parseControl(tt.b, tt.is6)
-			if local != tt.wantLocal || tos != tt.wantTOS {
-				t.Fatalf("parseControl = %v, %#x; want %v, %#x", local, tos, tt.wantLocal, tt.wantTOS)
+			m := parseControl(tt.b, tt.is6)
+			if m.local != tt.wantLocal || m.tos != tt.wantTOS {
+				t.Fatalf("parseControl = %v, %#x; want %v, %#x", m.local, m.tos, tt.wantLocal, tt.wantTOS)
 			}
 		})
 	}

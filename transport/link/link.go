@@ -5,39 +5,107 @@ import (
 	"sync"
 )
 
-// MaxDatagram is the largest UDP payload a Link handles, in bytes.
+// MaxDatagram is the largest UDP payload a Link handles as one packet, in
+// bytes.
 //
 // The largest RoCEv2 packet at path MTU 4096 is RDMA WRITE ONLY WITH IMMEDIATE:
 // BTH 12 + RETH 16 + ImmDt 4 + 4096 payload + ICRC 4 = 4132 bytes (a 4096-byte
 // payload needs no pad; UD SEND with DETH+ImmDt is 4124). 64 bytes of slack
 // covers every header combination and keeps the size a round number.
-// Datagrams larger than this are truncated by the kernel and dropped by the
-// Link (counted, never delivered half).
+// Datagrams larger than their read buffer are truncated by the kernel and
+// dropped by the Link (counted, never delivered half).
 const MaxDatagram = 4096 + 64
 
-// Message is one datagram in a batch.
+// MaxTrain is the capacity of a buffer that can hold a whole UDP GRO train
+// (a coalesced run of datagrams): the kernel never coalesces past 64 KiB of
+// IP packet. A reader that passes buffers this large gets trains whole
+// (Message.SegSize); see UDP.ReadBatch.
+const MaxTrain = 64 << 10
+
+// Message is one datagram, or one train of datagrams, in a batch.
 //
-// Buffer ownership: Buf belongs to the caller before and after ReadBatch and
-// WriteBatch; a Link never keeps a reference to it once the call returns.
+// Buffer ownership: Buf and Pieces belong to the caller before and after
+// ReadBatch and WriteBatch; a Link never keeps a reference to them once the
+// call returns.
 type Message struct {
-	// Buf is, on write, the datagram to send. On read the caller passes a
-	// buffer (normally with capacity MaxDatagram, e.g. GetBuffer()[:]); the
-	// Link reads into Buf[:cap(Buf)] and reslices Buf to the datagram length.
+	// Buf is, on write, the datagram (or train) to send, unless Pieces is
+	// set. On read the caller passes a buffer (capacity MaxDatagram, e.g.
+	// GetBuffer()[:], or MaxTrain to receive GRO trains whole); the Link
+	// reads into Buf[:cap(Buf)] and reslices Buf to the length received.
 	Buf []byte
+	// Pieces is, on write, a gather list that replaces Buf when it is not
+	// empty: the bytes sent are the pieces in order, with no copy (for
+	// example a header, a slice of registered memory and the ICRC). Ignored
+	// on read.
+	Pieces [][]byte
+	// SegSize, on write, makes the message a train: its bytes are
+	// consecutive datagrams of SegSize bytes each, the last one possibly
+	// shorter, all to Addr from SrcPort with the same IP header fields. A
+	// UDP link sends a train as UDP GSO super-datagrams (see
+	// GSOSegmentIPv4ID for what that means for the ICRC); other Links send
+	// the datagrams one by one. 0 means one datagram. On read, SegSize is
+	// nonzero when Buf holds a GRO train of datagrams of SegSize bytes (the
+	// last possibly shorter): split it with Segment.
+	SegSize int
 	// Addr is the remote peer: the source on read, the destination on write.
+	// On write it may be an IP multicast group (see Multicaster).
 	Addr netip.AddrPort
 	// Local is, on read, the destination address of the datagram (from
-	// IP_PKTINFO / IPV6_PKTINFO). It is ignored on write: a Link always sends
-	// from the address it is bound to.
+	// IP_PKTINFO / IPV6_PKTINFO): the link's address, or a multicast group.
+	// It is ignored on write: a Link always sends from the address it is
+	// bound to.
 	Local netip.Addr
-	// TOS is, on read, the IPv4 TOS byte or IPv6 traffic class (DSCP<<2 | ECN)
-	// when the Link reports it (UDP does, via IP_RECVTOS / IPV6_RECVTCLASS);
-	// otherwise 0. Ignored on write. Kept for ECN/DCQCN.
+	// TOS is the IPv4 TOS byte or IPv6 traffic class (DSCP<<2 | ECN). On
+	// read it is what arrived (IP_RECVTOS / IPV6_RECVTCLASS), CE marks
+	// included. On write it is what to send; 0 is the socket default (0), so
+	// ECT(0) is 0b10 in the low bits.
 	TOS uint8
+	// TTL is the IPv4 TTL or IPv6 hop limit. On read it is what arrived
+	// (IP_RECVTTL / IPV6_RECVHOPLIMIT), 0 if the Link cannot tell. On write
+	// 0 is the socket default (the kernel's ip_default_ttl / hop_limit for
+	// unicast, Config.MulticastTTL for a group).
+	TTL uint8
+	// FlowLabel is the 20-bit IPv6 flow label. On read it is what arrived
+	// (IPV6_FLOWINFO). On write 0 leaves it to the kernel (which hashes one
+	// from the ports and addresses unless auto flow labels are off);
+	// nonzero asks for exactly that label. Ignored for IPv4.
+	FlowLabel uint32
 	// SrcPort is, on write, the UDP source port: 0 is the Link's own port,
 	// anything else must have been granted by SourcePort. Ignored on read
 	// (Addr carries the sender's port).
 	SrcPort uint16
+}
+
+// Len returns the number of bytes the message carries: len(Buf), or the
+// total of Pieces when it is not empty.
+func (m *Message) Len() int {
+	if len(m.Pieces) == 0 {
+		return len(m.Buf)
+	}
+	n := 0
+	for _, p := range m.Pieces {
+		n += len(p)
+	}
+	return n
+}
+
+// NumSegments returns how many datagrams m carries: 1, or the number of
+// segments of its train (0 for an empty train).
+func (m *Message) NumSegments() int {
+	if m.SegSize <= 0 {
+		return 1
+	}
+	return (m.Len() + m.SegSize - 1) / m.SegSize
+}
+
+// Segment returns datagram i of a received train, a view into Buf (no
+// copy). For a message that is not a train, Segment(0) is Buf.
+func (m *Message) Segment(i int) []byte {
+	if m.SegSize <= 0 {
+		return m.Buf
+	}
+	lo := i * m.SegSize
+	return m.Buf[lo:min(lo+m.SegSize, len(m.Buf))]
 }
 
 // Link moves RoCEv2 datagrams. It is the analogue of wireguard-go's conn.Bind:
@@ -46,6 +114,9 @@ type Message struct {
 // ReadBatch and WriteBatch may be called concurrently with each other and
 // with themselves (one reader goroutine and several writers is the intended
 // use). After Close, both return an error wrapping net.ErrClosed.
+//
+// Optional interfaces add what not every Link has: Receivers (several receive
+// paths) and Multicaster (IP multicast groups).
 type Link interface {
 	// ReadBatch blocks until at least one datagram arrives, then fills up to
 	// min(len(msgs), BatchSize()) messages and returns how many. Each
@@ -60,7 +131,8 @@ type Link interface {
 	// WriteBatch sends every message in msgs, each to its Addr. It returns
 	// len(msgs) and nil, or the number sent before the failure and an error
 	// describing msgs[n]; callers that want to carry on skip msgs[n] and
-	// call again with msgs[n+1:].
+	// call again with msgs[n+1:]. Of a train that fails half way, the
+	// datagrams before the failure may have been sent.
 	WriteBatch(msgs []Message) (int, error)
 	// LocalAddr is the address and port the Link is bound to.
 	LocalAddr() netip.AddrPort
@@ -78,6 +150,44 @@ type Link interface {
 	Close() error
 }
 
+// ReceiveFunc reads one batch from one receive path of a Link, with the
+// contract of Link.ReadBatch. Each path is served by its own goroutine (the
+// idea of wireguard-go's conn.ReceiveFunc).
+type ReceiveFunc func(msgs []Message) (int, error)
+
+// Receivers is implemented by a Link with several receive paths, such as a
+// UDP link with Config.Readers > 1 (SO_REUSEPORT sockets over which the
+// kernel spreads flows). Every function must be read: datagrams the kernel
+// put on a path nobody reads are lost. The first function is ReadBatch.
+type Receivers interface {
+	ReceiveFuncs() []ReceiveFunc
+}
+
+// ReceiveFuncs returns the receive paths of l: l.ReceiveFuncs() when l
+// implements Receivers, else just l.ReadBatch.
+func ReceiveFuncs(l Link) []ReceiveFunc {
+	if r, ok := l.(Receivers); ok {
+		if fns := r.ReceiveFuncs(); len(fns) > 0 {
+			return fns
+		}
+	}
+	return []ReceiveFunc{l.ReadBatch}
+}
+
+// Multicaster is implemented by a Link that can join IP multicast groups
+// (RoCE UD multicast: the MGID maps to an IP group, and datagrams to the
+// group arrive at every member on the RoCEv2 port).
+type Multicaster interface {
+	// JoinGroup joins group on the Link's network interface and returns the
+	// receive path of the group's datagrams, to be read by its own goroutine
+	// until it fails. Joining a group twice is EEXIST; a group of the other
+	// family or a unicast address is EINVAL.
+	JoinGroup(group netip.Addr) (ReceiveFunc, error)
+	// LeaveGroup leaves group. The group's ReceiveFunc then returns an error
+	// wrapping net.ErrClosed. A group not joined is EADDRNOTAVAIL.
+	LeaveGroup(group netip.Addr) error
+}
+
 var bufPool = sync.Pool{New: func() any { return new([MaxDatagram]byte) }}
 
 // GetBuffer returns a datagram buffer from a shared pool. Its contents are
@@ -89,5 +199,18 @@ func GetBuffer() *[MaxDatagram]byte { return bufPool.Get().(*[MaxDatagram]byte) 
 func PutBuffer(b *[MaxDatagram]byte) {
 	if b != nil {
 		bufPool.Put(b)
+	}
+}
+
+var trainPool = sync.Pool{New: func() any { return new([MaxTrain]byte) }}
+
+// GetTrainBuffer returns a buffer that holds a whole GRO train, from a
+// second shared pool, with GetBuffer's ownership rules.
+func GetTrainBuffer() *[MaxTrain]byte { return trainPool.Get().(*[MaxTrain]byte) }
+
+// PutTrainBuffer returns b to the train pool. It does not allocate.
+func PutTrainBuffer(b *[MaxTrain]byte) {
+	if b != nil {
+		trainPool.Put(b)
 	}
 }
