@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
 )
 
 // grh4 is the GRH area of a UD receive over IPv4: 20 zero bytes, then the IPv4
@@ -95,7 +95,7 @@ func TestInitAHFromWCFollowsLibibverbs(t *testing.T) {
 
 // openLinkAt opens a device on a Pipe at addr.
 func openLinkAt(t *testing.T, addr netip.Addr) *Device {
-	la, lb := linktest.Pipe(netip.AddrPortFrom(addr, RoCEv2Port), netip.AddrPortFrom(addr, RoCEv2Port+1))
+	la, lb := link.Pipe(netip.AddrPortFrom(addr, RoCEv2Port), netip.AddrPortFrom(addr, RoCEv2Port+1))
 	d, err := OpenLink(la)
 	if err != nil {
 		t.Fatal(err)

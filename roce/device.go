@@ -53,7 +53,7 @@ func WithShards(n int) Option { return func(o *options) { o.shards = n } }
 func WithPcap(w io.Writer) Option { return func(o *options) { o.pcap = w } }
 
 // WithLink makes Open use l instead of binding a UDP socket; the Device takes
-// ownership and closes it. Tests use it with linktest.Pipe.
+// ownership and closes it. Tests use it with link.Pipe.
 func WithLink(l link.Link) Option { return func(o *options) { o.link = l } }
 
 // WithLimits replaces the default device limits (see DefaultLimits); zero fields keep

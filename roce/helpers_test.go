@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
 )
 
 var (
@@ -16,10 +16,10 @@ var (
 	addrB = netip.MustParseAddr("127.0.0.2")
 )
 
-// pipePair opens two devices joined by an in-memory linktest.Pipe.
+// pipePair opens two devices joined by an in-memory link.Pipe.
 func pipePair(t testing.TB, opts ...Option) (*Device, *Device) {
 	t.Helper()
-	la, lb := linktest.Pipe(netip.AddrPortFrom(addrA, RoCEv2Port), netip.AddrPortFrom(addrB, RoCEv2Port))
+	la, lb := link.Pipe(netip.AddrPortFrom(addrA, RoCEv2Port), netip.AddrPortFrom(addrB, RoCEv2Port))
 	a, err := OpenLink(la, append([]Option{WithMTU(MTU4096)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func pipePair(t testing.TB, opts ...Option) (*Device, *Device) {
 // pipeDevice opens one device on a Pipe whose other end nobody reads.
 func pipeDevice(t testing.TB, opts ...Option) *Device {
 	t.Helper()
-	la, lb := linktest.Pipe(netip.AddrPortFrom(addrA, RoCEv2Port), netip.AddrPortFrom(addrB, RoCEv2Port))
+	la, lb := link.Pipe(netip.AddrPortFrom(addrA, RoCEv2Port), netip.AddrPortFrom(addrB, RoCEv2Port))
 	d, err := OpenLink(la, opts...)
 	if err != nil {
 		t.Fatal(err)

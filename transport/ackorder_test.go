@@ -9,7 +9,6 @@ import (
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport/link"
-	"github.com/goroce/goroce/transport/link/linktest"
 )
 
 // ackWatch is a Link that records the newest PSN acknowledged by an ACK that
@@ -34,7 +33,7 @@ func (w *ackWatch) WriteBatch(msgs []link.Message) (int, error) {
 // delivery through a side channel (rping's DREQ, pingpong's TCP "done") and
 // destroys its QP must never make the ACK arrive late.
 func TestRecvCompletionAfterAck(t *testing.T) {
-	la, lb := linktest.Pipe(addrA, addrB)
+	la, lb := link.Pipe(addrA, addrB)
 	w := &ackWatch{Link: lb}
 	w.acked.Store(-1)
 	a, b := newNode(t, la, 2), newNode(t, w, 2)
@@ -108,7 +107,7 @@ func (b *batchLink) ReadBatch(msgs []link.Message) (int, error) {
 // completes once.
 func TestAckCoalescing(t *testing.T) {
 	const n = 32
-	la, lb := linktest.Pipe(addrA, addrB)
+	la, lb := link.Pipe(addrA, addrB)
 	w := &ackWatch{Link: lb}
 	w.acked.Store(-1)
 	a, b := newNode(t, la, 2), newNode(t, &batchLink{Link: w, want: n}, 2)

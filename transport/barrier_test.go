@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
 )
 
 // TestBarrierWaitsForStep blocks b's shard inside a step (its OnEvent
@@ -15,7 +15,7 @@ import (
 // Close.
 func TestBarrierWaitsForStep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		la, lb := linktest.Pipe(addrA, addrB)
+		la, lb := link.Pipe(addrA, addrB)
 		a := newNode(t, la, 2)
 		release, entered := make(chan struct{}), make(chan struct{})
 		b := newNode(t, lb, 2, func(c *Config) {

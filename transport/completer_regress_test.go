@@ -14,7 +14,8 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/transport/link/impair"
 )
 
 // psnRecorder collects the PSNs of the request packets with one opcode that
@@ -62,20 +63,20 @@ func readAtomicAfterImplicitNAK(t *testing.T, op WROpcode) {
 	)
 	reqOp := map[WROpcode]bth.Opcode{WRRDMARead: bth.RCReadRequest, WRAtomicFetchAndAdd: bth.RCFetchAdd,
 		WRAtomicCmpAndSwp: bth.RCCompareSwap}[op]
-	la, lb := linktest.Pipe(addrA, addrB)
-	lb = linktest.NewLossy(lb, linktest.LossConfig{DropFn: func(d linktest.Dir, b []byte) bool {
+	la, lb := link.Pipe(addrA, addrB)
+	lb = impair.NewLossy(lb, impair.LossConfig{DropFn: func(d impair.Dir, b []byte) bool {
 		pkt, err := bth.Parse(b)
 		if err != nil {
 			return false
 		}
 		p := pkt.PSN()
 		switch {
-		case d == linktest.Recv && pkt.Opcode() == reqOp:
+		case d == impair.Recv && pkt.Opcode() == reqOp:
 			reqs.add(p)
-		case d == linktest.Send && pkt.Opcode() == bth.RCAck && p == bth.PSN(base.Load()):
+		case d == impair.Send && pkt.Opcode() == bth.RCAck && p == bth.PSN(base.Load()):
 			ackDrops.Add(1)
 			return true
-		case d == linktest.Send && (pkt.Opcode() == bth.RCReadResponseOnly || pkt.Opcode() == bth.RCAtomicAck):
+		case d == impair.Send && (pkt.Opcode() == bth.RCReadResponseOnly || pkt.Opcode() == bth.RCAtomicAck):
 			return respDrop.CompareAndSwap(false, true)
 		}
 		return false
@@ -242,7 +243,7 @@ func pipelinedUnderLoss(t *testing.T, rate float64, seed int64) {
 		guard  = 16 // bytes after each target that must stay untouched
 		n      = rounds * depth
 	)
-	loss := &linktest.LossConfig{Seed: seed, Drop: rate, Dup: rate / 2, Reorder: rate / 2}
+	loss := &impair.LossConfig{Seed: seed, Drop: rate, Dup: rate / 2, Reorder: rate / 2}
 	a, b := pair(t, loss)
 	defer a.close(t)
 	defer b.close(t)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport/link"
-	"github.com/goroce/goroce/transport/link/linktest"
 )
 
 // TestDropCounters injects packets with a valid ICRC that a QP must refuse
@@ -17,7 +16,7 @@ import (
 // address that is not the QP's peer.
 func TestDropCounters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		la, lb := linktest.Pipe(addrA, addrB)
+		la, lb := link.Pipe(addrA, addrB)
 		b := newNode(t, lb, 2)
 		defer b.close(t)
 		defer la.Close()

@@ -9,7 +9,8 @@ import (
 
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/transport/link/impair"
 )
 
 func TestRemoteAccessErrors(t *testing.T) {
@@ -125,8 +126,8 @@ func TestRNRRetryExhausted(t *testing.T) {
 func TestPeerGoneRetryExceeded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var drop atomic.Bool
-		la, lb := linktest.Pipe(addrA, addrB)
-		la = linktest.NewLossy(la, linktest.LossConfig{DropFn: func(d linktest.Dir, b []byte) bool { return drop.Load() }})
+		la, lb := link.Pipe(addrA, addrB)
+		la = impair.NewLossy(la, impair.LossConfig{DropFn: func(d impair.Dir, b []byte) bool { return drop.Load() }})
 		a, b := newNode(t, la, 1), newNode(t, lb, 1)
 		defer a.close(t)
 		defer b.close(t)

@@ -16,12 +16,13 @@ import (
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/internal/verbserr"
 	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/transport/link/impair"
 )
 
 // wireEvent is one packet a wireLog saw cross the link it observes.
 type wireEvent struct {
-	dir    linktest.Dir
+	dir    impair.Dir
 	op     bth.Opcode
 	psn    bth.PSN
 	destQP uint32
@@ -38,8 +39,8 @@ type wireLog struct {
 	hold atomic.Bool
 }
 
-func (l *wireLog) dropFn(d linktest.Dir, b []byte) bool {
-	if d == linktest.Send && l.hold.Load() {
+func (l *wireLog) dropFn(d impair.Dir, b []byte) bool {
+	if d == impair.Send && l.hold.Load() {
 		return true
 	}
 	pkt, err := bth.Parse(b)
@@ -73,9 +74,9 @@ func (l *wireLog) find(f func(wireEvent) bool) int {
 func observedPair(t *testing.T, opts ...func(*Config)) (a, b *node, la, lb *wireLog) {
 	t.Helper()
 	la, lb = &wireLog{}, &wireLog{}
-	pa, pb := linktest.Pipe(addrA, addrB)
-	a = newNode(t, linktest.NewLossy(pa, linktest.LossConfig{DropFn: la.dropFn}), 2, opts...)
-	b = newNode(t, linktest.NewLossy(pb, linktest.LossConfig{DropFn: lb.dropFn}), 2, opts...)
+	pa, pb := link.Pipe(addrA, addrB)
+	a = newNode(t, impair.NewLossy(pa, impair.LossConfig{DropFn: la.dropFn}), 2, opts...)
+	b = newNode(t, impair.NewLossy(pb, impair.LossConfig{DropFn: lb.dropFn}), 2, opts...)
 	return a, b, la, lb
 }
 
@@ -184,14 +185,14 @@ func TestFencedWRWaitsForPriorReadsAndAtomics(t *testing.T) {
 
 				evs := la.events()
 				sendIdx := la.find(func(ev wireEvent) bool {
-					return ev.dir == linktest.Send && ev.op.IsRequest() && ev.psn == fencedPSN
+					return ev.dir == impair.Send && ev.op.IsRequest() && ev.psn == fencedPSN
 				})
 				if sendIdx < 0 {
 					t.Fatalf("fenced WR's first packet (PSN %#x) never sent: %v", fencedPSN, evs)
 				}
 				for i, last := range lastPSNs {
 					respIdx := la.find(func(ev wireEvent) bool {
-						return ev.dir == linktest.Recv && ev.psn == last && (ev.op == bth.RCReadResponseLast ||
+						return ev.dir == impair.Recv && ev.psn == last && (ev.op == bth.RCReadResponseLast ||
 							ev.op == bth.RCReadResponseOnly || ev.op == bth.RCAtomicAck)
 					})
 					if respIdx < 0 {
@@ -283,7 +284,7 @@ func TestMaxRDAtomicBoundsOutstandingReadsAndAtomics(t *testing.T) {
 				out, most, reqs := 0, 0, 0
 				for _, ev := range la.events() {
 					switch {
-					case ev.dir == linktest.Send && (ev.op == bth.RCReadRequest || ev.op == bth.RCFetchAdd || ev.op == bth.RCCompareSwap):
+					case ev.dir == impair.Send && (ev.op == bth.RCReadRequest || ev.op == bth.RCFetchAdd || ev.op == bth.RCCompareSwap):
 						out++
 						reqs++
 						most = max(most, out)
@@ -291,7 +292,7 @@ func TestMaxRDAtomicBoundsOutstandingReadsAndAtomics(t *testing.T) {
 							t.Errorf("request %d (%v PSN %#x) sent with %d READ/atomic outstanding, max_rd_atomic %d",
 								reqs, ev.op, ev.psn, out, tc.maxRD)
 						}
-					case ev.dir == linktest.Recv && (ev.op == bth.RCReadResponseLast || ev.op == bth.RCReadResponseOnly || ev.op == bth.RCAtomicAck):
+					case ev.dir == impair.Recv && (ev.op == bth.RCReadResponseLast || ev.op == bth.RCReadResponseOnly || ev.op == bth.RCAtomicAck):
 						out--
 					}
 				}
@@ -620,7 +621,7 @@ func TestSendWithInvReportsInvalidatedRKey(t *testing.T) {
 				if size > 1024 {
 					wantLast = bth.RCSendLastInv
 				}
-				if lb.find(func(ev wireEvent) bool { return ev.dir == linktest.Recv && ev.op == wantLast }) < 0 {
+				if lb.find(func(ev wireEvent) bool { return ev.dir == impair.Recv && ev.op == wantLast }) < 0 {
 					t.Fatalf("no %v on the wire", wantLast)
 				}
 			})
@@ -791,7 +792,7 @@ func TestSRQFetchedOnlyInRTRAndRTS(t *testing.T) {
 					t.Fatal(err)
 				}
 				w := waitWC(t, a.scq, 1, 10*time.Second)[0]
-				if lb.find(func(ev wireEvent) bool { return ev.dir == linktest.Recv && ev.destQP == qb2.QPN() }) < 0 {
+				if lb.find(func(ev wireEvent) bool { return ev.dir == impair.Recv && ev.destQP == qb2.QPN() }) < 0 {
 					t.Fatal("no packet for the QP under test reached its engine: scenario not exercised")
 				}
 				if tc.fetch {

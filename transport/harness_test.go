@@ -11,7 +11,7 @@ import (
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport/link"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link/impair"
 )
 
 // fakeMem is a Memory for tests: regions by key, registered by the test.
@@ -125,14 +125,14 @@ var (
 )
 
 // pair makes two nodes joined by a Pipe, optionally impaired.
-func pair(t testing.TB, loss *linktest.LossConfig) (*node, *node) {
+func pair(t testing.TB, loss *impair.LossConfig) (*node, *node) {
 	t.Helper()
-	la, lb := linktest.Pipe(addrA, addrB)
+	la, lb := link.Pipe(addrA, addrB)
 	if loss != nil {
-		la = linktest.NewLossy(la, *loss)
+		la = impair.NewLossy(la, *loss)
 		lc := *loss
 		lc.Seed++
-		lb = linktest.NewLossy(lb, lc)
+		lb = impair.NewLossy(lb, lc)
 	}
 	return newNode(t, la, 2), newNode(t, lb, 2)
 }

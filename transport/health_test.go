@@ -5,14 +5,14 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
 )
 
 // TestShardLoopAges: idle shards report a small age once woken; a shard held
 // inside one pass reports the time it has been held, the others stay young.
 func TestShardLoopAges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		la, lb := linktest.Pipe(addrA, addrB)
+		la, lb := link.Pipe(addrA, addrB)
 		defer lb.Close()
 		n := newNode(t, la, 3)
 		defer n.e.Close()

@@ -10,7 +10,7 @@ import (
 
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link/impair"
 )
 
 var allOps = []WROpcode{WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd}
@@ -158,7 +158,7 @@ func TestRCOpsUnderLoss(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					seed := int64(rate*1000) + int64(mtu)
 					t.Logf("seed %d", seed)
-					loss := &linktest.LossConfig{Seed: seed, Drop: rate, Dup: rate / 2, Reorder: rate / 2, Corrupt: rate / 4}
+					loss := &impair.LossConfig{Seed: seed, Drop: rate, Dup: rate / 2, Reorder: rate / 2, Corrupt: rate / 4}
 					a, b := pair(t, loss)
 					defer a.close(t)
 					defer b.close(t)

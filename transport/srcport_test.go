@@ -8,7 +8,6 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport/link"
-	"github.com/goroce/goroce/transport/link/linktest"
 )
 
 // portWatch records the UDP source port of every datagram read, by
@@ -53,7 +52,7 @@ func (g *grantLink) SourcePort(p uint16) bool { return g.ok[p] && g.Link.SourceP
 // (which covers the port). A QP whose port the link refuses sends from the
 // link's own port, and still works.
 func TestQPSourcePort(t *testing.T) {
-	la, lb := linktest.Pipe(addrA, addrB)
+	la, lb := link.Pipe(addrA, addrB)
 	wa := &portWatch{Link: la, ports: map[uint16]int{}}
 	wb := &portWatch{Link: lb, ports: map[uint16]int{}}
 	a := newNode(t, wa, 2)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link/impair"
 )
 
 // ucConnect moves q to RTS talking to peer QPN dqpn at dst, with the UC
@@ -131,7 +131,7 @@ func TestUCRNRDrops(t *testing.T) {
 func TestUCLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const msgs, size = 64, 3000 // 3 packets each at PMTU 1024
-		a, b := pair(t, &linktest.LossConfig{Seed: 11, Drop: 0.1})
+		a, b := pair(t, &impair.LossConfig{Seed: 11, Drop: 0.1})
 		defer a.close(t)
 		defer b.close(t)
 		qa, qb := ucPair(t, a, b)

@@ -11,7 +11,8 @@ import (
 
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/transport/link/impair"
 )
 
 func udQP(t testing.TB, n *node, qkey uint32) *QP {
@@ -104,7 +105,7 @@ func TestSharedSRQManyQPsUnderLoss(t *testing.T) {
 	for _, rate := range []float64{0.01, 0.05, 0.20} {
 		t.Run(fmt.Sprintf("loss%.0f%%", rate*100), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				sharedSRQRun(t, &linktest.LossConfig{Seed: int64(rate * 7919), Drop: rate, Dup: rate / 2,
+				sharedSRQRun(t, &impair.LossConfig{Seed: int64(rate * 7919), Drop: rate, Dup: rate / 2,
 					Reorder: rate / 2, Corrupt: rate / 4})
 			})
 		})
@@ -113,7 +114,7 @@ func TestSharedSRQManyQPsUnderLoss(t *testing.T) {
 
 // sharedSRQRun sends 8 messages on each of 4 RC QPs whose responders share one
 // SRQ, over loss (nil: a clean pipe), and checks every message arrived once.
-func sharedSRQRun(t *testing.T, loss *linktest.LossConfig) {
+func sharedSRQRun(t *testing.T, loss *impair.LossConfig) {
 	a, b := pair(t, loss)
 	defer a.close(t)
 	defer b.close(t)
@@ -195,8 +196,8 @@ func TestUDUnderLoss(t *testing.T) {
 	for _, rate := range []float64{0.01, 0.05, 0.20} {
 		t.Run(fmt.Sprintf("loss%.0f%%", rate*100), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				la, lb := linktest.Pipe(addrA, addrB)
-				lossy := linktest.NewLossy(la, linktest.LossConfig{Seed: int64(rate * 104729), Drop: rate,
+				la, lb := link.Pipe(addrA, addrB)
+				lossy := impair.NewLossy(la, impair.LossConfig{Seed: int64(rate * 104729), Drop: rate,
 					Dup: rate / 2, Reorder: rate / 2, Corrupt: rate})
 				a, b := newNode(t, lossy, 2), newNode(t, lb, 2)
 				defer a.close(t)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
 )
 
 // TestUDPortMTU checks that a UD QP's message limit is the port MTU, not a
@@ -28,7 +28,7 @@ func TestUDPortMTU(t *testing.T) {
 }
 
 func udMTU(t *testing.T, mtu MTU, size int) {
-	la, lb := linktest.Pipe(addrA, addrB)
+	la, lb := link.Pipe(addrA, addrB)
 	set := func(c *Config) { c.PortMTU = mtu }
 	a, b := newNode(t, la, 2, set), newNode(t, lb, 2, set)
 	defer a.close(t)

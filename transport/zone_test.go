@@ -9,7 +9,7 @@ import (
 
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
 )
 
 // TestLinkLocalZone runs RC and UD over IPv6 link-local addresses whose
@@ -18,7 +18,7 @@ import (
 // packet must still be accepted.
 func TestLinkLocalZone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		la, lb := linktest.Pipe(netip.MustParseAddrPort("[fe80::1%br0]:4791"), netip.MustParseAddrPort("[fe80::2%br0]:4791"))
+		la, lb := link.Pipe(netip.MustParseAddrPort("[fe80::1%br0]:4791"), netip.MustParseAddrPort("[fe80::2%br0]:4791"))
 		a, b := newNode(t, la, 2), newNode(t, lb, 2)
 		defer a.close(t)
 		defer b.close(t)

@@ -15,7 +15,7 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
 )
 
 // TestPingDataMatchesRping checks fillPing and the -v format against what
@@ -94,7 +94,7 @@ type pair struct {
 
 func newPair(t *testing.T) *pair {
 	a, b := netip.MustParseAddrPort("10.0.0.1:4791"), netip.MustParseAddrPort("10.0.0.2:4791")
-	la, lb := linktest.Pipe(a, b)
+	la, lb := link.Pipe(a, b)
 	wa, ca := gsi.Wrap(la)
 	wb, cb := gsi.Wrap(lb)
 	da, err := roce.OpenLink(wa)

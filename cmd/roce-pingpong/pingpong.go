@@ -15,7 +15,7 @@ import (
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/link"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link/impair"
 )
 
 // Work request IDs, as the stock tools use them: a bit each, so pending can hold both.
@@ -102,7 +102,7 @@ func (s *session) open() error {
 		if seed == 0 {
 			seed = time.Now().UnixNano()
 		}
-		s.dev, err = roce.OpenLink(linktest.NewLossy(u, linktest.LossConfig{Seed: seed, Drop: c.loss}), opts...)
+		s.dev, err = roce.OpenLink(impair.NewLossy(u, impair.LossConfig{Seed: seed, Drop: c.loss}), opts...)
 	} else {
 		s.dev, err = roce.Open(c.Addr, opts...)
 	}

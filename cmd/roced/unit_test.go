@@ -19,7 +19,7 @@ import (
 
 	"github.com/goroce/goroce/metrics"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport/link/linktest"
+	"github.com/goroce/goroce/transport/link"
 )
 
 func TestMTUCode(t *testing.T) {
@@ -234,7 +234,7 @@ func FuzzParseFlags(f *testing.F) {
 // whose socket dies (DEVICE_FATAL) ends the daemon with an error, so a supervisor
 // restarts it rather than leaving a deaf daemon running.
 func TestWatchEventsStopsOnDeviceFatal(t *testing.T) {
-	la, lb := linktest.Pipe(netip.MustParseAddrPort("127.0.0.1:4791"), netip.MustParseAddrPort("127.0.0.2:4791"))
+	la, lb := link.Pipe(netip.MustParseAddrPort("127.0.0.1:4791"), netip.MustParseAddrPort("127.0.0.2:4791"))
 	defer lb.Close()
 	dev, err := roce.OpenLink(la)
 	if err != nil {

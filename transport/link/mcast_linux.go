@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"syscall"
 
@@ -41,10 +42,10 @@ func (u *UDP) JoinGroup(group netip.Addr) (ReceiveFunc, error) {
 		return nil, fmt.Errorf("link: join %v on %v: already joined: %w", g, u.local, syscall.EEXIST)
 	}
 	bind := g
-	if g.Is6() && (g.IsLinkLocalMulticast() || g.IsInterfaceLocalMulticast()) && u.ifindex != 0 {
+	if needsZone(g) && u.ifindex != 0 {
 		bind = g.WithZone(strconv.Itoa(u.ifindex))
 	}
-	conn, rc, err := u.open(netip.AddrPortFrom(bind, u.local.Port()), roleGroup, false)
+	conn, rc, err := u.openGroup(netip.AddrPortFrom(bind, u.local.Port()))
 	if err != nil {
 		return nil, fmt.Errorf("link: join %v on %v: %w", g, u.local, err)
 	}
@@ -60,6 +61,49 @@ func (u *UDP) JoinGroup(group netip.Addr) (ReceiveFunc, error) {
 	r := &reader{u: u, conn: conn, rc: rc, group: g}
 	u.groups[g] = r
 	return r.read, nil
+}
+
+// needsZone reports whether an IPv6 address only means something on one
+// link: link-local unicast, or multicast of interface- or link-local scope
+// (ff01::/16, ff02::/16 and their flag variants such as ff12::/16).
+func needsZone(a netip.Addr) bool {
+	if !a.Is6() || a.Is4In6() {
+		return false
+	}
+	if a.IsMulticast() {
+		return a.As16()[1]&0x0f <= 2
+	}
+	return a.IsLinkLocalUnicast()
+}
+
+// openGroup binds a socket to the group's own address. The net package
+// cannot do it: it binds a multicast address as the wildcard, which would
+// take the port from the link's unicast socket and receive every datagram
+// to it on any address.
+func (u *UDP) openGroup(ap netip.AddrPort) (*net.UDPConn, syscall.RawConn, error) {
+	var family int
+	var sa unix.Sockaddr
+	if u.is6 {
+		family = unix.AF_INET6
+		zone, _ := strconv.Atoi(ap.Addr().Zone())
+		sa = &unix.SockaddrInet6{Addr: ap.Addr().As16(), Port: int(ap.Port()), ZoneId: uint32(zone)}
+	} else {
+		family = unix.AF_INET
+		sa = &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "group "+ap.String())
+	defer f.Close() // FilePacketConn keeps a duplicate
+	if err := u.setSockopts(fd, roleGroup, false); err != nil {
+		return nil, nil, err
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		return nil, nil, fmt.Errorf("bind %v: %w", ap, err)
+	}
+	return rawUDP(net.FilePacketConn(f))
 }
 
 // join adds the socket to group on the link's interface and keeps other

@@ -55,6 +55,19 @@ func newNetns(t *testing.T) *netns {
 	ns.ip("netns", "add", ns.name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns.name).Run() })
 	ns.ip("-n", ns.name, "link", "set", "lo", "up")
+	// No duplicate address detection on the namespace's devices: their IPv6
+	// (the link-local address too) works as soon as they are up.
+	var err error
+	ns.in(func() {
+		for _, conf := range []string{"all", "default"} {
+			if err == nil {
+				err = os.WriteFile("/proc/sys/net/ipv6/conf/"+conf+"/accept_dad", []byte("0"), 0)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("netns %s: %v", ns.name, err)
+	}
 	return ns
 }
 
@@ -111,6 +124,22 @@ func vethPair(ns, peer *netns, a, b string, addrsA, addrsB []string) {
 		}
 		c.ns.ip("-n", c.ns.name, "link", "set", c.dev, "up")
 	}
+	ns.waitUp(a)
+	peer.waitUp(b)
+}
+
+// waitUp waits until dev's operational state is UP: until the kernel's link
+// watcher has seen the carrier (it may take a second), the device drops
+// what is sent through it.
+func (ns *netns) waitUp(dev string) {
+	ns.t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		out, err := exec.Command("ip", "-n", ns.name, "-o", "link", "show", "dev", dev).Output()
+		if err == nil && bytes.Contains(out, []byte(" state UP ")) {
+			return
+		}
+	}
+	ns.t.Fatalf("%s in %s did not come up", dev, ns.name)
 }
 
 // ethtoolFeature switches a netdev feature by its ethtool name (like

@@ -142,7 +142,7 @@ func (r *reader) fill(s *mmsgScratch, msgs []Message) int {
 		m.Addr = u.parseName(s.names[i][:h.hdr.Namelen])
 		meta := parseControl(s.oob[i*oobLen:i*oobLen+int(h.hdr.Controllen)], u.is6)
 		m.Local, m.TOS, m.TTL, m.FlowLabel, m.SrcPort = meta.local, meta.tos, meta.ttl, meta.flow, 0
-		if m.Local.Is6() && u.zone != "" && (m.Local.IsLinkLocalUnicast() || m.Local.IsLinkLocalMulticast()) {
+		if u.zone != "" && needsZone(m.Local) {
 			m.Local = m.Local.WithZone(u.zone)
 		}
 		m.SegSize = 0

@@ -36,14 +36,18 @@ const (
 
 // Tap is a Link that passes everything through to another Link and writes
 // every datagram read or written to a pcap stream. The IP and UDP headers are
-// synthesized from the Message addresses, since a UDP socket never sees them:
+// synthesized from the Message fields, since a UDP socket never sees them:
 //
-//   - Datagrams we send get an IPv4 header with ID 0 and DF, which is what
-//     Linux puts on the wire for them (see the package doc), so the ICRC of
-//     our own packets verifies in the capture.
-//   - Datagrams we receive get the same; their real IPv4 ID is unknown (rxe
+//   - Datagrams we send get an IPv4 header with DF and the ID Linux gives
+//     them: 0, or TrainIPv4ID for a train's segments (see the package doc),
+//     so the ICRC of our own packets verifies in the capture. A train is
+//     recorded segment by segment, as the wire carries it.
+//   - Datagrams we receive get ID 0 too; their real IPv4 ID is unknown (rxe
 //     uses hashed IDs), so their ICRC verifies in the capture only over IPv6
-//     or when the peer also sends ID 0.
+//     or when the peer also sends ID 0. A GRO train is recorded segment by
+//     segment.
+//   - TOS / traffic class, TTL / hop limit and the IPv6 flow label are the
+//     message's (TTL 0, "the socket default", is recorded as 64).
 //   - The UDP checksum is always computed, even where the wire carried 0.
 //     The ICRC masks it.
 //
@@ -53,15 +57,20 @@ type Tap struct {
 	l  Link
 	lt LinkType
 
-	mu  sync.Mutex
-	w   io.Writer                                                         // mu guards
-	rec [recHdrLen + ethHdrLen + ip6HdrLen + udpHdrLen + MaxDatagram]byte // mu guards
-	err error                                                             // mu guards: first write error
+	mu   sync.Mutex
+	w    io.Writer                                                         // mu guards
+	rec  [recHdrLen + ethHdrLen + ip6HdrLen + udpHdrLen + MaxDatagram]byte // mu guards
+	flat []byte                                                            // mu guards: a gathered message
+	err  error                                                             // mu guards: first write error
 
 	writeErrors atomic.Uint64
 }
 
-var _ Link = (*Tap)(nil)
+var (
+	_ Link        = (*Tap)(nil)
+	_ Receivers   = (*Tap)(nil)
+	_ Multicaster = (*Tap)(nil)
+)
 
 // NewTap wraps l and writes a pcap file header to w. Records follow as
 // datagrams pass. The caller owns w; Close does not close it.
@@ -106,18 +115,58 @@ func (t *Tap) Err() error {
 func (t *Tap) WriteErrors() uint64 { return t.writeErrors.Load() }
 
 // ReadBatch reads from the wrapped Link and records what it got.
-func (t *Tap) ReadBatch(msgs []Message) (int, error) {
-	n, err := t.l.ReadBatch(msgs)
+func (t *Tap) ReadBatch(msgs []Message) (int, error) { return t.recorded(t.l.ReadBatch, msgs) }
+
+// ReceiveFuncs implements Receivers: each of the wrapped Link's receive
+// paths, recorded.
+func (t *Tap) ReceiveFuncs() []ReceiveFunc {
+	inner := ReceiveFuncs(t.l)
+	fns := make([]ReceiveFunc, len(inner))
+	for i, fn := range inner {
+		fns[i] = func(msgs []Message) (int, error) { return t.recorded(fn, msgs) }
+	}
+	return fns
+}
+
+// JoinGroup implements Multicaster for a wrapped Link that does: the
+// group's datagrams are recorded too. Otherwise it is ENOSYS.
+func (t *Tap) JoinGroup(group netip.Addr) (ReceiveFunc, error) {
+	mc, ok := t.l.(Multicaster)
+	if !ok {
+		return nil, fmt.Errorf("link: tap: join %v: the wrapped link has no multicast: %w", group, syscall.ENOSYS)
+	}
+	fn, err := mc.JoinGroup(group)
+	if err != nil {
+		return nil, err
+	}
+	return func(msgs []Message) (int, error) { return t.recorded(fn, msgs) }, nil
+}
+
+// LeaveGroup implements Multicaster for a wrapped Link that does.
+func (t *Tap) LeaveGroup(group netip.Addr) error {
+	mc, ok := t.l.(Multicaster)
+	if !ok {
+		return fmt.Errorf("link: tap: leave %v: the wrapped link has no multicast: %w", group, syscall.ENOSYS)
+	}
+	return mc.LeaveGroup(group)
+}
+
+// recorded reads through fn and records what arrived.
+func (t *Tap) recorded(fn ReceiveFunc, msgs []Message) (int, error) {
+	n, err := fn(msgs)
 	if n > 0 {
 		local := t.l.LocalAddr()
 		now := time.Now()
 		t.mu.Lock()
 		for i := range msgs[:n] {
-			dst := local
-			if msgs[i].Local.IsValid() {
-				dst = netip.AddrPortFrom(msgs[i].Local, local.Port())
+			m := &msgs[i]
+			h := recHdr{src: m.Addr, dst: local, tos: m.TOS, ttl: m.TTL, flow: m.FlowLabel}
+			if m.Local.IsValid() {
+				h.dst = netip.AddrPortFrom(m.Local, local.Port())
 			}
-			t.recordLocked(now, msgs[i].Addr, dst, msgs[i].TOS, msgs[i].Buf)
+			for j := range m.NumSegments() {
+				t.recordLocked(now, h, m.Segment(j))
+			}
 		}
 		t.mu.Unlock()
 	}
@@ -132,11 +181,27 @@ func (t *Tap) WriteBatch(msgs []Message) (int, error) {
 		now := time.Now()
 		t.mu.Lock()
 		for i := range msgs[:n] {
-			src := local
-			if p := msgs[i].SrcPort; p != 0 {
-				src = netip.AddrPortFrom(local.Addr(), p)
+			m := &msgs[i]
+			h := recHdr{src: local, dst: m.Addr, tos: m.TOS, ttl: m.TTL, flow: m.FlowLabel}
+			if p := m.SrcPort; p != 0 {
+				h.src = netip.AddrPortFrom(local.Addr(), p)
 			}
-			t.recordLocked(now, src, msgs[i].Addr, 0, msgs[i].Buf)
+			b := m.Buf
+			if len(m.Pieces) > 0 {
+				t.flat = t.flat[:0]
+				for _, p := range m.Pieces {
+					t.flat = append(t.flat, p...)
+				}
+				b = t.flat
+			}
+			if m.SegSize <= 0 || m.SegSize >= len(b) {
+				t.recordLocked(now, h, b)
+				continue
+			}
+			for j := 0; j*m.SegSize < len(b); j++ {
+				h.id = TrainIPv4ID(m.SegSize, j)
+				t.recordLocked(now, h, b[j*m.SegSize:min((j+1)*m.SegSize, len(b))])
+			}
 		}
 		t.mu.Unlock()
 	}
@@ -155,13 +220,26 @@ func (t *Tap) BatchSize() int { return t.l.BatchSize() }
 // Close closes the wrapped Link. The pcap writer stays open.
 func (t *Tap) Close() error { return t.l.Close() }
 
+// recHdr is what a record's synthesized IP and UDP headers say.
+type recHdr struct {
+	src, dst netip.AddrPort
+	tos, ttl uint8
+	flow     uint32
+	id       uint16
+}
+
 // recordLocked writes one pcap record. Datagrams whose addresses are not of
 // one family are counted as write errors and skipped.
-func (t *Tap) recordLocked(now time.Time, src, dst netip.AddrPort, tos uint8, payload []byte) {
+func (t *Tap) recordLocked(now time.Time, h recHdr, payload []byte) {
+	src, dst := h.src, h.dst
 	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
 	if sa.Is4() != da.Is4() || !sa.IsValid() || !da.IsValid() {
 		t.failLocked(fmt.Errorf("link: tap: cannot frame %v -> %v: %w", src, dst, syscall.EAFNOSUPPORT))
 		return
+	}
+	ttl := h.ttl
+	if ttl == 0 {
+		ttl = tapTTL
 	}
 	origPayload := len(payload)
 	if len(payload) > MaxDatagram {
@@ -184,11 +262,11 @@ func (t *Tap) recordLocked(now time.Time, src, dst netip.AddrPort, tos uint8, pa
 	if sa.Is4() {
 		ip := r[p : p+ip4HdrLen]
 		ip[0] = 0x45
-		ip[1] = tos
+		ip[1] = h.tos
 		binary.BigEndian.PutUint16(ip[2:], uint16(ip4HdrLen+udpLen))
-		binary.BigEndian.PutUint16(ip[4:], 0)      // ID 0: what Linux sends with DF
+		binary.BigEndian.PutUint16(ip[4:], h.id)   // what Linux sends with DF
 		binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
-		ip[8] = tapTTL
+		ip[8] = ttl
 		ip[9] = syscall.IPPROTO_UDP
 		ip[10], ip[11] = 0, 0
 		s4, d4 := sa.As4(), da.As4()
@@ -198,10 +276,10 @@ func (t *Tap) recordLocked(now time.Time, src, dst netip.AddrPort, tos uint8, pa
 		p += ip4HdrLen
 	} else {
 		ip := r[p : p+ip6HdrLen]
-		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(tos)<<20)
+		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(h.tos)<<20|h.flow&0xFFFFF)
 		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
 		ip[6] = syscall.IPPROTO_UDP
-		ip[7] = tapTTL
+		ip[7] = ttl
 		s16, d16 := sa.As16(), da.As16()
 		copy(ip[8:24], s16[:])
 		copy(ip[24:40], d16[:])

@@ -16,7 +16,6 @@ import (
 	"github.com/google/gopacket/pcapgo"
 
 	"github.com/goroce/goroce/transport/link"
-	"github.com/goroce/goroce/transport/link/linktest"
 )
 
 // rocePayload is a UD SEND ONLY with DETH and a 5-byte payload plus pad, and
@@ -64,10 +63,21 @@ func inetChecksumOK(b ...[]byte) bool {
 type captured struct {
 	src, dst netip.AddrPort
 	payload  []byte
+	id       uint16 // IPv4 Identification
+	tos, ttl uint8
+	flow     uint32 // IPv6 flow label
 }
 
-// readPcap decodes every record and checks the headers the Tap synthesized.
+// readPcap decodes every record and checks the headers the Tap synthesized,
+// the ICRC of RoCE-looking IPv4 payloads included.
 func readPcap(t *testing.T, r io.Reader, lt link.LinkType) []captured {
+	t.Helper()
+	return readPcapICRC(t, r, lt, true)
+}
+
+// readPcapICRC is readPcap, with the ICRC check optional: a received train
+// is recorded with ID 0, which is not the ID its segments had on the wire.
+func readPcapICRC(t *testing.T, r io.Reader, lt link.LinkType, checkICRC bool) []captured {
 	t.Helper()
 	pr, err := pcapgo.NewReader(r)
 	if err != nil {
@@ -105,16 +115,17 @@ func readPcap(t *testing.T, r io.Reader, lt link.LinkType) []captured {
 		}
 		var c captured
 		if ip4, ok := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
-			if ip4.Id != 0 || ip4.Flags != layers.IPv4DontFragment || ip4.TTL == 0 {
-				t.Errorf("IPv4 ID %d flags %v TTL %d, want ID 0, DF", ip4.Id, ip4.Flags, ip4.TTL)
+			if ip4.Flags != layers.IPv4DontFragment || ip4.TTL == 0 {
+				t.Errorf("IPv4 flags %v TTL %d, want DF", ip4.Flags, ip4.TTL)
 			}
+			c.id, c.tos, c.ttl = ip4.Id, ip4.TOS, ip4.TTL
 			if !inetChecksumOK(ip4.Contents) {
 				t.Errorf("bad IPv4 header checksum %#x", ip4.Checksum)
 			}
 			if !inetChecksumOK(ip4.Contents[12:20], []byte{0, 17}, udp.Contents[4:6], udp.Contents, udp.Payload) {
 				t.Errorf("bad UDP checksum %#x", udp.Checksum)
 			}
-			if len(udp.Payload) > 4 && rocePayloadLike(udp.Payload) {
+			if checkICRC && len(udp.Payload) > 4 && rocePayloadLike(udp.Payload) {
 				hdr := append(bytes.Clone(ip4.Contents), udp.Contents...)
 				if got, want := link.ICRCv4(hdr, udp.Payload), binary.LittleEndian.Uint32(udp.Payload[len(udp.Payload)-4:]); got != want {
 					t.Errorf("ICRC over the captured headers %#08x, packet carries %#08x", got, want)
@@ -129,6 +140,7 @@ func readPcap(t *testing.T, r io.Reader, lt link.LinkType) []captured {
 			if !inetChecksumOK(ip6.Contents[8:40], []byte{0, 17}, udp.Contents[4:6], udp.Contents, udp.Payload) {
 				t.Errorf("bad UDP checksum %#x", udp.Checksum)
 			}
+			c.tos, c.ttl, c.flow = ip6.TrafficClass, ip6.HopLimit, ip6.FlowLabel
 			c.src = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip6.SrcIP)), uint16(udp.SrcPort))
 			c.dst = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip6.DstIP)), uint16(udp.DstPort))
 		} else {
@@ -156,7 +168,7 @@ func TestTap(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				aAddr, bAddr := netip.MustParseAddrPort(tt.a), netip.MustParseAddrPort(tt.b)
-				pa, pb := linktest.Pipe(aAddr, bAddr)
+				pa, pb := link.Pipe(aAddr, bAddr)
 				defer pb.Close()
 				var pcap bytes.Buffer
 				tap, err := link.NewTap(pa, &pcap, tt.lt)
@@ -179,15 +191,15 @@ func TestTap(t *testing.T) {
 				}
 				got := readPcap(t, &pcap, tt.lt)
 				want := []captured{
-					{aAddr, bAddr, out[0].Buf},
-					{aAddr, bAddr, out[1].Buf},
-					{bAddr, aAddr, back},
+					{src: aAddr, dst: bAddr, payload: out[0].Buf},
+					{src: aAddr, dst: bAddr, payload: out[1].Buf},
+					{src: bAddr, dst: aAddr, payload: back},
 				}
 				if len(got) != len(want) {
 					t.Fatalf("%d records, want %d", len(got), len(want))
 				}
 				for i := range want {
-					if got[i].src != want[i].src || got[i].dst != want[i].dst || !bytes.Equal(got[i].payload, want[i].payload) {
+					if got[i].src != want[i].src || got[i].dst != want[i].dst || !bytes.Equal(got[i].payload, want[i].payload) || got[i].id != 0 {
 						t.Errorf("record %d: %v -> %v %q, want %v -> %v %q", i, got[i].src, got[i].dst, got[i].payload, want[i].src, want[i].dst, want[i].payload)
 					}
 				}
@@ -211,7 +223,7 @@ func (w *failWriter) Write(p []byte) (int, error) {
 
 func TestTapReopenAndErrors(t *testing.T) {
 	a, b := netip.MustParseAddrPort("10.0.0.1:4791"), netip.MustParseAddrPort("10.0.0.2:4791")
-	pa, pb := linktest.Pipe(a, b)
+	pa, pb := link.Pipe(a, b)
 	defer pb.Close()
 	if _, err := link.NewTap(pa, &failWriter{}, link.LinkTypeEthernet); err == nil {
 		t.Fatal("NewTap with a failing writer succeeded")

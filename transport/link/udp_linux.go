@@ -245,7 +245,11 @@ func (u *UDP) open(ap netip.AddrPort, role sockRole, reusePort bool) (*net.UDPCo
 		}
 		return serr
 	}}
-	pc, err := lc.ListenPacket(context.Background(), network, ap.String())
+	return rawUDP(lc.ListenPacket(context.Background(), network, ap.String()))
+}
+
+// rawUDP returns the UDP socket behind pc and its RawConn.
+func rawUDP(pc net.PacketConn, err error) (*net.UDPConn, syscall.RawConn, error) {
 	if err != nil {
 		return nil, nil, err
 	}

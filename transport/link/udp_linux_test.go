@@ -293,34 +293,66 @@ func TestUDPSocketBuffers(t *testing.T) {
 }
 
 // TestUDPZeroAlloc proves the steady-state data path does not allocate: a
-// batch written and read back over loopback.
+// batch written and read back over loopback, as plain datagrams, as GSO
+// trains with gather lists and header fields read one datagram each, and as
+// trains read whole with GRO.
 func TestUDPZeroAlloc(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sync.Pool drops items under -race")
 	}
 	const batch = 16
-	a := listen(t, "127.0.0.1:0", Config{BatchSize: batch})
-	b := listen(t, "127.0.0.2:0", Config{BatchSize: batch})
-	out := make([]Message, batch)
-	for i := range out {
-		out[i] = Message{Buf: make([]byte, 1024), Addr: b.LocalAddr()}
-	}
-	in := newMsgs(batch)
-	round := func() {
-		if n, err := a.WriteBatch(out); n != batch || err != nil {
-			t.Fatalf("WriteBatch = %d, %v", n, err)
-		}
-		for got := 0; got < batch; {
-			n, err := b.ReadBatch(in)
-			if err != nil {
-				t.Fatal(err)
+	tests := []struct {
+		name  string
+		train bool
+		big   bool // MaxTrain read buffers: GRO
+	}{{"plain", false, false}, {"trains", true, false}, {"trains with GRO", true, true}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := listen(t, "127.0.0.1:0", Config{BatchSize: batch})
+			b := listen(t, "127.0.0.2:0", Config{BatchSize: batch})
+			out := make([]Message, batch)
+			datagrams := batch
+			for i := range out {
+				out[i] = Message{Buf: make([]byte, 1024), Addr: b.LocalAddr()}
 			}
-			got += n
-		}
-	}
-	round() // warm the pools
-	if allocs := testing.AllocsPerRun(100, round); allocs != 0 {
-		t.Fatalf("%v allocations per %d-datagram write+read round, want 0", allocs, batch)
+			if tt.train {
+				tr := newTrain(a.LocalAddr(), b.LocalAddr(), 1000, 4, 0)
+				out = out[:2]
+				for i := range out {
+					out[i] = tr.msg(b.LocalAddr())
+					out[i].TOS, out[i].TTL = 0x02, 7
+				}
+				datagrams = 8
+			}
+			in := newMsgs(batch)
+			if tt.big {
+				for i := range in {
+					in[i].Buf = GetTrainBuffer()[:]
+				}
+			}
+			round := func() {
+				if n, err := a.WriteBatch(out); n != len(out) || err != nil {
+					t.Fatalf("WriteBatch = %d, %v", n, err)
+				}
+				for got := 0; got < datagrams; {
+					n, err := b.ReadBatch(in)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, m := range in[:n] {
+						got += m.NumSegments()
+						m.Buf = m.Buf[:cap(m.Buf)]
+					}
+				}
+			}
+			round() // warm the pools
+			if allocs := testing.AllocsPerRun(100, round); allocs != 0 {
+				t.Fatalf("%v allocations per %d-datagram write+read round, want 0", allocs, datagrams)
+			}
+			if c := b.Counters(); tt.big && c.GROTrains == 0 {
+				t.Fatalf("no GRO train received: %+v", c)
+			}
+		})
 	}
 }
 

@@ -23,23 +23,6 @@ const (
 	maxTxCmsgSize = gsoCmsgSpace + 2*intCmsgSpace
 )
 
-// gather walks the bytes of one message while entries are packed.
-type gather struct {
-	one    [1][]byte // Buf, as a one-piece list
-	pieces [][]byte
-	pi, po int // current piece and offset in it
-}
-
-func (g *gather) reset(m *Message) {
-	if len(m.Pieces) > 0 {
-		g.pieces = m.Pieces
-	} else {
-		g.one[0] = m.Buf
-		g.pieces = g.one[:]
-	}
-	g.pi, g.po = 0, 0
-}
-
 // emit appends iovecs for the next n bytes to the arena from used on and
 // returns the new used count.
 func (g *gather) emit(s *mmsgScratch, used, n int) int {
@@ -55,34 +38,9 @@ func (g *gather) emit(s *mmsgScratch, used, n int) int {
 		v.SetLen(k)
 		used++
 		n -= k
-		if g.po += k; g.po == len(g.pieces[g.pi]) {
-			g.pi, g.po = g.pi+1, 0
-		}
+		g.advance(k)
 	}
 	return used
-}
-
-// skip moves past the next n bytes.
-func (g *gather) skip(n int) {
-	for n > 0 && g.pi < len(g.pieces) {
-		k := min(n, len(g.pieces[g.pi])-g.po)
-		n -= k
-		if g.po += k; g.po == len(g.pieces[g.pi]) {
-			g.pi, g.po = g.pi+1, 0
-		}
-	}
-}
-
-// read copies the next len(dst) bytes into dst.
-func (g *gather) read(dst []byte) {
-	for len(dst) > 0 && g.pi < len(g.pieces) {
-		p := g.pieces[g.pi][g.po:]
-		k := copy(dst, p)
-		dst = dst[k:]
-		if g.po += k; g.po == len(g.pieces[g.pi]) {
-			g.pi, g.po = g.pi+1, 0
-		}
-	}
 }
 
 // WriteBatch implements Link: each run of messages with one SrcPort goes out
@@ -449,7 +407,7 @@ func (u *UDP) putName(b *[sockaddrLen]byte, ap netip.AddrPort, flow uint32) (int
 	var scope uint32
 	if z := a.Zone(); z != "" {
 		scope = u.zoneIndex(z)
-	} else if a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() {
+	} else if needsZone(a) {
 		// A GID carries no zone: an unzoned link-local peer is on our own link.
 		scope = u.zoneIdx
 		if scope == 0 && a.IsMulticast() {

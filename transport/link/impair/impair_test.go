@@ -1,17 +1,16 @@
-package linktest
+package impair
 
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport/link"
 )
 
@@ -67,73 +66,6 @@ func drain(t *testing.T, l link.Link) []uint32 {
 	}
 }
 
-func TestPipe(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		a, b := Pipe(addrA, addrB)
-		defer a.Close()
-		defer b.Close()
-		if n, err := a.WriteBatch(numbered(100, addrB)); n != 100 || err != nil {
-			t.Fatalf("WriteBatch = %d, %v", n, err)
-		}
-		in := msgs(8)
-		n, err := b.ReadBatch(in)
-		if err != nil || n != 8 {
-			t.Fatalf("ReadBatch = %d, %v; want a full batch of 8", n, err)
-		}
-		for i, m := range in[:n] {
-			if m.Addr != addrA || m.Local != addrB.Addr() || binary.BigEndian.Uint32(m.Buf) != uint32(i) || len(m.Buf) != 16 {
-				t.Fatalf("datagram %d: %+v", i, m)
-			}
-		}
-		// And the other direction.
-		if _, err := b.WriteBatch([]link.Message{{Buf: []byte("pong"), Addr: addrA}}); err != nil {
-			t.Fatal(err)
-		}
-		if n, err := a.ReadBatch(in[:1]); n != 1 || err != nil || string(in[0].Buf) != "pong" || in[0].Addr != addrB {
-			t.Fatalf("reverse ReadBatch = %d, %v, %+v", n, err, in[0])
-		}
-	})
-}
-
-func TestPipeCloseUnblocksRead(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		a, b := Pipe(addrA, addrB)
-		defer a.Close()
-		errc := make(chan error, 1)
-		go func() {
-			_, err := b.ReadBatch(msgs(1))
-			errc <- err
-		}()
-		synctest.Wait() // the reader is durably blocked
-		select {
-		case err := <-errc:
-			t.Fatalf("ReadBatch returned early: %v", err)
-		default:
-		}
-		b.Close()
-		if err := <-errc; !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("ReadBatch after Close = %v, want net.ErrClosed", err)
-		}
-		// Writes to a closed peer vanish; writes on a closed end fail.
-		if n, err := a.WriteBatch(numbered(1, addrB)); n != 1 || err != nil {
-			t.Fatalf("write to closed peer = %d, %v", n, err)
-		}
-		if _, err := b.WriteBatch(numbered(1, addrA)); !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("write on closed end = %v", err)
-		}
-	})
-}
-
-func TestPipeFullQueueDrops(t *testing.T) {
-	a, b := Pipe(addrA, addrB)
-	defer a.Close()
-	defer b.Close()
-	a.WriteBatch(numbered(PipeQueueLen+10, addrB))
-	if got := b.(*PipeEnd).Dropped(); got != 10 {
-		t.Fatalf("Dropped = %d, want 10", got)
-	}
-}
-
 // run sends n numbered datagrams through a Lossy A->B and returns what B got
 // and the Lossy's counters.
 func run(t *testing.T, cfg LossConfig, n int) ([]uint32, *Lossy) {
@@ -141,7 +73,7 @@ func run(t *testing.T, cfg LossConfig, n int) ([]uint32, *Lossy) {
 	var got []uint32
 	var lossy *Lossy
 	synctest.Test(t, func(t *testing.T) {
-		a, b := Pipe(addrA, addrB)
+		a, b := link.Pipe(addrA, addrB)
 		lossy = NewLossy(a, cfg)
 		defer lossy.Close()
 		// Several batches, so decisions span WriteBatch calls.
@@ -231,7 +163,7 @@ func TestLossyReorderSwapsPairs(t *testing.T) {
 
 func TestLossyHeldAloneIsFlushed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := Pipe(addrA, addrB)
+		a, b := link.Pipe(addrA, addrB)
 		l := NewLossy(a, LossConfig{Reorder: 1})
 		defer l.Close()
 		start := time.Now()
@@ -248,7 +180,7 @@ func TestLossyHeldAloneIsFlushed(t *testing.T) {
 
 func TestLossyDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := Pipe(addrA, addrB)
+		a, b := link.Pipe(addrA, addrB)
 		const delay = 30 * time.Millisecond
 		l := NewLossy(a, LossConfig{Delay: delay})
 		defer l.Close()
@@ -273,7 +205,7 @@ func TestLossyDelay(t *testing.T) {
 
 func TestLossyCorruptFlipsOneBit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := Pipe(addrA, addrB)
+		a, b := link.Pipe(addrA, addrB)
 		l := NewLossy(a, LossConfig{Seed: 7, Corrupt: 1})
 		defer l.Close()
 		orig := bytes.Repeat([]byte{0x5a}, 64)
@@ -296,7 +228,7 @@ func TestLossyCorruptFlipsOneBit(t *testing.T) {
 
 func TestLossyDropFn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := Pipe(addrA, addrB)
+		a, b := link.Pipe(addrA, addrB)
 		// Drop outgoing datagram 1 and incoming "ack 0".
 		l := NewLossy(a, LossConfig{DropFn: func(d Dir, p []byte) bool {
 			return (d == Send && binary.BigEndian.Uint32(p) == 1) || (d == Recv && string(p) == "ack 0")
@@ -321,6 +253,75 @@ func TestLossyDropFn(t *testing.T) {
 		}
 		if l.DroppedFn.Load() != 2 {
 			t.Fatalf("DroppedFn = %d, want 2", l.DroppedFn.Load())
+		}
+	})
+}
+
+// TestLossyTrainSegments: a train is impaired segment by segment (DropFn
+// drops the second), the survivors arrive as single datagrams with the
+// message's header fields, and each IPv4 segment's ICRC, computed for the ID
+// it would have had in a GSO super-datagram, was re-keyed for the ID 0 it
+// has alone.
+func TestLossyTrainSegments(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := link.Pipe(addrA, addrB)
+		l := NewLossy(a, LossConfig{DropFn: func(d Dir, p []byte) bool { return d == Send && p[12] == 1 }})
+		defer l.Close()
+		const seg, n = 200, 4
+		var pieces [][]byte
+		for i := range n {
+			p := make([]byte, seg)
+			p[0] = 0x64 // UD SEND ONLY
+			p[12] = byte(i)
+			env := bth.Envelope{Src: addrA.Addr(), Dst: addrB.Addr(), DF: true, SrcPort: addrA.Port(), DstPort: addrB.Port(), IPID: link.TrainIPv4ID(seg, i)}
+			bth.PutICRC(&env, p)
+			pieces = append(pieces, p[:12], p[12:])
+		}
+		if _, err := l.WriteBatch([]link.Message{{Pieces: pieces, SegSize: seg, Addr: addrB, TOS: 0xb8, TTL: 3}}); err != nil {
+			t.Fatal(err)
+		}
+		in := msgs(8)
+		k, err := b.ReadBatch(in)
+		if k != n-1 || err != nil {
+			t.Fatalf("ReadBatch = %d, %v; want %d segments", k, err, n-1)
+		}
+		env := bth.Envelope{Src: addrA.Addr(), Dst: addrB.Addr(), DF: true, SrcPort: addrA.Port(), DstPort: addrB.Port()}
+		for j, m := range in[:k] {
+			if len(m.Buf) != seg || m.TOS != 0xb8 || m.TTL != 3 || !bth.CheckICRC(&env, m.Buf) {
+				t.Fatalf("datagram %d (segment %d): %d bytes TOS %#x TTL %d, ICRC for ID 0 ok %v", j, m.Buf[12], len(m.Buf), m.TOS, m.TTL, bth.CheckICRC(&env, m.Buf))
+			}
+		}
+		if l.DroppedFn.Load() != 1 || l.Sent.Load() != n-1 {
+			t.Fatalf("DroppedFn %d Sent %d", l.DroppedFn.Load(), l.Sent.Load())
+		}
+	})
+}
+
+// TestLossyReceiveFuncs: every receive path of the wrapped link passes
+// DropFn.
+func TestLossyReceiveFuncs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := link.NewPipe(addrA, addrB, link.PipeConfig{}, link.PipeConfig{Readers: 2})
+		l := NewLossy(b, LossConfig{DropFn: func(d Dir, p []byte) bool { return d == Recv && p[0] == 'x' }})
+		defer l.Close()
+		fns := link.ReceiveFuncs(l)
+		if len(fns) != 2 {
+			t.Fatalf("%d receive functions", len(fns))
+		}
+		var out []link.Message
+		for port := uint16(1); port <= 64; port++ {
+			out = append(out, link.Message{Buf: []byte{'x'}, Addr: addrB, SrcPort: port}, link.Message{Buf: []byte{'k'}, Addr: addrB, SrcPort: port})
+		}
+		a.WriteBatch(out)
+		kept := 0
+		for _, fn := range fns {
+			done := make(chan int, 1)
+			go func() { n, _ := fn(msgs(128)); done <- n }()
+			synctest.Wait()
+			kept += <-done
+		}
+		if kept != 64 || l.DroppedFn.Load() != 64 {
+			t.Fatalf("kept %d, DroppedFn %d", kept, l.DroppedFn.Load())
 		}
 	})
 }

@@ -1,10 +1,13 @@
-package linktest
+package impair
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/transport/link"
@@ -16,7 +19,7 @@ type Dir uint8
 // Directions passed to LossConfig.DropFn.
 const (
 	Send Dir = iota // written by the wrapped side (WriteBatch)
-	Recv            // read by the wrapped side (ReadBatch)
+	Recv            // read by the wrapped side (ReadBatch and every ReceiveFunc)
 )
 
 // String returns "send" or "recv".
@@ -32,8 +35,9 @@ func (d Dir) String() string {
 const ReorderHold = time.Millisecond
 
 // LossConfig describes the impairments of a Lossy link. Probabilities are per
-// datagram written, in [0, 1]; they are applied on the send side only, in this
-// order: DropFn, Drop, Corrupt, Dup, Reorder, Delay.
+// datagram written (per segment of a train), in [0, 1]; they are applied on
+// the send side only, in this order: DropFn, Drop, Corrupt, Dup, Reorder,
+// Delay.
 type LossConfig struct {
 	// Seed makes every random decision reproducible: the same seed and the
 	// same sequence of writes give the same drops, duplicates, and so on.
@@ -53,7 +57,8 @@ type LossConfig struct {
 	Delay time.Duration
 	// DropFn, if set, sees every datagram in both directions before any
 	// random impairment and drops it when it returns true: for scripted
-	// scenarios such as "drop the first ACK". It must not keep b.
+	// scenarios such as "drop the first ACK". On receive it sees a GRO
+	// train whole. It must not keep b.
 	DropFn func(dir Dir, b []byte) bool
 }
 
@@ -87,15 +92,20 @@ type Lossy struct {
 	once    sync.Once
 }
 
+// pending is one datagram in the delay line, in a pooled buffer, with the
+// addressing and header fields of the message it came from.
 type pending struct {
-	due     time.Time
-	buf     *[link.MaxDatagram]byte
-	n       int
-	dst     netip.AddrPort
-	srcPort uint16
+	due  time.Time
+	buf  *[link.MaxDatagram]byte
+	n    int
+	meta link.Message // Addr, TOS, TTL, FlowLabel, SrcPort
 }
 
-var _ link.Link = (*Lossy)(nil)
+var (
+	_ link.Link        = (*Lossy)(nil)
+	_ link.Receivers   = (*Lossy)(nil)
+	_ link.Multicaster = (*Lossy)(nil)
+)
 
 // NewLossy wraps l. Closing the Lossy closes l.
 func NewLossy(l link.Link, cfg LossConfig) *Lossy {
@@ -110,59 +120,32 @@ func NewLossy(l link.Link, cfg LossConfig) *Lossy {
 }
 
 // WriteBatch applies the impairments and passes the survivors on. It reports
-// every datagram as written, as a lossy network would, unless the wrapped
-// link fails.
+// every message as written, as a lossy network would, unless the wrapped
+// link fails. Each segment of a train is one datagram here.
 func (l *Lossy) WriteBatch(msgs []link.Message) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	direct := make([]link.Message, 0, len(msgs))
+	var direct []link.Message
+	var owned []*[link.MaxDatagram]byte // copies of train segments in direct
+	defer func() {
+		for _, b := range owned {
+			link.PutBuffer(b)
+		}
+	}()
 	for i := range msgs {
-		b := msgs[i].Buf
-		if l.cfg.DropFn != nil && l.cfg.DropFn(Send, b) {
-			l.DroppedFn.Add(1)
+		m := &msgs[i]
+		meta := link.Message{Addr: m.Addr, TOS: m.TOS, TTL: m.TTL, FlowLabel: m.FlowLabel, SrcPort: m.SrcPort}
+		if len(m.Pieces) == 0 && (m.SegSize <= 0 || m.SegSize >= len(m.Buf)) {
+			direct = l.impairLocked(m.Buf, meta, direct)
 			continue
 		}
-		// Draw the same amount of randomness for every datagram so a
-		// change in one probability does not reshuffle the others.
-		rDrop, rCorrupt, rDup, rReorder := l.rng.Float64(), l.rng.Float64(), l.rng.Float64(), l.rng.Float64()
-		bit := l.rng.Uint64()
-		if rDrop < l.cfg.Drop {
-			l.Dropped.Add(1)
-			continue
+		segs, err := segments(m)
+		if err != nil {
+			return i, err
 		}
-		corrupt := rCorrupt < l.cfg.Corrupt && len(b) > 0
-		copies := 1
-		if rDup < l.cfg.Dup {
-			copies = 2
-			l.Duplicated.Add(1)
-		}
-		reorder := rReorder < l.cfg.Reorder && l.held < 0
-		now := time.Now()
-		for c := 0; c < copies; c++ {
-			if !corrupt && !reorder && l.cfg.Delay == 0 && len(l.queue) == 0 {
-				direct = append(direct, link.Message{Buf: b, Addr: msgs[i].Addr, SrcPort: msgs[i].SrcPort})
-				continue
-			}
-			p := pending{due: now.Add(l.cfg.Delay), buf: link.GetBuffer(), dst: msgs[i].Addr, srcPort: msgs[i].SrcPort}
-			p.n = copy(p.buf[:], b)
-			if corrupt {
-				k := bit % uint64(p.n*8)
-				p.buf[k/8] ^= 1 << (k % 8)
-				if c == copies-1 {
-					l.Corrupted.Add(1)
-				}
-			}
-			if l.cfg.Delay > 0 {
-				l.Delayed.Add(1)
-			}
-			if reorder && c == 0 {
-				p.due = p.due.Add(ReorderHold)
-				l.Reordered.Add(1)
-				l.held = len(l.queue)
-				l.queue = append(l.queue, p)
-				continue
-			}
-			l.enqueueLocked(p)
+		for _, s := range segs {
+			owned = append(owned, s.buf)
+			direct = l.impairLocked(s.buf[:s.n], meta, direct)
 		}
 	}
 	if len(direct) > 0 {
@@ -176,6 +159,103 @@ func (l *Lossy) WriteBatch(msgs []link.Message) (int, error) {
 		l.startLocked()
 	}
 	return len(msgs), nil
+}
+
+// segment is one datagram of a train, copied out.
+type segment struct {
+	buf *[link.MaxDatagram]byte
+	n   int
+}
+
+// segments copies the datagrams of a train (or a gather list) into pooled
+// buffers. An IPv4 segment gets the ICRC for the ID 0 it has on the wire
+// alone instead of its ID in the train (link.TrainIPv4ID).
+func segments(m *link.Message) ([]segment, error) {
+	var all []byte
+	if len(m.Pieces) == 0 {
+		all = m.Buf
+	} else {
+		all = make([]byte, 0, m.Len())
+		for _, p := range m.Pieces {
+			all = append(all, p...)
+		}
+	}
+	seg := m.SegSize
+	train := seg > 0 && seg < len(all)
+	if !train {
+		seg = len(all)
+	}
+	if seg > link.MaxDatagram {
+		return nil, fmt.Errorf("impair: write %d-byte datagram: %w", seg, syscall.EMSGSIZE)
+	}
+	var out []segment
+	for j := 0; j == 0 || j*seg < len(all); j++ {
+		s := segment{buf: link.GetBuffer()}
+		s.n = copy(s.buf[:], all[j*seg:min((j+1)*seg, len(all))])
+		if id := link.TrainIPv4ID(seg, j); train && id != 0 && s.n >= 4 && m.Addr.Addr().Unmap().Is4() {
+			var x [4]byte
+			binary.LittleEndian.PutUint32(x[:], link.ICRCIDDelta(s.n, id, 0))
+			for k := range x {
+				s.buf[s.n-4+k] ^= x[k]
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// impairLocked decides the fate of datagram b: dropped, or appended to
+// direct (sent now, without a copy), or copied into the delay line.
+func (l *Lossy) impairLocked(b []byte, meta link.Message, direct []link.Message) []link.Message {
+	if l.cfg.DropFn != nil && l.cfg.DropFn(Send, b) {
+		l.DroppedFn.Add(1)
+		return direct
+	}
+	// Draw the same amount of randomness for every datagram so a change in
+	// one probability does not reshuffle the others.
+	rDrop, rCorrupt, rDup, rReorder := l.rng.Float64(), l.rng.Float64(), l.rng.Float64(), l.rng.Float64()
+	bit := l.rng.Uint64()
+	if rDrop < l.cfg.Drop {
+		l.Dropped.Add(1)
+		return direct
+	}
+	corrupt := rCorrupt < l.cfg.Corrupt && len(b) > 0
+	copies := 1
+	if rDup < l.cfg.Dup {
+		copies = 2
+		l.Duplicated.Add(1)
+	}
+	reorder := rReorder < l.cfg.Reorder && l.held < 0
+	now := time.Now()
+	for c := 0; c < copies; c++ {
+		if !corrupt && !reorder && l.cfg.Delay == 0 && len(l.queue) == 0 {
+			d := meta
+			d.Buf = b
+			direct = append(direct, d)
+			continue
+		}
+		p := pending{due: now.Add(l.cfg.Delay), buf: link.GetBuffer(), meta: meta}
+		p.n = copy(p.buf[:], b)
+		if corrupt {
+			k := bit % uint64(p.n*8)
+			p.buf[k/8] ^= 1 << (k % 8)
+			if c == copies-1 {
+				l.Corrupted.Add(1)
+			}
+		}
+		if l.cfg.Delay > 0 {
+			l.Delayed.Add(1)
+		}
+		if reorder && c == 0 {
+			p.due = p.due.Add(ReorderHold)
+			l.Reordered.Add(1)
+			l.held = len(l.queue)
+			l.queue = append(l.queue, p)
+			continue
+		}
+		l.enqueueLocked(p)
+	}
+	return direct
 }
 
 // enqueueLocked appends p to the delay line. A held (reordered) datagram at
@@ -221,7 +301,8 @@ func (l *Lossy) deliver() {
 			// never overtake datagrams already due.
 			msgs := make([]link.Message, k)
 			for i, p := range l.queue[:k] {
-				msgs[i] = link.Message{Buf: p.buf[:p.n], Addr: p.dst, SrcPort: p.srcPort}
+				msgs[i] = p.meta
+				msgs[i].Buf = p.buf[:p.n]
 			}
 			n, _ := l.l.WriteBatch(msgs)
 			l.Sent.Add(uint64(n))
@@ -262,9 +343,23 @@ func (l *Lossy) deliver() {
 }
 
 // ReadBatch reads from the wrapped link and applies DropFn to what arrives.
-func (l *Lossy) ReadBatch(msgs []link.Message) (int, error) {
+func (l *Lossy) ReadBatch(msgs []link.Message) (int, error) { return l.filtered(l.l.ReadBatch, msgs) }
+
+// ReceiveFuncs implements link.Receivers: each of the wrapped Link's receive
+// paths, with DropFn applied.
+func (l *Lossy) ReceiveFuncs() []link.ReceiveFunc {
+	inner := link.ReceiveFuncs(l.l)
+	fns := make([]link.ReceiveFunc, len(inner))
+	for i, fn := range inner {
+		fns[i] = func(msgs []link.Message) (int, error) { return l.filtered(fn, msgs) }
+	}
+	return fns
+}
+
+// filtered reads through fn and applies DropFn to what arrives.
+func (l *Lossy) filtered(fn link.ReceiveFunc, msgs []link.Message) (int, error) {
 	for {
-		n, err := l.l.ReadBatch(msgs)
+		n, err := fn(msgs)
 		if l.cfg.DropFn == nil || n == 0 {
 			return n, err
 		}
@@ -276,8 +371,8 @@ func (l *Lossy) ReadBatch(msgs []link.Message) (int, error) {
 			}
 			if k != i { // copy, never swap buffers (link.Link.ReadBatch)
 				m := msgs[i]
-				msgs[k].Buf = append(msgs[k].Buf[:0], m.Buf...)
-				msgs[k].Addr, msgs[k].Local, msgs[k].TOS = m.Addr, m.Local, m.TOS
+				m.Buf = append(msgs[k].Buf[:0], m.Buf...)
+				msgs[k] = m
 			}
 			k++
 		}
@@ -285,6 +380,29 @@ func (l *Lossy) ReadBatch(msgs []link.Message) (int, error) {
 			return k, err
 		}
 	}
+}
+
+// JoinGroup implements link.Multicaster for a wrapped Link that does; the
+// group's datagrams pass DropFn too. Otherwise it is ENOSYS.
+func (l *Lossy) JoinGroup(group netip.Addr) (link.ReceiveFunc, error) {
+	mc, ok := l.l.(link.Multicaster)
+	if !ok {
+		return nil, fmt.Errorf("impair: join %v: the wrapped link has no multicast: %w", group, syscall.ENOSYS)
+	}
+	fn, err := mc.JoinGroup(group)
+	if err != nil {
+		return nil, err
+	}
+	return func(msgs []link.Message) (int, error) { return l.filtered(fn, msgs) }, nil
+}
+
+// LeaveGroup implements link.Multicaster for a wrapped Link that does.
+func (l *Lossy) LeaveGroup(group netip.Addr) error {
+	mc, ok := l.l.(link.Multicaster)
+	if !ok {
+		return fmt.Errorf("impair: leave %v: the wrapped link has no multicast: %w", group, syscall.ENOSYS)
+	}
+	return mc.LeaveGroup(group)
 }
 
 // LocalAddr implements link.Link.
