@@ -28,9 +28,10 @@ const (
 	maxPktsPerAck    = 64   // rxe RXE_MAX_PKT_PER_ACK
 )
 
-// Engine runs RoCEv2 queue pairs over one Link: a reader goroutine demuxes
-// inbound datagrams to a fixed set of shard goroutines, each owning the QPs
-// whose QPN hashes to it. See the package documentation for the flows.
+// Engine runs RoCEv2 queue pairs over one Link: a reader goroutine per receive
+// path of the Link (link.ReceiveFuncs) demuxes inbound datagrams to a fixed
+// set of shard goroutines, each owning the QPs whose QPN hashes to it. See
+// the package documentation for the flows.
 type Engine struct {
 	link      link.Link
 	mem       Memory
@@ -130,12 +131,15 @@ func NewEngine(cfg Config) (*Engine, error) {
 		s.txBufs = make([]*[link.MaxDatagram]byte, 0, batch)
 		e.shards = append(e.shards, s)
 	}
-	e.wg.Add(n + 1)
+	readers := link.ReceiveFuncs(cfg.Link) // one, or one per SO_REUSEPORT socket
+	e.wg.Add(n + len(readers))
 	for _, s := range e.shards {
 		s.passDone.Store(e.clock.Now().UnixNano())
 		go s.run()
 	}
-	go e.readLoop(batch)
+	for _, recv := range readers {
+		go e.readLoop(recv, batch)
+	}
 	return e, nil
 }
 
@@ -229,9 +233,10 @@ func (e *Engine) shardFor(qpn uint32) *shard {
 	return e.shards[qpn%uint32(len(e.shards))]
 }
 
-// readLoop is the single reader: it reads batches, finds the QP by the BTH
-// DestQP and hands each buffer to the QP's shard. It never blocks on a shard.
-func (e *Engine) readLoop(batch int) {
+// readLoop is a reader, one per receive path of the Link: it reads batches,
+// finds the QP by the BTH DestQP and hands each buffer to the QP's shard. It
+// never blocks on a shard.
+func (e *Engine) readLoop(recv link.ReceiveFunc, batch int) {
 	defer e.wg.Done()
 	msgs := make([]link.Message, batch)
 	bufs := make([]*[link.MaxDatagram]byte, batch)
@@ -243,7 +248,7 @@ func (e *Engine) readLoop(batch int) {
 		for i := range msgs {
 			msgs[i] = link.Message{Buf: bufs[i][:]}
 		}
-		n, err := e.link.ReadBatch(msgs)
+		n, err := recv(msgs)
 		if err != nil {
 			if e.closed.Load() || linkGone(err) {
 				for _, b := range bufs {

@@ -2,7 +2,6 @@ package link
 
 import (
 	"fmt"
-	"hash/maphash"
 	"net"
 	"net/netip"
 	"sync"
@@ -68,7 +67,6 @@ type PipeEnd struct {
 	in    []chan datagram
 	done  chan struct{}
 	once  sync.Once
-	seed  maphash.Seed
 	gro   atomic.Bool
 
 	mu     sync.Mutex
@@ -102,7 +100,7 @@ func NewPipe(a, b netip.AddrPort, ca, cb PipeConfig) (*PipeEnd, *PipeEnd) {
 }
 
 func newPipeEnd(local netip.AddrPort, cfg PipeConfig) *PipeEnd {
-	p := &PipeEnd{local: local, cfg: cfg, done: make(chan struct{}), seed: maphash.MakeSeed(), groups: map[netip.Addr]*pipeGroup{}}
+	p := &PipeEnd{local: local, cfg: cfg, done: make(chan struct{}), groups: map[netip.Addr]*pipeGroup{}}
 	for range max(1, cfg.Readers) {
 		p.in = append(p.in, make(chan datagram, PipeQueueLen))
 	}
@@ -261,7 +259,7 @@ func (pq pipeQueue) enqueue(m *Message, d datagram) {
 	}
 	q := pq.q
 	if q == nil {
-		q = e.in[maphash.Comparable(e.seed, d.src.Port())%uint64(len(e.in))]
+		q = e.in[queueOf(d.src.Port(), len(e.in))]
 	}
 	d.dst = pq.dst
 	total := m.Len()
@@ -287,6 +285,12 @@ func (pq pipeQueue) enqueue(m *Message, d datagram) {
 			break
 		}
 	}
+}
+
+// queueOf picks a receive queue by source port: a fixed multiplicative
+// hash, so tests are deterministic.
+func queueOf(port uint16, n int) int {
+	return int((uint64(port) * 0x9E3779B97F4A7C15 >> 40) % uint64(n))
 }
 
 func (e *PipeEnd) put(q chan datagram, d datagram) {
