@@ -9,7 +9,6 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/cnptest"
 	"github.com/goroce/goroce/transport/link"
-	"github.com/goroce/goroce/transport/link/linktest"
 )
 
 // TestCNP: a CNP as goroce builds it (bth.Append, the ICRC for ID 0 and DF,
@@ -23,7 +22,7 @@ func TestCNP(t *testing.T) {
 	bth.PutICRC(&bth.Envelope{Src: src.Addr(), Dst: dst.Addr(), DF: true, SrcPort: src.Port(), DstPort: dst.Port()}, pkt)
 
 	var pcap bytes.Buffer
-	a, b := linktest.Pipe(src, dst)
+	a, b := link.Pipe(src, dst)
 	defer b.Close()
 	tap, err := link.NewTap(a, &pcap, link.LinkTypeEthernet)
 	if err != nil {
