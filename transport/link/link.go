@@ -108,6 +108,23 @@ func (m *Message) Segment(i int) []byte {
 	return m.Buf[lo:min(lo+m.SegSize, len(m.Buf))]
 }
 
+// CopySegment copies datagram i of m (a segment of a train, or the whole
+// message) into dst, gathering it from Pieces if need be, and returns its
+// length; dst must be large enough (MaxDatagram for a train). A Link that
+// sends datagram by datagram uses it to split trains.
+func (m *Message) CopySegment(dst []byte, i int) int {
+	total := m.Len()
+	lo, hi := 0, total
+	if m.SegSize > 0 {
+		lo, hi = min(i*m.SegSize, total), min((i+1)*m.SegSize, total)
+	}
+	var g gather
+	g.reset(m)
+	g.skip(lo)
+	g.read(dst[:hi-lo])
+	return hi - lo
+}
+
 // Link moves RoCEv2 datagrams. It is the analogue of wireguard-go's conn.Bind:
 // it only moves bytes and never looks inside the BTH.
 //

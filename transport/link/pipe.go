@@ -269,21 +269,11 @@ func (pq pipeQueue) enqueue(m *Message, d datagram) {
 		e.put(q, d)
 		return
 	}
-	seg := total
-	if m.SegSize > 0 {
-		seg = m.SegSize
-	}
-	var g gather
-	g.reset(m)
-	for off := 0; off < total || off == 0; off += seg {
+	for j := range max(1, m.NumSegments()) {
 		s := d
 		s.buf = GetBuffer()
-		s.n = min(seg, total-off)
-		g.read(s.buf[:s.n])
+		s.n = m.CopySegment(s.buf[:], j)
 		e.put(q, s)
-		if total == 0 {
-			break
-		}
 	}
 }
 

@@ -293,3 +293,37 @@ func TestRoutingAndClose(t *testing.T) {
 		a.Close()
 	})
 }
+
+// TestTrainSerialized: a train (a GSO super-datagram, given as a gather
+// list) enters the switch segment by segment, each serialized on its own
+// with the message's TOS.
+func TestTrainSerialized(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sw := New(1)
+		a, b := pair(t, sw, PortConfig{}, PortConfig{Rate: 8 * mbit})
+		start := time.Now()
+		res := collect(b, start)
+		var pieces [][]byte
+		for i := range 3 {
+			s := make([]byte, 1000)
+			binary.BigEndian.PutUint32(s, uint32(i))
+			pieces = append(pieces, s[:4], s[4:])
+		}
+		a.WriteBatch([]link.Message{{Pieces: pieces[:5], SegSize: 1000, Addr: addrB, TOS: 2}})
+		time.Sleep(10 * time.Millisecond)
+		a.Close()
+		b.Close()
+		got := <-res
+		if len(got) != 3 || got[2].n != 4 || got[1].n != 1000 {
+			t.Fatalf("got %+v", got)
+		}
+		for i, g := range got[:2] { // 1000 bytes take 1 ms at 8 Mb/s
+			if g.num != uint32(i) || g.tos != 2 || g.at != time.Duration(i+1)*time.Millisecond {
+				t.Errorf("segment %d: %+v", i, g)
+			}
+		}
+		if got[2].tos != 2 || got[2].at != 2*time.Millisecond+4*time.Microsecond {
+			t.Errorf("last segment: %+v", got[2])
+		}
+	})
+}

@@ -133,7 +133,8 @@ func (p *Port) deliver(pk *packet) {
 
 // WriteBatch implements link.Link: each datagram enters the host's NIC
 // queue with its TOS (Message.TOS is honoured on write, as a socket with
-// IP_TOS would send it).
+// IP_TOS would send it). A train enters segment by segment, as a GSO
+// super-datagram leaves a NIC.
 func (p *Port) WriteBatch(msgs []link.Message) (int, error) {
 	select {
 	case <-p.done:
@@ -142,15 +143,18 @@ func (p *Port) WriteBatch(msgs []link.Message) (int, error) {
 	}
 	now := time.Now()
 	for i := range msgs {
-		if len(msgs[i].Buf) > link.MaxDatagram {
-			return i, fmt.Errorf("bottleneck: write %d bytes: %w", len(msgs[i].Buf), syscall.EMSGSIZE)
+		m := &msgs[i]
+		if m.SegSize > link.MaxDatagram || (m.SegSize <= 0 && m.Len() > link.MaxDatagram) {
+			return i, fmt.Errorf("bottleneck: write %d bytes, segment size %d: %w", m.Len(), m.SegSize, syscall.EMSGSIZE)
 		}
-		pk := &packet{buf: link.GetBuffer(), dst: msgs[i].Addr, tos: msgs[i].TOS, src: p.local}
-		if msgs[i].SrcPort != 0 {
-			pk.src = netip.AddrPortFrom(p.local.Addr(), msgs[i].SrcPort)
+		for j := range max(1, m.NumSegments()) {
+			pk := &packet{buf: link.GetBuffer(), dst: m.Addr, tos: m.TOS, src: p.local}
+			if m.SrcPort != 0 {
+				pk.src = netip.AddrPortFrom(p.local.Addr(), m.SrcPort)
+			}
+			pk.n = m.CopySegment(pk.buf[:], j)
+			p.uplink.enqueue(pk, now)
 		}
-		pk.n = copy(pk.buf[:], msgs[i].Buf)
-		p.uplink.enqueue(pk, now)
 	}
 	return len(msgs), nil
 }

@@ -171,35 +171,22 @@ type segment struct {
 // buffers. An IPv4 segment gets the ICRC for the ID 0 it has on the wire
 // alone instead of its ID in the train (link.TrainIPv4ID).
 func segments(m *link.Message) ([]segment, error) {
-	var all []byte
-	if len(m.Pieces) == 0 {
-		all = m.Buf
-	} else {
-		all = make([]byte, 0, m.Len())
-		for _, p := range m.Pieces {
-			all = append(all, p...)
-		}
+	if m.SegSize > link.MaxDatagram || (m.SegSize <= 0 && m.Len() > link.MaxDatagram) {
+		return nil, fmt.Errorf("impair: write %d bytes, segment size %d: %w", m.Len(), m.SegSize, syscall.EMSGSIZE)
 	}
-	seg := m.SegSize
-	train := seg > 0 && seg < len(all)
-	if !train {
-		seg = len(all)
-	}
-	if seg > link.MaxDatagram {
-		return nil, fmt.Errorf("impair: write %d-byte datagram: %w", seg, syscall.EMSGSIZE)
-	}
-	var out []segment
-	for j := 0; j == 0 || j*seg < len(all); j++ {
+	n := max(1, m.NumSegments())
+	out := make([]segment, n)
+	for j := range out {
 		s := segment{buf: link.GetBuffer()}
-		s.n = copy(s.buf[:], all[j*seg:min((j+1)*seg, len(all))])
-		if id := link.TrainIPv4ID(seg, j); train && id != 0 && s.n >= 4 && m.Addr.Addr().Unmap().Is4() {
+		s.n = m.CopySegment(s.buf[:], j)
+		if id := link.TrainIPv4ID(m.SegSize, j); n > 1 && id != 0 && s.n >= 4 && m.Addr.Addr().Unmap().Is4() {
 			var x [4]byte
 			binary.LittleEndian.PutUint32(x[:], link.ICRCIDDelta(s.n, id, 0))
 			for k := range x {
 				s.buf[s.n-4+k] ^= x[k]
 			}
 		}
-		out = append(out, s)
+		out[j] = s
 	}
 	return out, nil
 }
