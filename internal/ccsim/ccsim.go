@@ -30,7 +30,8 @@ type Config struct {
 	MTU      roce.MTU           // path MTU
 	MsgSize  int                // bytes per RDMA WRITE
 	Depth    int                // WRITEs each flow keeps outstanding
-	Duration time.Duration      // how long the flows run
+	Stagger  time.Duration      // flow i starts at i·Stagger
+	Duration time.Duration      // how long the run lasts, from the first flow's start
 	Sample   time.Duration      // sampling period
 	Seed     uint64             // RED's draws
 	// Options are added to every device's Open (congestion control and
@@ -61,6 +62,18 @@ var (
 )
 
 func senderAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 1, byte(1 + i)}) }
+
+// sleepUntil sleeps until t and reports whether stop closed first.
+func sleepUntil(t time.Time, stop <-chan struct{}) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return false
+	case <-stop:
+		return true
+	}
+}
 
 // Run runs cfg and returns the samples. Call it inside a synctest bubble.
 func Run(cfg Config) (*Result, error) {
@@ -98,8 +111,13 @@ func Run(cfg Config) (*Result, error) {
 	start := time.Now()
 	stop := make(chan struct{})
 	done := make(chan struct{}, len(flows))
-	for _, f := range flows {
-		go func() { f.run(stop); done <- struct{}{} }()
+	for i, f := range flows {
+		go func() {
+			if !sleepUntil(start.Add(time.Duration(i)*cfg.Stagger), stop) {
+				f.run(stop)
+			}
+			done <- struct{}{}
+		}()
 	}
 	for t := time.Duration(0); t <= cfg.Duration; t += cfg.Sample {
 		time.Sleep(start.Add(t).Sub(time.Now()))

@@ -140,7 +140,7 @@ func (p *Params) Validate() error {
 		return bad("dce_tcp_rtt", p.DCETCPRTT, "1..131071 µs")
 	case p.RateReduceMonitorPeriod == 0:
 		return bad("rate_reduce_monitor_period", p.RateReduceMonitorPeriod, "1.. µs")
-	case p.InitialAlphaValue > alphaMax:
+	case p.InitialAlphaValue > 1023:
 		return bad("initial_alpha_value", p.InitialAlphaValue, "0..1023")
 	case p.CNPDSCP > 63:
 		return bad("cnp_dscp", uint32(p.CNPDSCP), "0..63")

@@ -1,10 +1,21 @@
 package dcqcn
 
-import "time"
+import (
+	"math/bits"
+	"time"
+)
 
-// alphaMax is α = 1 in the 10-bit fixed point the firmware uses (α never
-// exceeds 1023/1024).
-const alphaMax = 1023
+// α is kept in units of 2^-20 (alphaOne is 1): the interface is the
+// firmware's 10-bit fixed point, but truncating every update to 10 bits
+// loses up to 1/1024 per dce_tcp_rtt, which at the default g = 1019 (a
+// decay of 5/1024 per period) drives α to 0 whenever CNPs are more than a
+// few periods apart, and then cuts do nothing. Ten more fraction bits keep
+// the moving average what the formula says.
+const (
+	alphaFrac = 10 // fraction bits below the firmware's 1/1024
+	alphaOne  = 1 << (10 + alphaFrac)
+	alphaMax  = alphaOne - 1
+)
 
 // Stage is the rate increase stage of a reaction point.
 type Stage uint8
@@ -53,7 +64,7 @@ type RP struct {
 	minRate  uint64 // bit/s
 	limited  bool
 	rc, rt   uint64 // current and target rate, bit/s
-	alpha    uint32 // 1/1024
+	alpha    uint32 // 2^-20 (alphaOne is 1)
 	cnpAlpha bool   // a CNP arrived in the current α period
 	cnpCut   bool   // a CNP arrived since the last cut: cut at cutAt
 	start    time.Time
@@ -102,8 +113,9 @@ func (r *RP) TargetRate() uint64 {
 	return r.rt
 }
 
-// Alpha is α in units of 1/1024 as of the last call that took the time.
-func (r *RP) Alpha() uint32 { return r.alpha }
+// Alpha is α in units of 1/1024 (as initial_alpha_value), as of the last
+// call that took the time.
+func (r *RP) Alpha() uint32 { return r.alpha >> alphaFrac }
 
 // Cuts counts the rate cuts so far.
 func (r *RP) Cuts() uint64 { return r.cuts }
@@ -212,7 +224,7 @@ func (r *RP) activate(now time.Time) {
 	}
 	r.limited = true
 	r.rc, r.rt = rate, rate
-	r.alpha = r.p.InitialAlphaValue
+	r.alpha = r.p.InitialAlphaValue << alphaFrac
 	r.cnpAlpha, r.cnpCut = false, false
 	r.start = now
 	r.alphaAt = now.Add(us(r.p.DCETCPRTT))
@@ -233,7 +245,7 @@ func (r *RP) updateAlpha(t time.Time) {
 	g := r.p.DCETCPG
 	for !r.alphaAt.After(t) {
 		if r.cnpAlpha {
-			r.alpha = min(r.alpha*g>>10+(1024-g), alphaMax)
+			r.alpha = min(uint32(uint64(r.alpha)*uint64(g)>>10)+(1024-g)<<alphaFrac, alphaMax)
 			r.cnpAlpha = false
 		} else if r.alpha == 0 {
 			// Nothing changes until a CNP: skip to the last boundary.
@@ -241,7 +253,7 @@ func (r *RP) updateAlpha(t time.Time) {
 			r.alphaAt = r.alphaAt.Add((k + 1) * period)
 			return
 		} else {
-			r.alpha = r.alpha * g >> 10
+			r.alpha = uint32(uint64(r.alpha) * uint64(g) >> 10)
 		}
 		r.alphaAt = r.alphaAt.Add(period)
 	}
@@ -254,9 +266,11 @@ func (r *RP) cut(now time.Time) {
 	if p.ClampTgtRate || r.last == incBytes || (r.last == incTimer && p.ClampTgtRateAfterTimeInc) {
 		r.rt = r.rc
 	}
-	scale := uint64(1) << p.RPGGD
+	// α/2^gd with α in 2^-20 units is alpha/2^(gd+20-10).
+	scale := uint64(1) << (p.RPGGD + alphaFrac)
 	a := min(uint64(r.alpha), scale)
-	rc := r.rc * (scale - a) / scale // rc < 2^40, scale <= 2^15: no overflow
+	hi, lo := bits.Mul64(r.rc, scale-a)
+	rc, _ := bits.Div64(hi, lo, scale) // hi < scale: rc·(scale-a)/scale <= rc
 	floor := r.rc / 100 * uint64(p.RPGMinDecFac)
 	r.rc = max(rc, floor, r.minRate)
 	r.cnpCut = false

@@ -2,6 +2,8 @@ package dcqcn
 
 import (
 	"errors"
+	"math"
+	"math/big"
 	"math/rand/v2"
 	"syscall"
 	"testing"
@@ -61,8 +63,18 @@ func TestValidateRejects(t *testing.T) {
 	}
 }
 
-// cutOf is the rate a cut leaves at α with rpg_gd 11 (no floor reached).
-func cutOf(rc uint64, alpha uint32) uint64 { return rc * (2048 - uint64(alpha)) / 2048 }
+// cutOf is the rate a cut leaves at α (in 2^-20 units) with rpg_gd 11 (no
+// floor reached): rc·(1 - α/2).
+func cutOf(rc uint64, alpha uint32) uint64 {
+	return uint64(new(big.Int).Div(new(big.Int).Mul(big.NewInt(int64(rc)), big.NewInt(1<<21-int64(alpha))), big.NewInt(1<<21)).Int64())
+}
+
+// decay and bump are one α update without and with a CNP at g = 1019, in
+// 2^-20 units.
+func decay(a uint32) uint32 { return uint32(uint64(a) * 1019 >> 10) }
+func bump(a uint32) uint32  { return min(decay(a)+5<<10, 1<<20-1) }
+
+const a1023 = 1023 << 10 // initial_alpha_value in 2^-20 units
 
 func TestFirstCNPCutsAndIncreases(t *testing.T) {
 	r := newRP(Defaults(), 10*gbps)
@@ -70,7 +82,7 @@ func TestFirstCNPCutsAndIncreases(t *testing.T) {
 		t.Fatalf("fresh RP: limited %v rate %d next %v", r.Limited(), r.Rate(), r.NextEvent())
 	}
 	r.OnCNP(at(0))
-	rc1 := cutOf(10*gbps, 1023)
+	rc1 := cutOf(10*gbps, a1023)
 	if !r.Limited() || r.Rate() != rc1 || r.TargetRate() != 10*gbps || r.Alpha() != 1023 || r.Cuts() != 1 {
 		t.Fatalf("after first CNP: rate %d target %d α %d cuts %d", r.Rate(), r.TargetRate(), r.Alpha(), r.Cuts())
 	}
@@ -83,12 +95,12 @@ func TestFirstCNPCutsAndIncreases(t *testing.T) {
 	if r.Rate() != rc2 || r.TargetRate() != 10*gbps || r.Stage() != FastRecovery {
 		t.Fatalf("after FR: rate %d target %d stage %v", r.Rate(), r.TargetRate(), r.Stage())
 	}
-	// α decayed once per µs with no CNP: 300 updates of ·1019>>10.
-	a := uint32(1023)
+	// α decayed once per µs with no CNP: 300 updates of ·1019/1024.
+	a := uint32(a1023)
 	for i := 0; i < 300; i++ {
-		a = a * 1019 >> 10
+		a = decay(a)
 	}
-	if r.Alpha() != a {
+	if r.alpha != a || r.Alpha() != a>>10 {
 		t.Fatalf("α after 300µs = %d, want %d", r.Alpha(), a)
 	}
 }
@@ -110,12 +122,12 @@ func TestMonitorPeriodCoalescesCNPs(t *testing.T) {
 	r.Advance(at(4 * µs))
 	// α: 1023 at 0; at 1µs no CNP in [0,1) → decay; CNPs in [1,2), [2,3),
 	// [3,4) → increase at 2, 3, 4.
-	a := uint32(1023) * 1019 >> 10
+	a := decay(a1023)
 	for i := 0; i < 3; i++ {
-		a = min(a*1019>>10+5, 1023)
+		a = bump(a)
 	}
-	if r.Alpha() != a || r.Cuts() != 2 || r.Rate() != cutOf(rc1, a) {
-		t.Fatalf("α %d (want %d) cuts %d rate %d (want %d)", r.Alpha(), a, r.Cuts(), r.Rate(), cutOf(rc1, a))
+	if r.alpha != a || r.Cuts() != 2 || r.Rate() != cutOf(rc1, a) {
+		t.Fatalf("α %d (want %d) cuts %d rate %d (want %d)", r.alpha, a, r.Cuts(), r.Rate(), cutOf(rc1, a))
 	}
 	// No increase event happened between the cuts: the target stays.
 	if r.TargetRate() != 10*gbps {
@@ -181,7 +193,7 @@ func TestReleaseAtLineRateAndRestart(t *testing.T) {
 		t.Fatalf("released: rate %d next %v", r.Rate(), r.NextEvent())
 	}
 	r.OnCNP(at(now + µs))
-	if !r.Limited() || r.Alpha() != 1023 || r.Rate() != cutOf(1*gbps, 1023) {
+	if !r.Limited() || r.Alpha() != 1023 || r.Rate() != cutOf(1*gbps, a1023) {
 		t.Fatalf("restart: limited %v α %d rate %d", r.Limited(), r.Alpha(), r.Rate())
 	}
 }
@@ -197,9 +209,9 @@ func TestCutFloors(t *testing.T) {
 		{"rpg_min_dec_fac", func(p *Params) { p.RPGGD = 10 }, 1 * gbps, gbps / 2},
 		{"rpg_min_dec_fac 100 disables cuts", func(p *Params) { p.RPGMinDecFac = 100 }, 1 * gbps, 1 * gbps},
 		{"rpg_min_rate", func(p *Params) { p.RPGGD = 10; p.RPGMinDecFac = 0; p.RPGMinRate = 100 }, 1 * gbps, 100_000_000},
-		{"rate_to_set_on_first_cnp", func(p *Params) { p.RateToSetOnFirstCNP = 400 }, 1 * gbps, cutOf(400_000_000, 1023)},
-		{"rpg_max_rate", func(p *Params) { p.RPGMaxRate = 200 }, 1 * gbps, cutOf(200_000_000, 1023)},
-		{"initial_alpha_value", func(p *Params) { p.InitialAlphaValue = 512 }, 1 * gbps, cutOf(1*gbps, 512)},
+		{"rate_to_set_on_first_cnp", func(p *Params) { p.RateToSetOnFirstCNP = 400 }, 1 * gbps, cutOf(400_000_000, a1023)},
+		{"rpg_max_rate", func(p *Params) { p.RPGMaxRate = 200 }, 1 * gbps, cutOf(200_000_000, a1023)},
+		{"initial_alpha_value", func(p *Params) { p.InitialAlphaValue = 512 }, 1 * gbps, cutOf(1*gbps, 512<<10)},
 	}
 	for _, tt := range tests {
 		p := Defaults()
@@ -331,7 +343,7 @@ func TestProperties(t *testing.T) {
 			if !s.limited && s.rate != line {
 				fail("unlimited below the line rate")
 			}
-			if s.alpha > alphaMax {
+			if s.alpha > 1023 {
 				fail("α above 1023")
 			}
 			if n := s.cuts - before.cuts; n > 0 && before.limited {
@@ -390,6 +402,29 @@ func TestDeterministic(t *testing.T) {
 	for i := range a {
 		if a[i] != b[i] {
 			t.Fatalf("step %d differs: %+v vs %+v", i, a[i], b[i])
+		}
+	}
+}
+
+// TestAlphaEquilibrium: with a CNP every k µs, α settles where one period's
+// rise, (1024-g)/1024, equals the decay over the k periods between CNPs:
+// α* = (1-g/1024)/(1-(g/1024)^k), just after the CNP's update. Truncating α
+// to 10 bits on every update would instead hold it near 0 for k of a few µs
+// and more, and then cuts do nothing.
+func TestAlphaEquilibrium(t *testing.T) {
+	for _, k := range []int{1, 4, 11, 50} {
+		p := Defaults()
+		p.RPGMinDecFac = 100 // no rate cuts: α only
+		r := newRP(p, 10*gbps)
+		r.OnCNP(at(0))
+		for i := 1; i <= 20000/k; i++ {
+			r.OnCNP(at(time.Duration(i*k)*µs + 500))
+		}
+		r.Advance(at(time.Duration((20000/k)*k+1) * µs)) // the update of the last CNP's period
+		g := 1019.0 / 1024
+		want := (1 - g) / (1 - math.Pow(g, float64(k))) * 1024
+		if got := float64(r.Alpha()); math.Abs(got-want) > 2 {
+			t.Errorf("CNP every %dµs: α %v/1024, want %.1f", k, got, want)
 		}
 	}
 }

@@ -153,9 +153,9 @@ func TestThresholdMarking(t *testing.T) {
 		tos  uint8
 		want []uint8 // TOS of each of 5 datagrams on arrival
 	}{
-		// Depth at arrival: 0, 1000, 2000, 3000, 4000; K = 1500.
-		{"ECT(0)", 0x02, []uint8{0x02, 0x02, 0x03, 0x03, 0x03}},
-		{"ECT(1) with DSCP", 0x69, []uint8{0x69, 0x69, 0x6B, 0x6B, 0x6B}},
+		// Bytes left behind at departure: 4000, 3000, 2000, 1000, 0; K = 1500.
+		{"ECT(0)", 0x02, []uint8{0x03, 0x03, 0x03, 0x02, 0x02}},
+		{"ECT(1) with DSCP", 0x69, []uint8{0x6B, 0x6B, 0x6B, 0x69, 0x69}},
 		{"Not-ECT passes unmarked", 0xC0, []uint8{0xC0, 0xC0, 0xC0, 0xC0, 0xC0}},
 	}
 	for _, tt := range tests {
@@ -197,7 +197,7 @@ func TestREDProbability(t *testing.T) {
 		mark := Marking{MinBytes: 0, MaxBytes: 100_000, PMax: 0.5}
 		a, b := pair(t, sw, PortConfig{}, PortConfig{Rate: 8 * mbit, Mark: mark})
 		res := collect(b, time.Now())
-		const n = 2000 // depth at arrival of datagram i: 50·i bytes (50-byte datagrams)
+		const n = 2000 // datagram i leaves 50·(n-1-i) bytes behind (50-byte datagrams)
 		a.WriteBatch(datagrams(n, 50, addrB, 0x02))
 		time.Sleep(200 * time.Millisecond)
 		a.Close()
@@ -206,7 +206,8 @@ func TestREDProbability(t *testing.T) {
 		if len(got) != n {
 			t.Fatalf("got %d", len(got))
 		}
-		// Expected marks: sum of p(i) over i, p = 0.5·min(50i/100000, 1) (1 at the max).
+		// Expected marks: sum over the depths q = 50·i left behind of
+		// p = 0.5·q/100000 (1 from the max on).
 		var exp, variance float64
 		for i := 0; i < n; i++ {
 			q := 50 * i

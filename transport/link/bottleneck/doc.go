@@ -1,7 +1,7 @@
 // Package bottleneck is a link.Link double for congestion tests: a switch
 // in virtual time with one output queue per attached host, each with a
 // service rate, a propagation delay, a byte buffer with tail drop, and ECN
-// marking on the instantaneous queue depth (RED with MinBytes, MaxBytes and
+// marking at dequeue on the instantaneous queue depth (RED with MinBytes, MaxBytes and
 // PMax, or a plain threshold) as a datacenter switch's WRED/ECN profile
 // does. Hosts have a NIC of their own rate in front of the switch.
 //

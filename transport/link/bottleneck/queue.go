@@ -21,10 +21,13 @@ type packet struct {
 }
 
 // Marking is a queue's ECN policy, as a switch's WRED/ECN profile on the
-// instantaneous queue depth in bytes: an ECN-capable packet (ECT(0) or
-// ECT(1)) that arrives to a queue of MinBytes or more is marked CE with
-// probability PMax·(q−MinBytes)/(MaxBytes−MinBytes), and always at MaxBytes
-// or more. MinBytes == MaxBytes is a plain threshold (DCTCP's K). Packets
+// instantaneous queue depth in bytes. The decision is taken when a packet
+// leaves the queue (starts serialization), on the bytes still queued behind
+// it, as switch ASICs mark at egress: the receiver then learns of the
+// queue one queueing delay sooner than with marking on arrival. An
+// ECN-capable packet (ECT(0) or ECT(1)) that leaves q bytes behind is
+// marked CE with probability PMax·(q−MinBytes)/(MaxBytes−MinBytes) from
+// MinBytes on, and always from MaxBytes on. MinBytes == MaxBytes is a plain threshold (DCTCP's K). Packets
 // that are not ECN-capable are never marked and never dropped early: only
 // a full buffer drops them. The zero Marking marks nothing.
 type Marking struct {
@@ -74,8 +77,7 @@ func newServer(rate uint64, delay time.Duration, buffer int, mark Marking, seed 
 	return s
 }
 
-// enqueue admits p or drops it (tail drop), marking it CE on the way in if
-// the policy says so. It reports whether p was admitted; a dropped packet's
+// enqueue admits p or drops it (tail drop). It reports whether p was admitted; a dropped packet's
 // buffer is returned to the pool.
 func (s *server) enqueue(p *packet, now time.Time) bool {
 	s.mu.Lock()
@@ -86,10 +88,6 @@ func (s *server) enqueue(p *packet, now time.Time) bool {
 		s.mu.Unlock()
 		link.PutBuffer(p.buf)
 		return false
-	}
-	if p.tos&3 != 0 && s.shouldMark() {
-		p.tos |= 3
-		s.stats.Marked++
 	}
 	p.arrived = now
 	s.queue = append(s.queue, p)
@@ -104,10 +102,10 @@ func (s *server) enqueue(p *packet, now time.Time) bool {
 	return true
 }
 
-// shouldMark draws the marking decision for the current depth. mu held.
-func (s *server) shouldMark() bool {
+// shouldMark draws the marking decision for a packet leaving q bytes
+// behind it. mu held.
+func (s *server) shouldMark(q int) bool {
 	m := s.mark
-	q := s.qbytes
 	switch {
 	case m.MaxBytes <= 0 || q < m.MinBytes:
 		return false
@@ -183,6 +181,10 @@ func (s *server) step(now time.Time) ([]*packet, time.Duration) {
 		// The next packet starts when it arrived or when the line became
 		// free, whichever is later, however late this goroutine runs.
 		head := s.queue[0]
+		if head.tos&3 != 0 && s.shouldMark(s.qbytes-head.n) {
+			head.tos |= 3
+			s.stats.Marked++
+		}
 		start := head.arrived
 		if s.busyTo.After(start) {
 			start = s.busyTo
