@@ -146,6 +146,10 @@ type Config struct {
 	// retransmission gets in once a slot frees, and a spoofed flood gets
 	// nothing back. Zero: no cap.
 	MaxPending, MaxPendingPerPeer int
+	// MaxTimeWait caps timewait, which otherwise follows the peer's
+	// timeouts (up to hours for a REQ with CM response timeout 31). Zero:
+	// no cap.
+	MaxTimeWait time.Duration
 	// PendingTimeout withdraws a pending passive connection that is not
 	// established this long after its REQ: REJ (timeout) and
 	// EventUnreachable, whatever retry counts the REQ asked for. Zero:
@@ -337,6 +341,9 @@ func (m *Machine) enterTimeWait(now time.Time, e *entry) {
 		// lifetime).
 		t := max(e.req.LocalCMResponseTimeout, e.req.RemoteCMResponseTimeout)
 		tw = 2 * (TimeoutDuration(t) + 2*e.lifetime)
+	}
+	if m.cfg.MaxTimeWait > 0 {
+		tw = min(tw, m.cfg.MaxTimeWait)
 	}
 	e.deadline = now.Add(tw)
 }

@@ -32,6 +32,9 @@ const (
 	DefaultMaxPending        = 256
 	DefaultMaxPendingPerPeer = 32
 	DefaultPendingTimeout    = 30 * time.Second
+	// DefaultMaxTimeWait caps timewait, which follows the peer's advertised
+	// timeouts (≈ 13 s with rdma_cm's).
+	DefaultMaxTimeWait = time.Minute
 )
 
 // ManagerConfig configures a Manager. Zero fields take rdma_cm's values.
@@ -186,6 +189,7 @@ func NewManager(conn MADConn, cfg ManagerConfig) *Manager {
 	mc.MaxPending = orDefault(mc.MaxPending, DefaultMaxPending)
 	mc.MaxPendingPerPeer = orDefault(mc.MaxPendingPerPeer, DefaultMaxPendingPerPeer)
 	mc.PendingTimeout = orDefault(mc.PendingTimeout, DefaultPendingTimeout)
+	mc.MaxTimeWait = orDefault(mc.MaxTimeWait, DefaultMaxTimeWait)
 	mg := &Manager{conn: conn, cfg: cfg, addr: conn.LocalAddr().Unmap(), m: NewMachine(cfg.Machine),
 		listeners: map[uint64]*Listener{}, udListen: map[uint64]*UDListener{}, handles: map[uint32]*handle{},
 		readDone: make(chan struct{})}

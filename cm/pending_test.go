@@ -149,7 +149,8 @@ func TestPendingTimeout(t *testing.T) {
 // refused ones, and is empty again after the pending time and timewait.
 func TestREQFlood(t *testing.T) {
 	const flood, limit = 5000, 64
-	m := NewMachine(Config{Rand: seq(1), MaxPending: limit, MaxPendingPerPeer: 4, PendingTimeout: 10 * time.Second})
+	m := NewMachine(Config{Rand: seq(1), MaxPending: limit, MaxPendingPerPeer: 4, PendingTimeout: 10 * time.Second,
+		MaxTimeWait: time.Minute})
 	if err := m.Listen(svc); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,10 @@ func TestREQFlood(t *testing.T) {
 	for i := range flood {
 		b := base
 		b[2], b[3] = byte(i>>8), byte(i)
-		m.Receive(t0, netip.AddrFrom4(b), reqMAD(t, uint32(i+1), nil))
+		// Timeouts of 31 would keep each in timewait for hours without MaxTimeWait.
+		m.Receive(t0, netip.AddrFrom4(b), reqMAD(t, uint32(i+1), func(r *REQ) {
+			r.LocalCMResponseTimeout, r.RemoteCMResponseTimeout = 31, 31
+		}))
 		out, ev := m.Drain()
 		sent += len(out)
 		requests += len(ev)
@@ -172,15 +176,16 @@ func TestREQFlood(t *testing.T) {
 	if n := len(m.byID); n != limit {
 		t.Errorf("%d communication IDs held, want %d", n, limit)
 	}
-	for range 2 * limit {
-		d, ok := m.Deadline()
-		if !ok {
-			break
-		}
-		m.Tick(d)
-		m.Drain()
+	m.Tick(t0.Add(10 * time.Second))
+	if out, _ := m.Drain(); len(out) != limit {
+		t.Errorf("%d MADs when the pending time ran out, want one REJ for each of %d", len(out), limit)
 	}
-	if n, p := len(m.byID), m.Pending(); n != 0 || p != 0 {
-		t.Errorf("after the pending time and timewait: %d IDs, %d pending; want none", n, p)
+	if n, p := len(m.byID), m.Pending(); n != limit || p != 0 {
+		t.Errorf("after the pending time: %d IDs (in timewait), %d pending; want %d and 0", n, p, limit)
+	}
+	m.Tick(t0.Add(10*time.Second + time.Minute))
+	m.Drain()
+	if n := len(m.byID); n != 0 {
+		t.Errorf("after MaxTimeWait: %d IDs left", n)
 	}
 }

@@ -385,6 +385,9 @@ func startRoced(t *testing.T, lab *labtest.Lab, args ...string) *rocedProc {
 }
 
 // scrape returns the label-free samples of /metrics (name -> value) and the whole text.
+// rpingEnded is the series of rping sessions the client ended with its DREQ.
+const rpingEnded = `roce_rping_session_ends_total{reason="disconnect"}`
+
 func (p *rocedProc) scrape(t *testing.T) (map[string]float64, string) {
 	t.Helper()
 	resp, err := p.http.Get("http://" + p.metrics + "/metrics")
@@ -453,7 +456,7 @@ func TestRpingRoced(t *testing.T) {
 			var text string
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 				m1, text = p.scrape(t)
-				if m1["roce_rping_sessions"] == 0 && m1["roce_rping_sessions_total"] > m0["roce_rping_sessions_total"] || time.Now().After(deadline) {
+				if m1["roce_rping_active_sessions"] == 0 && m1[rpingEnded] > m0[rpingEnded] || time.Now().After(deadline) {
 					break
 				}
 			}
@@ -461,17 +464,19 @@ func TestRpingRoced(t *testing.T) {
 				name string
 				want float64
 			}{
-				{"roce_rping_sessions", 0},
+				{"roce_rping_active_sessions", 0},
 				{"roce_rping_sessions_total", 1},
+				{rpingEnded, 1},
 				{"roce_rping_pings_total", rpingCount},
-				{"roce_rping_session_errors_total", 0},
+				{`roce_rping_session_ends_total{reason="error"}`, 0},
+				{"roce_rping_accept_errors_total", 0},
 				{"roce_icrc_errors_total", 0},
 				{"roce_malformed_packets_total", 0},
 				{"roce_unknown_qp_total", 0},
 				{"roce_retry_exceeded_total", 0},
 			} {
 				got := m1[w.name]
-				if w.name != "roce_rping_sessions" {
+				if w.name != "roce_rping_active_sessions" {
 					got -= m0[w.name]
 				}
 				if _, ok := m1[w.name]; !ok {

@@ -43,7 +43,7 @@ type Options struct {
 	PerAddress bool
 }
 
-// QPStateNames are the state label values of roce_qps, in verbs order. Every
+// QPStateNames are the state label values of roce_queue_pairs, in verbs order. Every
 // state is exported, zero or not, so a query for one state never sees a gap.
 var QPStateNames = []string{"reset", "init", "rtr", "rts", "sqd", "sqe", "err"}
 
@@ -101,16 +101,16 @@ func NewCollector(opt Options, devs ...Device) *Collector {
 			}
 		}
 	}
-	c.qps = prometheus.NewDesc("roce_qps", "Queue pairs by state.", append([]string{"state"}, addr...), nil)
+	c.qps = prometheus.NewDesc("roce_queue_pairs", "Queue pairs by state.", append([]string{"state"}, addr...), nil)
 	g := func(name, help string, get func(*roce.QueueOccupancy) int) {
 		c.queues = append(c.queues, queueGauge{prometheus.NewDesc(name, help, addr, nil), get})
 	}
-	g("roce_cqs", "Completion queues open.", func(o *roce.QueueOccupancy) int { return o.CQs })
-	g("roce_cq_completions", "Completions held in CQs and not yet polled.", func(o *roce.QueueOccupancy) int { return o.CQEntries })
-	g("roce_cq_capacity", "Summed capacity (cqe) of the open CQs.", func(o *roce.QueueOccupancy) int { return o.CQCapacity })
-	g("roce_srqs", "Shared receive queues open.", func(o *roce.QueueOccupancy) int { return o.SRQs })
-	g("roce_srq_receive_wrs", "Receive WRs posted to SRQs and not yet consumed.", func(o *roce.QueueOccupancy) int { return o.SRQWRs })
-	g("roce_srq_capacity", "Summed max_wr of the open SRQs.", func(o *roce.QueueOccupancy) int { return o.SRQCapacity })
+	g("roce_completion_queues", "Completion queues open.", func(o *roce.QueueOccupancy) int { return o.CQs })
+	g("roce_completion_queue_entries", "Completions held in CQs and not yet polled.", func(o *roce.QueueOccupancy) int { return o.CQEntries })
+	g("roce_completion_queue_capacity", "Summed capacity (cqe) of the open CQs.", func(o *roce.QueueOccupancy) int { return o.CQCapacity })
+	g("roce_shared_receive_queues", "Shared receive queues open.", func(o *roce.QueueOccupancy) int { return o.SRQs })
+	g("roce_shared_receive_queue_wrs", "Receive WRs posted to SRQs and not yet consumed.", func(o *roce.QueueOccupancy) int { return o.SRQWRs })
+	g("roce_shared_receive_queue_capacity", "Summed max_wr of the open SRQs.", func(o *roce.QueueOccupancy) int { return o.SRQCapacity })
 	return c
 }
 

@@ -68,24 +68,24 @@ roce_unknown_qp_total 7
 # HELP roce_srq_limit_events_total IBV_EVENT_SRQ_LIMIT_REACHED events raised.
 # TYPE roce_srq_limit_events_total counter
 roce_srq_limit_events_total 8
-# HELP roce_qps Queue pairs by state.
-# TYPE roce_qps gauge
-roce_qps{state="err"} 1
-roce_qps{state="init"} 0
-roce_qps{state="reset"} 0
-roce_qps{state="rtr"} 0
-roce_qps{state="rts"} 2
-roce_qps{state="sqd"} 0
-roce_qps{state="sqe"} 0
+# HELP roce_queue_pairs Queue pairs by state.
+# TYPE roce_queue_pairs gauge
+roce_queue_pairs{state="err"} 1
+roce_queue_pairs{state="init"} 0
+roce_queue_pairs{state="reset"} 0
+roce_queue_pairs{state="rtr"} 0
+roce_queue_pairs{state="rts"} 2
+roce_queue_pairs{state="sqd"} 0
+roce_queue_pairs{state="sqe"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
 		"roce_icrc_errors_total", "roce_malformed_packets_total", "roce_unknown_qp_total",
-		"roce_srq_limit_events_total", "roce_qps"); err != nil {
+		"roce_srq_limit_events_total", "roce_queue_pairs"); err != nil {
 		t.Error(err)
 	}
 
 	got := gather(t, c)
-	for k, v := range map[string]float64{
+	wantValues(t, got, map[string]float64{
 		"roce_packets_total,direction=tx,op_class=send":         3,
 		"roce_bytes_total,direction=tx,op_class=send":           300,
 		"roce_packets_total,direction=rx,op_class=ack":          2,
@@ -94,11 +94,7 @@ roce_qps{state="sqe"} 0
 		"roce_naks_total,direction=tx,kind=rnr":                 1,
 		"roce_naks_total,direction=rx,kind=psn_sequence_error":  4,
 		"roce_naks_total,direction=rx,kind=remote_access_error": 0,
-	} {
-		if g, ok := got[k]; !ok || g != v {
-			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
-		}
-	}
+	})
 	// Every series exists from the first scrape, so rate() works from the start.
 	if n := testutil.CollectAndCount(c, "roce_packets_total"); n != 2*int(transport.NumOpClasses) {
 		t.Errorf("roce_packets_total has %d series, want %d", n, 2*transport.NumOpClasses)
@@ -158,7 +154,7 @@ func TestCollectorLatencyHistogram(t *testing.T) {
 func TestCollectorLint(t *testing.T) {
 	var st transport.Stats
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(newCollector(fakeSource(&st, nil)))
+	reg.MustRegister(newCollector(fakeSource(&st, nil)), NewCMCollector(Options{}, CMSource{}))
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -175,27 +171,27 @@ func TestCollectorQueueOccupancy(t *testing.T) {
 	src := fakeSource(&st, nil)
 	src.queues = roce.QueueOccupancy{CQs: 3, CQEntries: 7, CQCapacity: 768, SRQs: 1, SRQWRs: 9, SRQCapacity: 16}
 	want := `
-# HELP roce_cq_completions Completions held in CQs and not yet polled.
-# TYPE roce_cq_completions gauge
-roce_cq_completions 7
-# HELP roce_cq_capacity Summed capacity (cqe) of the open CQs.
-# TYPE roce_cq_capacity gauge
-roce_cq_capacity 768
-# HELP roce_cqs Completion queues open.
-# TYPE roce_cqs gauge
-roce_cqs 3
-# HELP roce_srq_receive_wrs Receive WRs posted to SRQs and not yet consumed.
-# TYPE roce_srq_receive_wrs gauge
-roce_srq_receive_wrs 9
-# HELP roce_srq_capacity Summed max_wr of the open SRQs.
-# TYPE roce_srq_capacity gauge
-roce_srq_capacity 16
-# HELP roce_srqs Shared receive queues open.
-# TYPE roce_srqs gauge
-roce_srqs 1
+# HELP roce_completion_queue_entries Completions held in CQs and not yet polled.
+# TYPE roce_completion_queue_entries gauge
+roce_completion_queue_entries 7
+# HELP roce_completion_queue_capacity Summed capacity (cqe) of the open CQs.
+# TYPE roce_completion_queue_capacity gauge
+roce_completion_queue_capacity 768
+# HELP roce_completion_queues Completion queues open.
+# TYPE roce_completion_queues gauge
+roce_completion_queues 3
+# HELP roce_shared_receive_queue_wrs Receive WRs posted to SRQs and not yet consumed.
+# TYPE roce_shared_receive_queue_wrs gauge
+roce_shared_receive_queue_wrs 9
+# HELP roce_shared_receive_queue_capacity Summed max_wr of the open SRQs.
+# TYPE roce_shared_receive_queue_capacity gauge
+roce_shared_receive_queue_capacity 16
+# HELP roce_shared_receive_queues Shared receive queues open.
+# TYPE roce_shared_receive_queues gauge
+roce_shared_receive_queues 1
 `
 	if err := testutil.CollectAndCompare(newCollector(src), strings.NewReader(want),
-		"roce_cqs", "roce_cq_completions", "roce_cq_capacity", "roce_srqs", "roce_srq_receive_wrs", "roce_srq_capacity"); err != nil {
+		"roce_completion_queues", "roce_completion_queue_entries", "roce_completion_queue_capacity", "roce_shared_receive_queues", "roce_shared_receive_queue_wrs", "roce_shared_receive_queue_capacity"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -214,12 +210,12 @@ func TestCollectorSumsOrLabelsDevices(t *testing.T) {
 # HELP roce_icrc_errors_total Received packets dropped for a bad ICRC.
 # TYPE roce_icrc_errors_total counter
 roce_icrc_errors_total 3
-# HELP roce_cqs Completion queues open.
-# TYPE roce_cqs gauge
-roce_cqs 9
+# HELP roce_completion_queues Completion queues open.
+# TYPE roce_completion_queues gauge
+roce_completion_queues 9
 `
 	if err := testutil.CollectAndCompare(NewCollector(Options{}, d1, d2), strings.NewReader(sum),
-		"roce_icrc_errors_total", "roce_cqs"); err != nil {
+		"roce_icrc_errors_total", "roce_completion_queues"); err != nil {
 		t.Error(err)
 	}
 	per := `
@@ -227,17 +223,17 @@ roce_cqs 9
 # TYPE roce_icrc_errors_total counter
 roce_icrc_errors_total{address="192.0.2.1"} 1
 roce_icrc_errors_total{address="2001:db8::2"} 2
-# HELP roce_cqs Completion queues open.
-# TYPE roce_cqs gauge
-roce_cqs{address="192.0.2.1"} 4
-roce_cqs{address="2001:db8::2"} 5
+# HELP roce_completion_queues Completion queues open.
+# TYPE roce_completion_queues gauge
+roce_completion_queues{address="192.0.2.1"} 4
+roce_completion_queues{address="2001:db8::2"} 5
 `
 	c := NewCollector(Options{PerAddress: true}, d1, d2)
-	if err := testutil.CollectAndCompare(c, strings.NewReader(per), "roce_icrc_errors_total", "roce_cqs"); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(per), "roce_icrc_errors_total", "roce_completion_queues"); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.CollectAndCount(c, "roce_qps"); n != 2*len(QPStateNames) {
-		t.Errorf("roce_qps has %d series with two devices, want %d", n, 2*len(QPStateNames))
+	if n := testutil.CollectAndCount(c, "roce_queue_pairs"); n != 2*len(QPStateNames) {
+		t.Errorf("roce_queue_pairs has %d series with two devices, want %d", n, 2*len(QPStateNames))
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
@@ -323,4 +319,14 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 		}
 	}
 	return got
+}
+
+// wantValues checks that got has each of want's keys with its value.
+func wantValues(t *testing.T, got, want map[string]float64) {
+	t.Helper()
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
 }

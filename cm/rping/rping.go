@@ -50,6 +50,9 @@ type Options struct {
 	// ERR at once and the DREQ is sent without waiting for its DREP. 0
 	// waits forever, as rping does.
 	Idle time.Duration
+	// Established, if set, is called once when the connection is
+	// established (server: RTU received; client: RTU sent).
+	Established func()
 
 	corruptEcho bool // tests: the server flips a bit before writing back
 }
@@ -429,6 +432,9 @@ func Client(ctx context.Context, dev *roce.Device, mgr *cm.Manager, local, remot
 		return fmt.Errorf("connect error: %w", err)
 	}
 	o.Debug("rdma_connect successful\n")
+	if o.Established != nil {
+		o.Established()
+	}
 	err = p.testClient(ctx)
 	p.disconnect(err) // rping_disconnect: DREQ, whatever happened
 	return err
@@ -463,6 +469,9 @@ func ServeConn(ctx context.Context, dev *roce.Device, r *cm.ConnRequest, o Optio
 	cancel()
 	if err != nil {
 		return fmt.Errorf("connect error %w", err)
+	}
+	if o.Established != nil {
+		o.Established()
 	}
 	err = p.testServer(ctx)
 	p.disconnect(err)

@@ -24,6 +24,12 @@ const (
 	defaultUDPingpong   = 18516
 	defaultPingpongMax  = 64 << 10
 	defaultPingpongIdle = 30 * time.Second
+	defaultExchange     = 5 * time.Second
+	defaultMaxSessions  = 64
+	defaultRpingIdle    = 30 * time.Second
+	defaultCMPending    = 64
+	defaultCMPerSource  = 8
+	defaultCMPendingFor = 20 * time.Second
 	defaultRpingPort    = 7174 // rping's default rdma_cm port
 	defaultDrainTimeout = 5 * time.Second
 	defaultSourcePorts  = 64
@@ -49,10 +55,18 @@ type config struct {
 	udPingPort   uint16
 	ppMaxSize    int
 	ppIdle       time.Duration
-	rping        bool   // rping clients, through the CM on QP1
-	rpingPort    uint16 // rdma_cm port (RDMA_PS_TCP) of the rping responder
-	drainTimeout time.Duration
-	sourcePorts  int // per-QP UDP source ports per address; 0 sends everything from -port
+	ppExchange   time.Duration // a pingpong client must finish the TCP exchange within this
+	ppMaxSess    int           // pingpong sessions served at once, per responder
+	rping        bool          // rping clients, through the CM on QP1
+	rpingPort    uint16        // rdma_cm port (RDMA_PS_TCP) of the rping responder
+	rpingMaxSess int           // rping connections served at once, per address
+	rpingIdle    time.Duration // an rping connection with no completion for this long ends
+
+	cmMaxPending          int           // passive CM connections waiting for RTU, per address
+	cmMaxPendingPerSource int           // the same, per source address
+	cmPendingTimeout      time.Duration // a pending connection not established by then is withdrawn
+	drainTimeout          time.Duration
+	sourcePorts           int // per-QP UDP source ports per address; 0 sends everything from -port
 }
 
 // addrList is a repeatable flag of IP addresses; "-bind a,b" and "-bind a -bind b"
@@ -138,8 +152,15 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	udPingPort := fs.Int("ud-pingpong-port", defaultUDPingpong, "TCP `port` of the ud pingpong exchange")
 	ppMax := fs.Int("pingpong-max-size", defaultPingpongMax, "largest message in `bytes` a pingpong client may send (its -s)")
 	ppIdle := fs.Duration("pingpong-idle", defaultPingpongIdle, "end a pingpong session after this long without a message")
+	ppExchange := fs.Duration("pingpong-exchange-timeout", defaultExchange, "a pingpong client must finish the TCP address exchange within this")
+	ppMaxSess := fs.Int("pingpong-max-sessions", defaultMaxSessions, "pingpong sessions served at once per port; more clients are refused")
 	rpingOn := fs.Bool("rping", true, "serve rping clients (rdma_cm, connection manager on QP1) on -rping-port")
 	rpingPort := fs.Int("rping-port", defaultRpingPort, "rdma_cm `port` of the rping responder (rping -p)")
+	rpingMaxSess := fs.Int("rping-max-sessions", defaultMaxSessions, "rping connections served at once per address; more are rejected (REJ consumer defined)")
+	rpingIdle := fs.Duration("rping-idle", defaultRpingIdle, "end an rping connection when nothing completes for this long (a client that died)")
+	cmPending := fs.Int("cm-max-pending", defaultCMPending, "CM connections waiting for their RTU per address; more REQs are dropped unanswered")
+	cmPerSource := fs.Int("cm-max-pending-per-source", defaultCMPerSource, "CM connections waiting for their RTU per source address")
+	cmPendingFor := fs.Duration("cm-pending-timeout", defaultCMPendingFor, "withdraw a CM connection (REJ timeout) not established this long after its REQ")
 	drain := fs.Duration("drain-timeout", defaultDrainTimeout, "on SIGINT/SIGTERM, how long to wait for sessions to finish")
 	sourcePorts := fs.Int("source-ports", defaultSourcePorts, "most per-QP UDP source `ports` (rxe's, for ECMP entropy; one socket each) per address; 0 sends all from -port")
 	fs.Usage = func() {} // a mistake gets one line, not the whole usage
@@ -167,9 +188,17 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		udPingpong:   *udPingpong,
 		ppMaxSize:    *ppMax,
 		ppIdle:       *ppIdle,
+		ppExchange:   *ppExchange,
+		ppMaxSess:    *ppMaxSess,
 		rping:        *rpingOn,
-		drainTimeout: *drain,
-		sourcePorts:  *sourcePorts,
+		rpingMaxSess: *rpingMaxSess,
+		rpingIdle:    *rpingIdle,
+
+		cmMaxPending:          *cmPending,
+		cmMaxPendingPerSource: *cmPerSource,
+		cmPendingTimeout:      *cmPendingFor,
+		drainTimeout:          *drain,
+		sourcePorts:           *sourcePorts,
 	}
 	if c.sourcePorts < 0 || c.sourcePorts > 16384 {
 		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -source-ports: want 0..16384", c.sourcePorts)}
@@ -202,8 +231,21 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if c.ppMaxSize < 1 || c.ppMaxSize > 16<<20 {
 		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -pingpong-max-size: want 1..16777216", c.ppMaxSize)}
 	}
-	if c.ppIdle <= 0 {
-		return nil, &usageError{fmt.Sprintf("invalid value %s for flag -pingpong-idle: want > 0", c.ppIdle)}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"pingpong-idle", c.ppIdle}, {"pingpong-exchange-timeout", c.ppExchange}, {"rping-idle", c.rpingIdle}, {"cm-pending-timeout", c.cmPendingTimeout}} {
+		if d.v <= 0 {
+			return nil, &usageError{fmt.Sprintf("invalid value %s for flag -%s: want > 0", d.v, d.name)}
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"pingpong-max-sessions", c.ppMaxSess}, {"rping-max-sessions", c.rpingMaxSess}, {"cm-max-pending", c.cmMaxPending}, {"cm-max-pending-per-source", c.cmMaxPendingPerSource}} {
+		if n.v < 1 || n.v > 1<<16 {
+			return nil, &usageError{fmt.Sprintf("invalid value %d for flag -%s: want 1..65536", n.v, n.name)}
+		}
 	}
 	if c.metrics != "" {
 		_, p, err := net.SplitHostPort(c.metrics)

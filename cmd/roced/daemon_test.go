@@ -99,7 +99,7 @@ func TestServeAndStop(t *testing.T) {
 	}
 	mfs := p.scrape(t)
 	for _, name := range []string{"roce_packets_total", "roce_bytes_total", "roce_icrc_errors_total", "roce_naks_total",
-		"roce_qps", "roce_ack_latency_seconds", "go_goroutines", "process_resident_memory_bytes", "go_build_info"} {
+		"roce_queue_pairs", "roce_ack_latency_seconds", "go_goroutines", "process_resident_memory_bytes", "go_build_info"} {
 		if _, ok := mfs[name]; !ok {
 			t.Errorf("%s not exported", name)
 		}
@@ -344,8 +344,8 @@ func pcapRecords(t *testing.T, path string) int {
 	return n
 }
 
-// TestMultipleBinds: two addresses, one device each, each with its own pcap file; the
-// metrics are the sum over both.
+// TestMultipleBinds: two addresses, one device each, each with its own pcap file;
+// every engine series carries its device's address.
 func TestMultipleBinds(t *testing.T) {
 	addrs := testAddrs(3)
 	port := freeUDPPort(t, addrs...)
@@ -362,7 +362,11 @@ func TestMultipleBinds(t *testing.T) {
 	sendDatagrams(t, addrs[2], netip.AddrPortFrom(addrs[0], port), short[:1])
 	sendDatagrams(t, addrs[2], netip.AddrPortFrom(addrs[1], port), short[1:])
 	waitFor(t, "3 malformed datagrams over both devices", func() bool {
-		return value(t, p.scrape(t), "roce_malformed_packets_total") == 3
+		m := p.scrape(t)
+		return value(t, m, "roce_malformed_packets_total", "address", addrs[0].String()) == 1 &&
+			value(t, m, "roce_malformed_packets_total", "address", addrs[1].String()) == 2 &&
+			value(t, m, "roce_queue_pairs", "address", addrs[1].String(), "state", "rts") == 0 &&
+			value(t, m, "roce_gsi_drops_total", "address", addrs[0].String(), "reason", "malformed") == 0
 	})
 	for i, a := range addrs[:2] {
 		f := filepath.Join(dir, "roce-"+a.String()+".pcap")

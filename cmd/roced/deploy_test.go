@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -39,5 +41,47 @@ func TestPrometheusSampleConfig(t *testing.T) {
 	out, err := exec.Command(promtool, "check", "config", filepath.Join("..", "..", "deploy", "prometheus.yml")).CombinedOutput()
 	if err != nil {
 		t.Errorf("promtool check config: %v\n%s", err, out)
+	}
+}
+
+// TestAlertRules: deploy/roced-alerts.yml passes `promtool check rules`, and its
+// unit tests (deploy/roced-alerts.test.yml) pass `promtool test rules`.
+func TestAlertRules(t *testing.T) {
+	promtool := needTool(t, "promtool")
+	deploy := filepath.Join("..", "..", "deploy")
+	for _, args := range [][]string{{"check", "rules", "roced-alerts.yml"}, {"test", "rules", "roced-alerts.test.yml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = deploy
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// TestDeployNamesExportedSeries: every roce_, go_ and process_ series the Grafana
+// dashboard and the alert rules query is one roced exports, so a rename cannot
+// leave a panel or an alert silently empty.
+func TestDeployNamesExportedSeries(t *testing.T) {
+	addrs := testAddrs(1)
+	port := freeUDPPort(t, addrs...)
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)))
+	mfs := p.scrape(t)
+	rules, err := os.ReadFile(filepath.Join("..", "..", "deploy", "roced-alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`\b(?:roce|go|process)_[a-z0-9_]+\b`)
+	for _, src := range append(dashboardExprs(t), string(rules)) {
+		for _, n := range names.FindAllString(src, -1) {
+			base := n
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if _, ok := mfs[strings.TrimSuffix(n, suffix)]; ok {
+					base = strings.TrimSuffix(n, suffix)
+				}
+			}
+			if _, ok := mfs[base]; !ok {
+				t.Errorf("%s is queried but not exported", n)
+			}
+		}
 	}
 }

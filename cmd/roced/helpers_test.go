@@ -21,6 +21,10 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/roce"
 )
 
 // rocedBin is the roced binary TestMain builds, so tests exercise exactly what users run.
@@ -294,4 +298,17 @@ func runRoced(t *testing.T, args ...string) (int, string, string) {
 		code = ee.ExitCode()
 	}
 	return code, out.String(), errb.String()
+}
+
+// cmPeer opens a client device on addr with its connection manager (what rping-go
+// -c runs on), closed when the test ends.
+func cmPeer(t *testing.T, addr netip.Addr, port uint16) (*roce.Device, *cm.Manager) {
+	t.Helper()
+	dev, mads, err := gsi.Open(addr, port, roce.WithMTU(roce.MTU1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr := cm.NewManager(mads, cm.ManagerConfig{})
+	t.Cleanup(func() { mgr.Close(); dev.Close() })
+	return dev, mgr
 }

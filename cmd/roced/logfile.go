@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 )
 
 // reopenFile is an append-only file that Reopen swaps for a fresh open of the same
@@ -74,4 +75,30 @@ func newLogger(w io.Writer, c *config) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// logEveryPeriod is the shortest gap between two lines of one logEvery.
+const logEveryPeriod = 10 * time.Second
+
+// logEvery rate-limits one repeated warning (refusals under a flood): at most
+// one line per logEveryPeriod, saying how many times it happened since the
+// last line.
+type logEvery struct {
+	// mu guards: last, n.
+	mu   sync.Mutex
+	last time.Time
+	n    int
+}
+
+func (l *logEvery) log(log *slog.Logger, msg string, args ...any) {
+	l.mu.Lock()
+	l.n++
+	if !l.last.IsZero() && time.Since(l.last) < logEveryPeriod {
+		l.mu.Unlock()
+		return
+	}
+	n := l.n
+	l.n, l.last = 0, time.Now()
+	l.mu.Unlock()
+	log.Warn(msg, append(args, "times", n)...)
 }

@@ -37,17 +37,32 @@ func (k pingpongKind) String() string {
 // send the next ping only after the pong arrived), so a few receive slots per QP are
 // plenty; when all are busy the client gets an RNR NAK and retries (rnr_retry 7).
 const (
-	ppSlotsPerQP      = 4
-	ppExchangeTimeout = 10 * time.Second
+	ppSlotsPerQP = 4
 	// ppSRQDetect is how long a session waits after the first 52-byte record for more
 	// bytes: ibv_srq_pingpong writes its 256 records back to back, ibv_rc_pingpong
 	// writes one and waits for the answer.
 	ppSRQDetect = 250 * time.Millisecond
 	ppQKey      = pingpong.QKey
 	ppGRH       = 40 // UD receive buffers start with a GRH slot
-	// ppMaxSessions bounds memory: each session registers slots × max message size.
-	ppMaxSessions = 64
+	// ppMaxExchanges bounds the TCP connections still in their exchange (a
+	// goroutine and a 13 KiB read buffer each; no verbs objects yet).
+	ppMaxExchanges = 256
 )
+
+// Why a pingpong connection was refused: the roce_pingpong_refused_total reasons.
+type refusal uint8
+
+const (
+	refusedSessions  refusal = iota // every session slot taken (after the exchange read the records)
+	refusedExchanges                // ppMaxExchanges connections still exchanging (at accept)
+	refusedKind                     // the client's kind is switched off
+	numRefusals
+)
+
+func (r refusal) String() string { return [...]string{"sessions", "exchanges", "kind"}[r] }
+
+// errNoSlot fails an exchange whose client arrived with every session slot taken.
+var errNoSlot = errors.New("every session slot is taken")
 
 // ppStats counts pingpong sessions for the metrics. One instance is shared by every
 // responder of the daemon; the collector reads it at scrape time.
@@ -56,8 +71,23 @@ type ppStats struct {
 	started  [3]atomic.Uint64 // sessions that completed the exchange, by kind
 	messages [3]atomic.Uint64 // messages echoed, by kind
 	failed   atomic.Uint64    // connections whose exchange failed (bad records, timeouts)
-	refused  atomic.Uint64    // connections refused at the session limit or of a kind switched off
+	refused  [numRefusals]atomic.Uint64
+	ends     [3][numEnds]atomic.Uint64 // sessions that ended, by kind and why
 }
+
+// sessionEnd is why a responder session ended: the reason label of
+// roce_pingpong_session_ends_total and roce_rping_session_ends_total.
+type sessionEnd uint8
+
+const (
+	endDisconnect sessionEnd = iota // the client disconnected (rping's DREQ)
+	endIdle                         // the client went quiet for the idle limit
+	endError                        // a transfer or the protocol failed
+	endShutdown                     // roced is stopping
+	numEnds
+)
+
+func (e sessionEnd) String() string { return [...]string{"disconnect", "idle", "error", "shutdown"}[e] }
 
 // pingpongConfig configures a pingpongResponder.
 type pingpongConfig struct {
@@ -66,6 +96,12 @@ type pingpongConfig struct {
 	mtu     roce.MTU
 	maxSize int           // largest message a client may send (ibv_*_pingpong -s)
 	idle    time.Duration // a session without a message for this long ends
+	// exchange bounds the TCP exchange, from accept to "done".
+	exchange time.Duration
+	// maxSessions bounds the sessions with verbs objects: each registers
+	// slots × maxSize bytes. A slot is taken once the client's records are
+	// read, so idle TCP connections never hold one.
+	maxSessions int
 }
 
 // pingpongResponder is the server side of ibv_rc_pingpong, ibv_srq_pingpong or
@@ -84,11 +120,14 @@ type pingpongResponder struct {
 	ctx    context.Context // cancelled by Close: ends exchanges in progress
 	cancel context.CancelFunc
 
-	// mu guards: sessions, closed.
-	mu       sync.Mutex
-	sessions map[*ppSession]struct{}
-	closed   bool
-	wg       sync.WaitGroup // one per session goroutine
+	// mu guards: sessions, exchanging, slots, closed.
+	mu         sync.Mutex
+	sessions   map[*ppSession]struct{} // every connection, exchanging or served
+	exchanging int                     // connections before their records are read
+	slots      int                     // sessions holding verbs objects
+	closed     bool
+	wg         sync.WaitGroup // one per session goroutine
+	warn       logEvery       // refusals, rate-limited
 }
 
 func newPingpongResponder(name string, dev *roce.Device, tcp netip.AddrPort, cfg pingpongConfig, log *slog.Logger) (*pingpongResponder, error) {
@@ -142,19 +181,44 @@ func (r *pingpongResponder) Serve() error {
 			conn.Close()
 			return nil
 		}
-		if len(r.sessions) >= ppMaxSessions {
+		if r.exchanging >= ppMaxExchanges {
 			r.mu.Unlock()
-			r.cfg.stats.refused.Add(1)
-			r.log.Warn("too many sessions; refusing a client", "client", conn.RemoteAddr(), "max", ppMaxSessions)
+			r.refuse(refusedExchanges, conn.RemoteAddr())
 			conn.Close()
 			continue
 		}
-		s := &ppSession{r: r, conn: conn, stop: make(chan struct{})}
+		r.exchanging++
+		s := &ppSession{r: r, conn: conn, stop: make(chan struct{}), deadline: time.Now().Add(r.cfg.exchange)}
 		r.sessions[s] = struct{}{}
 		r.wg.Add(1)
 		r.mu.Unlock()
 		go s.run()
 	}
+}
+
+// refuse counts a refused connection and logs it, rate-limited.
+func (r *pingpongResponder) refuse(why refusal, client net.Addr) {
+	r.cfg.stats.refused[why].Add(1)
+	r.warn.log(r.log, "refusing pingpong clients", "reason", why.String(), "client", client.String(),
+		"max_sessions", r.cfg.maxSessions, "max_exchanges", ppMaxExchanges)
+}
+
+// takeSlot reserves a session slot; false when all are taken.
+func (r *pingpongResponder) takeSlot() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.slots >= r.cfg.maxSessions {
+		return false
+	}
+	r.slots++
+	return true
+}
+
+// exchanged ends a connection's exchange phase (records read, or failed).
+func (r *pingpongResponder) exchanged() {
+	r.mu.Lock()
+	r.exchanging--
+	r.mu.Unlock()
 }
 
 // Close implements responder: stop accepting, move every session's QPs to ERR so the
@@ -201,6 +265,9 @@ type ppSession struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	msgs     uint64
+	deadline time.Time // of the TCP exchange
+	slotted  bool      // holds a session slot
+	inExch   bool      // still counted in exchanging
 }
 
 // ppQP is one QP of a session and where its echoes go.
@@ -215,9 +282,16 @@ const wridSend = 1 << 63
 
 func (s *ppSession) run() {
 	defer s.r.wg.Done()
+	s.inExch = true
 	defer func() {
 		s.r.mu.Lock()
 		delete(s.r.sessions, s)
+		if s.inExch {
+			s.r.exchanging--
+		}
+		if s.slotted {
+			s.r.slots--
+		}
 		s.r.mu.Unlock()
 	}()
 	s.log = s.r.log.With("client", s.conn.RemoteAddr().String())
@@ -232,14 +306,18 @@ func (s *ppSession) run() {
 	}
 	if !slices.Contains(s.r.cfg.kinds, s.kind) {
 		s.conn.Close()
-		s.r.cfg.stats.refused.Add(1)
+		s.r.refuse(refusedKind, s.conn.RemoteAddr())
 		s.log.Info("pingpong session refused: its kind is switched off", "kind", s.kind.String())
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.r.ctx, ppExchangeTimeout)
+	ctx, cancel := context.WithDeadline(s.r.ctx, s.deadline)
 	remote, err := oob.ServerExchange(ctx, conn, n, s.connect)
 	cancel()
 	s.conn.Close() // the stock tools close the socket after the exchange
+	if errors.Is(err, errNoSlot) {
+		s.r.refuse(refusedSessions, s.conn.RemoteAddr())
+		return
+	}
 	if err != nil {
 		s.r.cfg.stats.failed.Add(1)
 		s.log.Info("pingpong exchange failed", "kind", s.kind.String(), "err", err)
@@ -251,7 +329,8 @@ func (s *ppSession) run() {
 	defer st.active[s.kind].Add(-1)
 	s.log.Info("session started", "kind", s.kind.String(), "qps", len(s.qps), "peer", remote[0].String())
 	start := time.Now()
-	reason := s.serve()
+	end, reason := s.serve()
+	st.ends[s.kind][end].Add(1)
 	s.log.Info("session ended", "kind", s.kind.String(), "messages", s.msgs, "reason", reason, "duration", time.Since(start).Round(time.Millisecond))
 }
 
@@ -266,7 +345,7 @@ func (s *ppSession) detect() (net.Conn, int, error) {
 		return s.conn, 1, nil
 	}
 	br := bufio.NewReaderSize(s.conn, oob.RecordLen*oob.SRQRecords)
-	s.conn.SetReadDeadline(time.Now().Add(ppExchangeTimeout))
+	s.conn.SetReadDeadline(s.deadline)
 	if _, err := br.Peek(oob.RecordLen); err != nil {
 		return nil, 0, fmt.Errorf("reading the first record: %w", err)
 	}
@@ -297,6 +376,16 @@ func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 // connect is the ServerExchange callback: create the QPs for the client's records,
 // post the receives, move the QPs to RTR and RTS, and return our records.
 func (s *ppSession) connect(remote []oob.Dest) ([]oob.Dest, error) {
+	// The client's records are in: the exchange phase is over, and the session
+	// needs a slot before it creates anything.
+	s.r.mu.Lock()
+	s.inExch = false
+	s.r.exchanging--
+	s.r.mu.Unlock()
+	if !s.r.takeSlot() {
+		return nil, errNoSlot
+	}
+	s.slotted = true
 	dests := remote
 	if s.kind == kindSRQ {
 		dests = nil
@@ -416,35 +505,40 @@ func (s *ppSession) postRecv(i int, qp *roce.QP) error {
 	return err
 }
 
+// shuttingDown is the reason a session gives when the responder closes it.
+const shuttingDown = "shutting down"
+
 // serve echoes until the client goes quiet, a completion fails, or the responder
 // closes. It returns why it stopped.
-func (s *ppSession) serve() string {
+func (s *ppSession) serve() (sessionEnd, string) {
 	wc := make([]roce.WC, 16)
 	idle := time.NewTimer(s.r.cfg.idle)
 	defer idle.Stop()
 	for {
 		n, err := s.cq.Poll(wc)
 		if err != nil {
-			return "poll: " + err.Error()
+			return endError, "poll: " + err.Error()
 		}
 		if n == 0 {
 			if err := s.cq.ReqNotify(false); err != nil {
-				return "notify: " + err.Error()
+				return endError, "notify: " + err.Error()
 			}
 			if n, _ = s.cq.Poll(wc); n == 0 {
 				select {
 				case <-s.cq.Notify():
 					continue
 				case <-idle.C:
-					return fmt.Sprintf("idle for %v", s.r.cfg.idle)
+					return endIdle, fmt.Sprintf("idle for %v", s.r.cfg.idle)
 				case <-s.stop:
-					return "shutting down"
+					return endShutdown, shuttingDown
 				}
 			}
 		}
 		for i := range wc[:n] {
-			if reason := s.complete(&wc[i]); reason != "" {
-				return reason
+			if reason := s.complete(&wc[i]); reason == shuttingDown {
+				return endShutdown, reason
+			} else if reason != "" {
+				return endError, reason
 			}
 		}
 		if !idle.Stop() {
@@ -463,7 +557,7 @@ func (s *ppSession) complete(wc *roce.WC) string {
 	if wc.Status != roce.WCSuccess {
 		select {
 		case <-s.stop:
-			return "shutting down"
+			return shuttingDown
 		default:
 		}
 		if wc.Status == roce.WCLocLenErr {

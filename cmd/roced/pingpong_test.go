@@ -363,8 +363,8 @@ func TestPingpongExchange(t *testing.T) {
 				{"roce_icrc_errors_total", nil, 0},
 				{"roce_unknown_qp_total", nil, 0},
 				{"roce_duplicate_requests_total", nil, 0},
-				{"roce_qps", []string{"state", "rts"}, float64(tt.wantQPsAfter)},
-				{"roce_pingpong_sessions", []string{"kind", tt.kind.String()}, 1},
+				{"roce_queue_pairs", []string{"state", "rts"}, float64(tt.wantQPsAfter)},
+				{"roce_pingpong_active_sessions", []string{"kind", tt.kind.String()}, 1},
 				{"roce_pingpong_sessions_total", []string{"kind", tt.kind.String()}, 1},
 				{"roce_pingpong_messages_total", []string{"kind", tt.kind.String()}, float64(msgs)},
 				{"roce_pingpong_exchange_errors_total", nil, 0},
@@ -398,8 +398,9 @@ func TestPingpongExchange(t *testing.T) {
 			// After -pingpong-idle the session ends and its QPs are destroyed.
 			waitFor(t, "the idle session to end", func() bool {
 				m := p.scrape(t)
-				return value(t, m, "roce_qps", "state", "rts") == 0 && value(t, m, "roce_qps", "state", "err") == 0 &&
-					value(t, m, "roce_pingpong_sessions", "kind", tt.kind.String()) == 0
+				return value(t, m, "roce_queue_pairs", "state", "rts") == 0 && value(t, m, "roce_queue_pairs", "state", "err") == 0 &&
+					value(t, m, "roce_pingpong_active_sessions", "kind", tt.kind.String()) == 0 &&
+					value(t, m, "roce_pingpong_session_ends_total", "kind", tt.kind.String(), "reason", "idle") == 1
 			})
 		})
 	}
@@ -445,7 +446,7 @@ func TestPingpongConcurrentSessions(t *testing.T) {
 	checkCounters(t, mfs, []counterDelta{
 		{"roce_packets_total", []string{"direction", "rx", "op_class", "send"}, float64(clients * iters * pkts)},
 		{"roce_bytes_total", []string{"direction", "tx", "op_class", "send"}, float64(clients * iters * bytes)},
-		{"roce_qps", []string{"state", "rts"}, clients},
+		{"roce_queue_pairs", []string{"state", "rts"}, clients},
 	})
 }
 
@@ -512,8 +513,8 @@ func TestPingpongBadExchange(t *testing.T) {
 	c := newPPClient(t, dev, kindRC, 1, 100)
 	c.exchange(srv)
 	c.run(5)
-	if v := value(t, p.scrape(t), "roce_qps", "state", "rts"); v != 1 {
-		t.Errorf("roce_qps{rts} = %v after the good client, want 1 (the junk sessions left QPs behind?)", v)
+	if v := value(t, p.scrape(t), "roce_queue_pairs", "state", "rts"); v != 1 {
+		t.Errorf("roce_queue_pairs{rts} = %v after the good client, want 1 (the junk sessions left QPs behind?)", v)
 	}
 }
 
@@ -606,7 +607,7 @@ func TestPingpongKindSwitchedOff(t *testing.T) {
 				t.Fatalf("%v client completed its exchange with %s", tc.off, tc.flag)
 			}
 			waitFor(t, "one refused session", func() bool {
-				return value(t, p.scrape(t), "roce_pingpong_refused_total") == 1
+				return value(t, p.scrape(t), "roce_pingpong_refused_total", "reason", "kind") == 1
 			})
 
 			// The kind still on works.

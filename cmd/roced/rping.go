@@ -20,10 +20,20 @@ import (
 
 // rpStats counts rping sessions for the metrics, shared by every rping responder.
 type rpStats struct {
-	active atomic.Int64  // connections being served now
-	ended  atomic.Uint64 // connections that ended with the client's disconnect
-	failed atomic.Uint64 // connections that failed (accept, a ping's transfer)
-	pings  atomic.Uint64 // pings answered (one RDMA READ and one RDMA WRITE each)
+	active   atomic.Int64  // connections established and served now
+	started  atomic.Uint64 // connections established (RTU received)
+	ends     [numEnds]atomic.Uint64
+	acceptFS atomic.Uint64 // connection requests that never got established (no RTU, setup failed)
+	refused  atomic.Uint64 // connection requests rejected at the session limit
+	pings    atomic.Uint64 // pings answered (one RDMA READ and one RDMA WRITE each)
+}
+
+// rpingConfig configures an rpingResponder.
+type rpingConfig struct {
+	stats       *rpStats
+	maxSessions int           // connections served at once; more are rejected
+	idle        time.Duration // a connection with no completion for this long ends
+	accept      time.Duration // how long Accept waits for the RTU
 }
 
 // cmAddr is the rdma_cm address an rping responder listens on; it is not a socket,
@@ -40,27 +50,38 @@ type rpingResponder struct {
 	dev   *roce.Device
 	mgr   *cm.Manager
 	ln    *cm.Listener
+	cfg   rpingConfig
 	stats *rpStats
 	log   *slog.Logger
+	warn  logEvery // refusals, rate-limited
+	live  atomic.Int64
 
 	ctx    context.Context // cancelled by Close: ends sessions in progress
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // sessions
 }
 
-// newRpingResponder starts a CM on mads for dev and listens on addr's rdma_cm port.
-func newRpingResponder(dev *roce.Device, mads *gsi.Conn, addr netip.AddrPort, stats *rpStats, log *slog.Logger) (*rpingResponder, error) {
+// newCM starts the connection manager of dev on mads, with the pending-connection
+// caps of the configuration.
+func newCM(dev *roce.Device, mads *gsi.Conn, c *config) (*cm.Manager, error) {
 	pa, err := dev.QueryPort(1)
 	if err != nil {
 		return nil, err
 	}
-	mgr := cm.NewManager(mads, cm.ManagerConfig{CAGUID: nodeGUID(dev), PathMTU: uint8(pa.ActiveMTU)})
+	return cm.NewManager(mads, cm.ManagerConfig{CAGUID: nodeGUID(dev), PathMTU: uint8(pa.ActiveMTU),
+		Machine: cm.Config{MaxPending: c.cmMaxPending, MaxPendingPerPeer: c.cmMaxPendingPerSource,
+			PendingTimeout: c.cmPendingTimeout}}), nil
+}
+
+// newRpingResponder listens on addr's rdma_cm port through mgr, which it closes
+// when it closes.
+func newRpingResponder(dev *roce.Device, mgr *cm.Manager, addr netip.AddrPort, cfg rpingConfig, log *slog.Logger) (*rpingResponder, error) {
 	ln, err := mgr.Listen(addr)
 	if err != nil {
 		mgr.Close()
 		return nil, err
 	}
-	r := &rpingResponder{dev: dev, mgr: mgr, ln: ln, stats: stats, log: log.With("responder", "rping")}
+	r := &rpingResponder{dev: dev, mgr: mgr, ln: ln, cfg: cfg, stats: cfg.stats, log: log.With("responder", "rping")}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
 }
@@ -94,6 +115,15 @@ func (r *rpingResponder) Serve() error {
 			}
 			return err
 		}
+		if r.live.Load() >= int64(r.cfg.maxSessions) {
+			// rdma_reject: REJ "consumer defined", and the client says so at once
+			// (RDMA_CM_EVENT_REJECTED, error 28) instead of retrying.
+			req.Reject(nil)
+			r.stats.refused.Add(1)
+			r.warn.log(r.log, "rping session limit reached; rejecting connection requests", "max", r.cfg.maxSessions)
+			continue
+		}
+		r.live.Add(1)
 		r.wg.Add(1)
 		go r.serveConn(req)
 	}
@@ -103,20 +133,42 @@ func (r *rpingResponder) Serve() error {
 // printed; rping's error and event messages go to the log.
 func (r *rpingResponder) serveConn(req *cm.ConnRequest) {
 	defer r.wg.Done()
-	r.stats.active.Add(1)
-	defer r.stats.active.Add(-1)
+	defer r.live.Add(-1)
 	peer := req.REQ()
-	log := r.log.With("peer_qpn", peer.LocalQPN)
+	log := r.log.With("peer", req.Remote, "peer_qpn", peer.LocalQPN)
 	pings := &lineCounter{n: &r.stats.pings}
-	o := rping.Options{Verbose: true, Out: pings, Err: &logWriter{log: log}}
+	established := false
+	o := rping.Options{Verbose: true, Out: pings, Err: &logWriter{log: log}, Idle: r.cfg.idle, Timeout: r.cfg.accept,
+		Established: func() {
+			established = true
+			r.stats.started.Add(1)
+			r.stats.active.Add(1)
+		}}
 	start := time.Now()
-	if err := rping.ServeConn(r.ctx, r.dev, req, o); err != nil {
-		r.stats.failed.Add(1)
-		log.Warn("rping session failed", "err", err, "pings", pings.local.Load(), "after", time.Since(start))
+	err := rping.ServeConn(r.ctx, r.dev, req, o)
+	if !established {
+		if r.ctx.Err() == nil {
+			r.stats.acceptFS.Add(1)
+			log.Info("rping connection not established", "err", err, "after", time.Since(start))
+		}
 		return
 	}
-	r.stats.ended.Add(1)
-	log.Info("rping session ended", "pings", pings.local.Load(), "after", time.Since(start))
+	r.stats.active.Add(-1)
+	end := endDisconnect
+	switch {
+	case errors.Is(err, rping.ErrIdle):
+		end = endIdle
+	case err != nil && r.ctx.Err() != nil:
+		end = endShutdown
+	case err != nil:
+		end = endError
+	}
+	r.stats.ends[end].Add(1)
+	lvl := slog.LevelInfo
+	if end == endError {
+		lvl = slog.LevelWarn
+	}
+	log.Log(context.Background(), lvl, "rping session ended", "reason", end.String(), "err", err, "pings", pings.local.Load(), "after", time.Since(start))
 }
 
 // Close implements responder: stop accepting, end the sessions (each disconnects and
@@ -154,7 +206,7 @@ type logWriter struct{ log *slog.Logger }
 func (w *logWriter) Write(b []byte) (int, error) {
 	for _, line := range bytes.Split(bytes.TrimRight(b, "\n"), []byte{'\n'}) {
 		if len(line) > 0 {
-			w.log.Info("rping", "msg", string(line))
+			w.log.Info("rping", "text", string(line))
 		}
 	}
 	return len(b), nil

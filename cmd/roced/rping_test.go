@@ -13,10 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/cm"
-	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/cm/rping"
-	"github.com/goroce/goroce/roce"
 )
 
 // TestRpingResponder runs cm/rping's client (what rping-go -c is) against the roced
@@ -39,17 +36,12 @@ func TestRpingResponder(t *testing.T) {
 			if !strings.Contains(p.stdout.String(), "rping responder on rdma_cm port "+addrs[0].String()+":7999") {
 				t.Errorf("announce lines:\n%s", p.stdout.String())
 			}
-			dev, mads, err := gsi.Open(addrs[1], port, roce.WithMTU(roce.MTU1024))
-			if err != nil {
-				t.Fatal(err)
-			}
-			mgr := cm.NewManager(mads, cm.ManagerConfig{})
-			t.Cleanup(func() { mgr.Close(); dev.Close() })
+			dev, mgr := cmPeer(t, addrs[1], port)
 
 			var out, errw bytes.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			err = rping.Client(ctx, dev, mgr, netip.AddrPortFrom(addrs[1], 0), netip.AddrPortFrom(addrs[0], 7999),
+			err := rping.Client(ctx, dev, mgr, netip.AddrPortFrom(addrs[1], 0), netip.AddrPortFrom(addrs[0], 7999),
 				rping.Options{Size: tt.size, Count: tt.count, Verbose: true, Validate: true, Out: &out, Err: &errw})
 			if err != nil {
 				t.Fatalf("rping client: %v\nstderr: %s\nroced stderr:\n%s", err, errw.String(), p.stderr.String())
@@ -65,8 +57,8 @@ func TestRpingResponder(t *testing.T) {
 			waitFor(t, "the session to end and ACK counts to settle", func() bool {
 				cs = dev.Stats()
 				mfs = p.scrape(t)
-				return value(t, mfs, "roce_rping_sessions") == 0 &&
-					value(t, mfs, "roce_rping_sessions_total") == 1 &&
+				return value(t, mfs, "roce_rping_active_sessions") == 0 &&
+					value(t, mfs, "roce_rping_session_ends_total", "reason", "disconnect") == 1 &&
 					value(t, mfs, "roce_packets_total", "direction", "rx", "op_class", "ack") == float64(cs.SentPackets[classIndex("ack")]) &&
 					value(t, mfs, "roce_packets_total", "direction", "tx", "op_class", "ack") == float64(cs.RcvdPackets[classIndex("ack")])
 			})
@@ -79,7 +71,9 @@ func TestRpingResponder(t *testing.T) {
 			n := float64(tt.count)
 			checkCounters(t, mfs, []counterDelta{
 				{"roce_rping_pings_total", nil, n},
-				{"roce_rping_session_errors_total", nil, 0},
+				{"roce_rping_sessions_total", nil, 1},
+				{"roce_rping_session_ends_total", []string{"reason", "error"}, 0},
+				{"roce_rping_accept_errors_total", nil, 0},
 				{"roce_packets_total", []string{"direction", "rx", "op_class", "send"}, 2 * n},
 				{"roce_bytes_total", []string{"direction", "rx", "op_class", "send"}, 2 * adv * n},
 				{"roce_bytes_total", []string{"direction", "tx", "op_class", "send"}, 2 * adv * n},
@@ -113,7 +107,7 @@ func TestRpingResponder(t *testing.T) {
 			// Its QP is gone after the disconnect.
 			waitFor(t, "the session's QP to be destroyed", func() bool {
 				m := p.scrape(t)
-				return value(t, m, "roce_qps", "state", "rts") == 0 && value(t, m, "roce_qps", "state", "err") == 0
+				return value(t, m, "roce_queue_pairs", "state", "rts") == 0 && value(t, m, "roce_queue_pairs", "state", "err") == 0
 			})
 			if code, took := p.stop(10 * time.Second); code != 0 {
 				t.Errorf("roced exited %d after SIGTERM (%v); stderr:\n%s", code, took, p.stderr.String())
@@ -151,12 +145,7 @@ func TestRpingShutdownWithSession(t *testing.T) {
 	port := freeUDPPort(t, addrs...)
 	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)),
 		"-pingpong=false", "-ud-pingpong=false", "-drain-timeout", "3s")
-	dev, mads, err := gsi.Open(addrs[1], port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr := cm.NewManager(mads, cm.ManagerConfig{})
-	t.Cleanup(func() { mgr.Close(); dev.Close() })
+	dev, mgr := cmPeer(t, addrs[1], port)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done := make(chan error, 1)

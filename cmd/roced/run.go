@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/metrics"
 	"github.com/goroce/goroce/roce"
@@ -105,7 +106,8 @@ type served struct {
 	tap      *link.Tap // nil without -pcap
 	pcapPath string
 	pcap     *os.File
-	mads     *gsi.Conn // QP1 for the CM; nil without -rping
+	mads     *gsi.Conn   // QP1 for the CM; nil without -rping
+	cm       *cm.Manager // the CM on mads; the rping responder closes it
 }
 
 // daemon holds everything run starts, so shutdown can stop it in order.
@@ -126,6 +128,7 @@ type daemon struct {
 	fatal      chan error
 	pingpong   ppStats
 	rping      rpStats
+	events     eventCounts
 
 	wg sync.WaitGroup // server goroutines: HTTP and responders
 }
@@ -193,10 +196,17 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 			return nil, fmt.Errorf("-metrics %s: %w", cfg.metrics, unwrapOp(err))
 		}
 		devs := make([]metrics.Device, len(d.devs))
+		var cms []metrics.CMSource
 		for i, s := range d.devs {
 			devs[i] = s.dev
+			if s.mads != nil {
+				cms = append(cms, metrics.CMSource{Addr: s.dev.Addr(), GSI: s.mads, CM: s.cm})
+			}
 		}
-		reg := newRegistry(metrics.NewCollector(metrics.Options{}, devs...), newResponderCollector(&d.pingpong, &d.rping), d.health)
+		// With several addresses each device's series carry its address.
+		opt := metrics.Options{PerAddress: len(d.devs) > 1}
+		reg := newRegistry(metrics.NewCollector(opt, devs...), metrics.NewCMCollector(opt, cms...),
+			newResponderCollector(&d.pingpong, &d.rping, &d.events), d.health)
 		ep := endpoints{reg: reg, ready: &d.ready, health: d.health.check, log: d.log}
 		if cfg.debug == "" && debugHere(cfg.metrics) {
 			ep.debug = newDebugMux(d.debugQPs, d.log)
@@ -211,7 +221,8 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 	}
 
 	for _, s := range d.devs {
-		pp := pingpongConfig{stats: &d.pingpong, mtu: roce.MTU(mtuCode(cfg.mtu)), maxSize: cfg.ppMaxSize, idle: cfg.ppIdle}
+		pp := pingpongConfig{stats: &d.pingpong, mtu: roce.MTU(mtuCode(cfg.mtu)), maxSize: cfg.ppMaxSize, idle: cfg.ppIdle,
+			exchange: cfg.ppExchange, maxSessions: cfg.ppMaxSess}
 		if cfg.pingpong || cfg.srqPingpong {
 			var tools []string
 			pp.kinds = nil
@@ -237,7 +248,8 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 			d.responders = append(d.responders, r)
 		}
 		if cfg.rping {
-			r, err := newRpingResponder(s.dev, s.mads, netip.AddrPortFrom(s.dev.Addr(), cfg.rpingPort), &d.rping, d.log)
+			rc := rpingConfig{stats: &d.rping, maxSessions: cfg.rpingMaxSess, idle: cfg.rpingIdle, accept: cfg.cmPendingTimeout}
+			r, err := newRpingResponder(s.dev, s.cm, netip.AddrPortFrom(s.dev.Addr(), cfg.rpingPort), rc, d.log)
 			if err != nil {
 				return nil, fmt.Errorf("-rping-port %d on %s: %w", cfg.rpingPort, s.dev.Addr(), err)
 			}
@@ -267,6 +279,9 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 // socket is gone) stops the daemon non-zero, so a supervisor restarts it.
 func (d *daemon) watchEvents(dev *roce.Device) error {
 	for ev := range dev.Events() {
+		if int(ev.Type) < len(d.events) {
+			d.events[ev.Type].Add(1)
+		}
 		switch ev.Type {
 		case roce.EventDeviceFatal:
 			d.log.Error("async event", "addr", dev.Addr(), "event", ev.String())
@@ -332,6 +347,15 @@ func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 			s.pcap.Close()
 		}
 		return nil, fmt.Errorf("-bind %s: %w", a, err)
+	}
+	if s.mads != nil {
+		if s.cm, err = newCM(s.dev, s.mads, cfg); err != nil {
+			s.dev.Close()
+			if s.pcap != nil {
+				s.pcap.Close()
+			}
+			return nil, fmt.Errorf("-bind %s: %w", a, err)
+		}
 	}
 	return s, nil
 }

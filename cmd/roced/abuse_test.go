@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/cm/rping"
+	"github.com/goroce/goroce/oob"
+	"github.com/goroce/goroce/roce"
+)
+
+// TestPingpongIdleFlood: idle TCP connections to the pingpong port hold no session
+// slot, so real clients are still served while they sit there; each idle one is
+// closed after the exchange timeout and counted. A client that finds every session
+// slot taken is refused after its records are read, and counted.
+func TestPingpongIdleFlood(t *testing.T) {
+	const idle = 100
+	addrs := testAddrs(3)
+	port := freeUDPPort(t, addrs...)
+	tcp := freeTCPAddr(t)
+	_, tcpPort, _ := net.SplitHostPort(tcp)
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-ud-pingpong=false",
+		"-pingpong-port", tcpPort, "-pingpong-exchange-timeout", "2s", "-pingpong-max-sessions", "1", "-rping=false")
+	srv := net.JoinHostPort(addrs[0].String(), tcpPort)
+	var conns []net.Conn
+	for range idle {
+		c, err := net.Dial("tcp", srv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+
+	dev, err := roce.Open(addrs[1], roce.WithPort(port), roce.WithMTU(roce.MTU1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	start := time.Now()
+	c := newPPClient(t, dev, kindRC, 1, 64)
+	c.exchange(srv)
+	c.run(10)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("a real client behind %d idle connections took %v", idle, took)
+	}
+
+	// The one session slot is taken: the next client's exchange is refused.
+	dev2, err := roce.Open(addrs[2], roce.WithPort(port), roce.WithMTU(roce.MTU1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev2.Close() })
+	refusedClient(t, dev2, srv)
+
+	waitFor(t, "the idle connections to time out", func() bool {
+		m := p.scrape(t)
+		return value(t, m, "roce_pingpong_exchange_errors_total") == idle &&
+			value(t, m, "roce_pingpong_refused_total", "reason", "sessions") == 1 &&
+			value(t, m, "roce_pingpong_refused_total", "reason", "exchanges") == 0 &&
+			value(t, m, "roce_pingpong_sessions_total", "kind", "rc") == 1
+	})
+	for _, c := range conns[:3] {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if n, err := c.Read(make([]byte, 1)); err == nil {
+			t.Errorf("an idle connection read %d bytes; want it closed", n)
+		}
+	}
+}
+
+// refusedClient runs an RC client's exchange that the daemon must refuse.
+func refusedClient(t *testing.T, dev *roce.Device, srv string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	local := []oob.Dest{{QPN: 0x123, PSN: 1, GID: dev.GID()}}
+	if _, err := oob.ClientExchange(ctx, conn, local, 1); err == nil {
+		t.Fatal("a client completed its exchange with every session slot taken")
+	}
+}
+
+// reqDatagram is a CM REQ for the rping port as a RoCEv2 datagram from src (UDP
+// source port sport) to dst: a UD SEND ONLY to QP1 with its ICRC.
+func reqDatagram(t *testing.T, id uint32, src netip.Addr, sport uint16, dst netip.AddrPort, rpingPort uint16) []byte {
+	t.Helper()
+	priv, err := cm.AppendCMA(nil, cm.CMAHeader{SrcPort: 40000, Src: src, Dst: dst.Addr()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := cm.REQ{LocalCommID: id, ServiceID: cm.ServiceID(cm.PortSpaceTCP, rpingPort), LocalQPN: 0x100 + id&0xffff,
+		ResponderResources: 1, InitiatorDepth: 1, TransportServiceType: cm.TransportRC, StartingPSN: id & 0xffffff,
+		RetryCount: 7, RNRRetryCount: 7, PKey: cm.GSIPKey, PathMTU: 3, MaxCMRetries: 15,
+		LocalCMResponseTimeout: 20, RemoteCMResponseTimeout: 20,
+		Primary: cm.Path{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: cm.GIDFromAddr(src), RemoteGID: cm.GIDFromAddr(dst.Addr()),
+			HopLimit: 64, LocalACKTimeout: 19},
+		PrivateData: priv}
+	mad, err := cm.Marshal(uint64(id), &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkt := bth.Append(nil, &bth.Fields{Opcode: bth.UDSendOnly, PKey: cm.GSIPKey, DestQP: cm.GSIQPN, AckReq: true,
+		PSN: bth.PSN(id), DETH: bth.DETH{QKey: cm.GSIQKey, SrcQP: cm.GSIQPN}}, mad)
+	bth.PutICRC(&bth.Envelope{Src: src, Dst: dst.Addr(), DF: true, SrcPort: sport, DstPort: dst.Port()}, pkt)
+	return pkt
+}
+
+// memory is the daemon's resident set, Go heap in use and goroutines, from its metrics.
+func memory(t *testing.T, p *daemonProc) (rss, heap, goroutines float64) {
+	m := p.scrape(t)
+	return value(t, m, "process_resident_memory_bytes"), value(t, m, "go_memstats_heap_inuse_bytes"), value(t, m, "go_goroutines")
+}
+
+// reqFlood sends n REQs for the rping port to dst, each from its own address in
+// 127.b1.0.0/16 and with its own comm ID from firstID, paced so that loopback
+// drops none, and returns the highest RSS and heap seen meanwhile.
+func reqFlood(t *testing.T, p *daemonProc, dst netip.AddrPort, b1 byte, firstID uint32, n int) (peakRSS, peakHeap float64) {
+	for i := range n {
+		src := netip.AddrFrom4([4]byte{127, b1, byte(i >> 8), byte(1 + i%250)})
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sport := uint16(c.LocalAddr().(*net.UDPAddr).Port)
+		if _, err := c.WriteToUDPAddrPort(reqDatagram(t, firstID+uint32(i), src, sport, dst, defaultRpingPort), dst); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if i%50 == 49 {
+			time.Sleep(time.Millisecond)
+		}
+		if i%500 == 499 {
+			rss, heap, _ := memory(t, p)
+			peakRSS, peakHeap = max(peakRSS, rss), max(peakHeap, heap)
+		}
+	}
+	return peakRSS, peakHeap
+}
+
+// TestCMREQFlood: 5,000 REQs from 5,000 addresses that never send an RTU, twice.
+// The daemon holds at most -cm-max-pending of them (each with an rping session's
+// QP, CQ and 64 KiB MR), drops the rest unanswered and counts every one, and
+// withdraws the pending ones after -cm-pending-timeout. Its memory stays bounded
+// (the second flood peaks no higher than the first) and its goroutines return to
+// their baseline. A real rping client is served afterwards.
+func TestCMREQFlood(t *testing.T) {
+	const flood, maxPending = 5000, 64
+	addrs := testAddrs(2)
+	port := freeUDPPort(t, addrs...)
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-pingpong=false", "-ud-pingpong=false",
+		"-cm-max-pending", strconv.Itoa(maxPending), "-cm-pending-timeout", "2s")
+	dst := netip.AddrPortFrom(addrs[0], port)
+	time.Sleep(500 * time.Millisecond)
+	rss0, heap0, g0 := memory(t, p)
+	b1 := byte(64 + rand.IntN(128))
+	var peaks [2][2]float64
+	var total float64
+	for round := range 2 {
+		peaks[round][0], peaks[round][1] = reqFlood(t, p, dst, b1, uint32(1+round*flood), flood)
+		total += flood
+		var m map[string]float64
+		waitFor(t, "every REQ to be counted", func() bool {
+			mfs := p.scrape(t)
+			m = map[string]float64{
+				"gsi_rx":   value(t, mfs, "roce_gsi_mads_total", "direction", "rx"),
+				"overflow": value(t, mfs, "roce_gsi_drops_total", "reason", "overflow"),
+				"cm_rx":    value(t, mfs, "roce_cm_mads_total", "direction", "rx"),
+				"refused":  value(t, mfs, "roce_cm_drops_total", "reason", "pending_limit"),
+				"pending":  value(t, mfs, "roce_cm_pending_connections"),
+			}
+			return m["gsi_rx"]+m["overflow"] == total && m["cm_rx"] == m["gsi_rx"]
+		})
+		t.Logf("flood %d: %v", round+1, m)
+		if admitted := m["cm_rx"] - m["refused"]; admitted > float64(round+1)*maxPending*3 || admitted < 1 {
+			t.Errorf("%v REQs admitted of %v (cap %d pending at once, for 2 s each)", admitted, m["cm_rx"], maxPending)
+		}
+		waitFor(t, "the pending connections to be withdrawn", func() bool {
+			mfs := p.scrape(t)
+			return value(t, mfs, "roce_cm_pending_connections") == 0 && value(t, mfs, "roce_rping_active_sessions") == 0 &&
+				value(t, mfs, "roce_queue_pairs", "state", "rts") == 0 && value(t, mfs, "roce_queue_pairs", "state", "rtr") == 0 &&
+				value(t, mfs, "roce_queue_pairs", "state", "init") == 0 && value(t, mfs, "roce_completion_queues") == 0 &&
+				value(t, mfs, "roce_rping_accept_errors_total") == m["cm_rx"]-m["refused"]
+		})
+	}
+	waitFor(t, "goroutines back to their baseline", func() bool {
+		_, _, g := memory(t, p)
+		return g <= g0+2
+	})
+	rss1, heap1, g1 := memory(t, p)
+	t.Logf("RSS %.1f MB before, %.1f / %.1f MB peak in floods 1 / 2, %.1f MB after; Go heap in use %.1f MB before, %.1f / %.1f MB peak, %.1f MB after; goroutines %v before, %v after",
+		rss0/1e6, peaks[0][0]/1e6, peaks[1][0]/1e6, rss1/1e6, heap0/1e6, peaks[0][1]/1e6, peaks[1][1]/1e6, heap1/1e6, g0, g1)
+	if peaks[0][0]-rss0 > 64e6 {
+		t.Errorf("RSS grew by %.1f MB during the flood", (peaks[0][0]-rss0)/1e6)
+	}
+	if peaks[1][1] > peaks[0][1]+8e6 {
+		t.Errorf("the second flood's heap peak %.1f MB is above the first's %.1f MB: something is kept", peaks[1][1]/1e6, peaks[0][1]/1e6)
+	}
+
+	// A real client gets in.
+	dev, mgr := cmPeer(t, addrs[1], port)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rping.Client(ctx, dev, mgr, netip.AddrPortFrom(addrs[1], 0), netip.AddrPortFrom(addrs[0], defaultRpingPort),
+		rping.Options{Count: 5, Validate: true}); err != nil {
+		t.Fatalf("rping client after the flood: %v", err)
+	}
+}
+
+// TestRpingClientDies: an rping client that vanishes mid-run (its CM and device
+// stop: no DREQ) ends its session on the daemon within -rping-idle; the session's
+// QP is destroyed and the end is counted as idle.
+func TestRpingClientDies(t *testing.T) {
+	addrs := testAddrs(2)
+	port := freeUDPPort(t, addrs...)
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-pingpong=false", "-ud-pingpong=false",
+		"-rping-idle", "2s")
+	dev, mgr := cmPeer(t, addrs[1], port)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- rping.Client(ctx, dev, mgr, netip.AddrPortFrom(addrs[1], 0), netip.AddrPortFrom(addrs[0], defaultRpingPort), rping.Options{})
+	}()
+	waitFor(t, "pings", func() bool { return value(t, p.scrape(t), "roce_rping_pings_total") > 10 })
+	mgr.Close()
+	dev.Close()
+	<-done
+	died := time.Now()
+	waitFor(t, "the daemon to end the session", func() bool {
+		m := p.scrape(t)
+		return value(t, m, "roce_rping_session_ends_total", "reason", "idle") == 1 &&
+			value(t, m, "roce_rping_active_sessions") == 0 && value(t, m, "roce_queue_pairs", "state", "rts") == 0
+	})
+	if took := time.Since(died); took > 4*time.Second {
+		t.Errorf("the session ended %v after the client died; -rping-idle is 2s", took)
+	}
+}
