@@ -52,7 +52,13 @@ func pcapDecodes(t *testing.T, sourcePorts string) {
 	c.exchange(net.JoinHostPort(addrs[0].String(), tcpPort))
 	c.run(iters)
 	// The last ACK (ours, for the last pong) may still be on its way to the daemon.
-	waitFor(t, "every packet in the capture", func() bool { return pcapRecords(t, pcap) == 6*iters })
+	// On a loaded machine an ACK can come after the 67 ms timeout: a resent packet
+	// (and its ACK) adds to the capture, and the exact table below no longer holds.
+	var retx int
+	waitFor(t, "every packet in the capture", func() bool {
+		retx = int(dev.Stats().Retransmits) + int(value(t, p.scrape(t), "roce_retransmits_total"))
+		return pcapRecords(t, pcap) >= 6*iters+retx
+	})
 	if code, _ := p.stop(10 * time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -92,6 +98,10 @@ func pcapDecodes(t *testing.T, sourcePorts string) {
 	want := map[string]int{
 		"client RC_SEND_FIRST": iters, "client RC_SEND_LAST": iters, "client RC_ACKNOWLEDGE": iters,
 		"daemon RC_SEND_FIRST": iters, "daemon RC_SEND_LAST": iters, "daemon RC_ACKNOWLEDGE": iters,
+	}
+	if retx > 0 {
+		t.Logf("%d retransmissions: not checking the exact packet counts", retx)
+		return
 	}
 	for k, v := range want {
 		if count[k] != v {
