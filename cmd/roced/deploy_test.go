@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSystemdUnit: deploy/roced.service passes `systemd-analyze verify` with its
@@ -82,6 +85,53 @@ func TestDeployNamesExportedSeries(t *testing.T) {
 			if _, ok := mfs[base]; !ok {
 				t.Errorf("%s is queried but not exported", n)
 			}
+		}
+	}
+}
+
+// TestSdNotify: started as systemd's Type=notify starts it, roced sends READY=1 (with
+// a STATUS) once it serves, WATCHDOG=1 every half $WATCHDOG_USEC while healthy, and
+// STOPPING=1 on SIGTERM.
+func TestSdNotify(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addrs := testAddrs(1)
+	port := freeUDPPort(t, addrs...)
+	p := startDaemonCmd(t, func(args []string) *exec.Cmd {
+		c := exec.Command(rocedBin, args...)
+		c.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=200000")
+		return c
+	}, http.DefaultClient, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-pingpong=false", "-ud-pingpong=false")
+	read := func() string {
+		t.Helper()
+		buf := make([]byte, 512)
+		ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := ln.Read(buf)
+		if err != nil {
+			t.Fatalf("no notification: %v", err)
+		}
+		return string(buf[:n])
+	}
+	if got := read(); !strings.HasPrefix(got, "READY=1\nSTATUS=serving RoCEv2 on "+addrs[0].String()) {
+		t.Errorf("first notification %q, want READY=1 and a STATUS", got)
+	}
+	for range 3 {
+		if got := read(); got != "WATCHDOG=1" {
+			t.Errorf("notification %q, want WATCHDOG=1", got)
+		}
+	}
+	p.stop(10 * time.Second)
+	for {
+		got := read()
+		if got == "STOPPING=1" {
+			break
+		}
+		if got != "WATCHDOG=1" {
+			t.Fatalf("notification %q while stopping", got)
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
@@ -233,7 +234,7 @@ func (p *daemonProc) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: HTTP %d: %s", code, body)
 	}
-	var parser expfmt.TextParser
+	parser := expfmt.NewTextParser(model.LegacyValidation)
 	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("parsing /metrics: %v", err)

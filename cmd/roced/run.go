@@ -59,7 +59,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	d.announce(stdout)
-	if err := d.wait(ctx, hup); err != nil {
+	sd := newNotifier()
+	if err := sd.notify("READY=1\nSTATUS=" + d.status()); err != nil {
+		d.log.Warn("telling systemd we are ready", "err", err)
+	}
+	go sd.watch(d.health.check, d.stopHealth)
+	err = d.wait(ctx, hup)
+	_ = sd.notify("STOPPING=1")
+	if err != nil {
 		d.log.Error("stopping after a fatal error", "err", err)
 		d.shutdown()
 		fmt.Fprintf(stderr, "roced: %v\n", err)
@@ -445,6 +452,15 @@ func (d *daemon) announce(w io.Writer) {
 		fmt.Fprintf(w, "roced: debug endpoints on http://%s/debug/qps\n", d.debugLn.Addr())
 	}
 	d.log.Info("started", "binds", d.cfg.binds, "port", d.cfg.port, "mtu", d.cfg.mtu, "metrics", d.cfg.metrics)
+}
+
+// status is the one-line STATUS= systemd shows for the running daemon.
+func (d *daemon) status() string {
+	addrs := make([]string, len(d.devs))
+	for i, s := range d.devs {
+		addrs[i] = s.dev.Addr().String()
+	}
+	return fmt.Sprintf("serving RoCEv2 on %s with %d responders", strings.Join(addrs, ", "), len(d.responders))
 }
 
 // reopen handles SIGHUP: the log file and the pcap files start afresh at their paths.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -256,5 +257,45 @@ func TestWatchEventsStopsOnDeviceFatal(t *testing.T) {
 	}
 	if !strings.Contains(logBuf.String(), "event=DEVICE_FATAL") {
 		t.Fatalf("log has no DEVICE_FATAL line:\n%s", logBuf.String())
+	}
+}
+
+// TestNotifierWatchdog: WATCHDOG=1 only while healthy; an unhealthy engine sends
+// its reason as STATUS instead, so systemd's watchdog fires.
+func TestNotifierWatchdog(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	n := &notifier{addr: &net.UnixAddr{Name: sock, Net: "unixgram"}, watchdog: 20 * time.Millisecond}
+	var why atomic.Value
+	why.Store("")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { n.watch(func() string { return why.Load().(string) }, stop); close(done) }()
+	read := func() string {
+		buf := make([]byte, 256)
+		ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+		k, err := ln.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(buf[:k])
+	}
+	if got := read(); got != "WATCHDOG=1" {
+		t.Errorf("healthy: %q", got)
+	}
+	why.Store("engine shard 0 of 192.0.2.1 has not finished a pass for 9s (deadline 5s)")
+	for got := read(); got != "STATUS=unhealthy: engine shard 0 of 192.0.2.1 has not finished a pass for 9s (deadline 5s)"; got = read() {
+		if got != "WATCHDOG=1" {
+			t.Fatalf("unhealthy: %q", got)
+		}
+	}
+	close(stop)
+	<-done
+	if err := (&notifier{}).notify("READY=1"); err != nil {
+		t.Errorf("notify without a socket: %v", err)
 	}
 }
