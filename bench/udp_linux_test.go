@@ -287,6 +287,76 @@ func (p *gsoPath) recv() (int, error) {
 
 func (p *gsoPath) close() { p.tx.Close(); p.rx.Close() }
 
+// linkGSOPath is link.UDP with trains: each WriteBatch carries up to
+// linkTrains GSO trains of link.GSOSegments(size) datagrams, and the
+// receiver reads MaxTrain buffers, so UDP_GRO hands it whole trains (split
+// by Message.Segment, no copy). It is the ceiling the engine can reach
+// through the link's GSO/GRO path.
+type linkGSOPath struct {
+	tx, rx *link.UDP
+	segs   int // datagrams per train
+	out    []link.Message
+	in     []link.Message
+}
+
+const linkTrains = 4
+
+func newLinkGSOPath(size int) (*linkGSOPath, error) {
+	tx, err := link.ListenUDP(netip.AddrPortFrom(addrA, 0), link.Config{})
+	if err != nil {
+		return nil, err
+	}
+	rx, err := link.ListenUDP(netip.AddrPortFrom(addrB, 0), link.Config{})
+	if err != nil {
+		tx.Close()
+		return nil, err
+	}
+	if !tx.GSO() {
+		tx.Close()
+		rx.Close()
+		return nil, fmt.Errorf("%w: the link has GSO off", errNoGSO)
+	}
+	p := &linkGSOPath{tx: tx, rx: rx, segs: link.GSOSegments(size), in: make([]link.Message, linkTrains)}
+	payload := make([]byte, p.segs*size)
+	for range linkTrains {
+		p.out = append(p.out, link.Message{Buf: payload, SegSize: size, Addr: rx.LocalAddr()})
+	}
+	for i := range p.in {
+		p.in[i].Buf = link.GetTrainBuffer()[:]
+	}
+	return p, nil
+}
+
+func (p *linkGSOPath) batch() int { return linkTrains * p.segs }
+
+func (p *linkGSOPath) send(n int) error {
+	k := 0
+	for ; n > 0; k++ {
+		d := min(n, p.segs)
+		p.out[k].Buf = p.out[k].Buf[:d*p.out[k].SegSize]
+		n -= d
+	}
+	_, err := p.tx.WriteBatch(p.out[:k])
+	for i := range p.out[:k] {
+		p.out[i].Buf = p.out[i].Buf[:cap(p.out[i].Buf)]
+	}
+	return err
+}
+
+func (p *linkGSOPath) recv() (int, error) {
+	for i := range p.in {
+		p.in[i].Buf = p.in[i].Buf[:cap(p.in[i].Buf)]
+	}
+	n, err := p.rx.ReadBatch(p.in)
+	got := 0
+	for i := range p.in[:n] {
+		got += p.in[i].NumSegments()
+	}
+	return got, err
+}
+
+func (p *linkGSOPath) close() { p.tx.Close(); p.rx.Close() }
+
 // benchRaw runs b.N datagrams of size bytes through the path newPath makes.
 func benchRaw(b *testing.B, size int, newPath func(int) (rawPath, error)) {
 	p, err := newPath(size)
@@ -321,6 +391,7 @@ var rawPaths = []struct {
 	{"plain", func(n int) (rawPath, error) { return newPlainPath(n) }},
 	{"batch", func(n int) (rawPath, error) { return newBatchPath(n) }},
 	{"gso", func(n int) (rawPath, error) { return newGSOPath(n) }},
+	{"linkgso", func(n int) (rawPath, error) { return newLinkGSOPath(n) }},
 }
 
 // BenchmarkRawUDP is the raw-UDP datagram rate from 127.0.0.1 to 127.0.0.2 at the
@@ -445,4 +516,200 @@ func rawBaseline() baseline {
 		}
 	})
 	return base
+}
+
+// BenchmarkRawUDPReaders is the receive side's scaling with SO_REUSEPORT:
+// two flows (two sending link.UDP sockets, so two 4-tuples, each with its
+// own sender goroutine) of 4112-byte datagrams in GSO trains into one
+// address, read with GRO by one socket ("readers1") or by two SO_REUSEPORT
+// sockets with a goroutine each ("readers2", link.Config.Readers 2, the
+// flows placed one per socket). rawWindow datagrams in flight in all, half
+// per flow.
+func BenchmarkRawUDPReaders(b *testing.B) {
+	for _, readers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("readers%d/%dB", readers, bigDatagram), func(b *testing.B) { benchReaders(b, readers, bigDatagram) })
+	}
+}
+
+// flowSender is one flow of BenchmarkRawUDPReaders.
+type flowSender struct {
+	tx      *link.UDP
+	out     []link.Message
+	credits chan struct{}
+	got     atomic.Int64 // datagrams received
+	back    atomic.Int64 // credits returned, in batches
+}
+
+func benchReaders(b *testing.B, readers, size int) {
+	rx, err := link.ListenUDP(netip.AddrPortFrom(addrB, 0), link.Config{Readers: readers})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rx.Close()
+	segs := link.GSOSegments(size)
+	flows, err := placeFlows(rx, readers)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, f := range flows {
+			f.tx.Close()
+		}
+	}()
+	byPort := map[uint16]*flowSender{}
+	payload := make([]byte, segs*size)
+	perFlow := max(2, rawWindow/2/(linkTrains*segs))
+	for _, f := range flows {
+		byPort[f.tx.LocalAddr().Port()] = f
+		for range linkTrains {
+			f.out = append(f.out, link.Message{Buf: payload, SegSize: size, Addr: rx.LocalAddr()})
+		}
+		f.credits = make(chan struct{}, perFlow)
+		for range perFlow {
+			f.credits <- struct{}{}
+		}
+	}
+	batch := int64(linkTrains * segs)
+	total := int64(b.N)
+	var received atomic.Int64
+	done := make(chan struct{})
+	var rwg sync.WaitGroup
+	for _, fn := range rx.ReceiveFuncs() {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			in := make([]link.Message, linkTrains)
+			for i := range in {
+				in[i].Buf = link.GetTrainBuffer()[:]
+			}
+			for {
+				for i := range in {
+					in[i].Buf = in[i].Buf[:cap(in[i].Buf)]
+				}
+				n, err := fn(in)
+				if err != nil {
+					return
+				}
+				for _, m := range in[:n] {
+					f := byPort[m.Addr.Port()]
+					if f == nil || (m.SegSize == 0 && len(m.Buf) != size) {
+						continue
+					}
+					got := f.got.Add(int64(m.NumSegments()))
+					for f.back.Load() < got/batch {
+						f.back.Add(1)
+						f.credits <- struct{}{}
+					}
+					if received.Add(int64(m.NumSegments())) == total {
+						close(done)
+					}
+				}
+			}
+		}()
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	var swg sync.WaitGroup
+	for i, f := range flows {
+		share := total / 2
+		if i == 1 {
+			share = total - total/2
+		}
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			for sent := int64(0); sent < share; {
+				select {
+				case <-f.credits:
+				case <-done:
+					return
+				}
+				n := min(batch, share-sent)
+				k := 0
+				for left := n; left > 0; k++ {
+					d := min(left, int64(segs))
+					f.out[k].Buf = payload[:d*int64(size)]
+					left -= d
+				}
+				if _, err := f.tx.WriteBatch(f.out[:k]); err != nil {
+					b.Error(err)
+					return
+				}
+				sent += n
+			}
+		}()
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Duration(b.N/10000+10) * time.Second):
+		b.Fatalf("received %d of %d datagrams (lost?)", received.Load(), total)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	swg.Wait()
+	rx.Close()
+	rwg.Wait()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pkts/s")
+}
+
+// placeFlows opens two sending links whose flows the kernel puts on
+// different reader sockets of rx (any two for one reader): each candidate
+// sends a probe and the reader that gets it is its socket.
+func placeFlows(rx *link.UDP, readers int) ([]*flowSender, error) {
+	fns := rx.ReceiveFuncs()
+	type hit struct {
+		port   uint16
+		reader int
+	}
+	hits := make(chan hit, 64)
+	var wg sync.WaitGroup
+	for r, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := []link.Message{{Buf: make([]byte, link.MaxDatagram)}}
+			for {
+				in[0].Buf = in[0].Buf[:cap(in[0].Buf)]
+				if _, err := fn(in); err != nil || string(in[0].Buf) == "stop" {
+					return
+				}
+				hits <- hit{in[0].Addr.Port(), r}
+			}
+		}()
+	}
+	var flows []*flowSender
+	var spare []*link.UDP
+	taken := map[int]bool{}
+	for try := 0; try < 32 && len(flows) < 2; try++ {
+		tx, err := link.ListenUDP(netip.AddrPortFrom(addrA, 0), link.Config{})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.WriteBatch([]link.Message{{Buf: []byte("probe"), Addr: rx.LocalAddr()}}); err != nil {
+			return nil, err
+		}
+		h := <-hits
+		if readers == 1 || !taken[h.reader] {
+			taken[h.reader] = true
+			flows = append(flows, &flowSender{tx: tx})
+		} else {
+			spare = append(spare, tx)
+		}
+	}
+	for _, s := range spare {
+		s.Close()
+	}
+	if len(flows) < 2 {
+		return nil, fmt.Errorf("32 flows all landed on one of %d SO_REUSEPORT sockets", readers)
+	}
+	// Each prober ends on a "stop" from the flow placed on it.
+	for _, f := range flows[:readers] {
+		if _, err := f.tx.WriteBatch([]link.Message{{Buf: []byte("stop"), Addr: rx.LocalAddr()}}); err != nil {
+			return nil, err
+		}
+	}
+	wg.Wait()
+	return flows, nil
 }

@@ -204,6 +204,15 @@
 // has exactly one owner; a Link never keeps a Message's buffer after the
 // call returns.
 //
+// # Switches
+//
+// Config, all off by default: NoGSO (trains go out one datagram per
+// segment), NoGRO (never turn UDP_GRO on), Readers (SO_REUSEPORT receive
+// sockets, 1 by default), MulticastTTL (1 by default), ZeroChecksum6 (IPv6
+// UDP checksum 0 as rxe sends; turns GSO off), Logger (nil is silent),
+// BatchSize, SocketBuffer, MaxSourcePorts. GRO is on only for readers that
+// pass MaxTrain buffers, so the caller decides per receive path.
+//
 // # Counters
 //
 // UDP.Counters snapshots what the link did: truncated datagrams, GSO

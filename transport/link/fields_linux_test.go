@@ -12,8 +12,10 @@ import (
 )
 
 // TestHeaderFieldsPerMessage sends datagrams and a train with their own
-// traffic class (DSCP and ECN bits), TTL / hop limit and IPv6 flow label,
-// and checks the receiver reports each as the kernel saw it. As root, a
+// traffic class (DSCP and ECN bits: 0x02 is ECT(0), 0x03 CE, 0x01 ECT(1)),
+// TTL / hop limit and IPv6 flow label, and checks the receiver reports each
+// as the kernel saw it (a CE mark reaches the reader, for a congestion
+// notification point). As root, a
 // capture on lo checks the headers on the wire too, and that the IPv4
 // datagrams still carry ID 0 (trains: TrainIPv4ID) with DF and a valid header
 // checksum, so the ICRC (which masks TOS and TTL) is unaffected.
