@@ -26,6 +26,11 @@
 // Config.MaxSourcePorts bounds them (64 by default), and a port another
 // socket holds is refused: the caller then sends from the bound port.
 //
+// Network namespaces: the link remembers the namespace of the thread that
+// called ListenUDP (an open /proc/thread-self/ns/net), and opens the sockets
+// of SourcePort and JoinGroup there, from whatever goroutine calls them, so
+// a link opened in a namespace (a test's, on a locked thread) stays whole.
+//
 // Why not golang.org/x/net/ipv4.PacketConn.ReadBatch: on Linux it allocates a
 // net.IP and a *net.UDPAddr for every datagram received, and its
 // ControlMessage parser allocates again for PKTINFO

@@ -91,7 +91,11 @@ func (u *UDP) openGroup(ap netip.AddrPort) (*net.UDPConn, syscall.RawConn, error
 		family = unix.AF_INET
 		sa = &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}
 	}
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	var fd int
+	err := u.netns.do(func() (err error) {
+		fd, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+		return err
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("socket: %w", err)
 	}

@@ -77,7 +77,9 @@ func TestMulticastLoopback(t *testing.T) {
 // member in each receives a datagram sent to the group on the RoCEv2 port,
 // IPv4 and IPv6 (a site-local and a link-local scope group): the remote one
 // over the wire, the local one through the kernel's multicast loopback. The
-// sender's MulticastTTL and a per-message TTL arrive as set.
+// sender's MulticastTTL and a per-message TTL arrive as set. JoinGroup and
+// SourcePort are called from the test's goroutine, outside the namespaces:
+// the link opens those sockets in its own namespace all the same.
 func TestMulticastAcrossVeth(t *testing.T) {
 	nsA, nsB := newNetns(t), newNetns(t)
 	vethPair(nsA, nsB, "mva", "mvb", []string{"10.202.0.1/24", "fd00:202::1/64"}, []string{"10.202.0.2/24", "fd00:202::2/64"})
@@ -88,22 +90,18 @@ func TestMulticastAcrossVeth(t *testing.T) {
 	} {
 		t.Run(tt.group, func(t *testing.T) {
 			group := netip.MustParseAddr(tt.group)
-			var a, b *UDP
-			var fa, fb ReceiveFunc
-			var errA, errB error
-			nsA.in(func() {
-				a = listen(t, tt.a, Config{MulticastTTL: 5})
-				fa, errA = a.JoinGroup(group)
-			})
-			nsB.in(func() {
-				b = listen(t, tt.b, Config{})
-				fb, errB = b.JoinGroup(group)
-			})
+			a, b := nsA.listen(t, tt.a, Config{MulticastTTL: 5}), nsB.listen(t, tt.b, Config{})
+			fa, errA := a.JoinGroup(group)
+			fb, errB := b.JoinGroup(group)
 			if errA != nil || errB != nil {
 				t.Fatalf("JoinGroup: %v, %v", errA, errB)
 			}
 			to := netip.AddrPortFrom(group, RoCEv2Port)
-			if _, err := a.WriteBatch([]Message{{Buf: []byte("one"), Addr: to}, {Buf: []byte("two"), Addr: to, TTL: 9}}); err != nil {
+			const sport = 50001
+			if !a.SourcePort(sport) {
+				t.Fatalf("SourcePort(%d) refused", sport)
+			}
+			if _, err := a.WriteBatch([]Message{{Buf: []byte("one"), Addr: to}, {Buf: []byte("two"), Addr: to, TTL: 9, SrcPort: sport}}); err != nil {
 				t.Fatal(err)
 			}
 			for name, fn := range map[string]ReceiveFunc{"remote": fb, "local": fa} {
@@ -111,7 +109,7 @@ func TestMulticastAcrossVeth(t *testing.T) {
 				if string(got[0].Buf) != "one" || got[0].TTL != 5 || string(got[1].Buf) != "two" || got[1].TTL != 9 {
 					t.Fatalf("%s member got %q TTL %d, %q TTL %d", name, got[0].Buf, got[0].TTL, got[1].Buf, got[1].TTL)
 				}
-				if got[0].Local.WithZone("") != group || got[0].Addr.Addr().WithZone("") != a.LocalAddr().Addr() {
+				if got[0].Local.WithZone("") != group || got[0].Addr.Addr().WithZone("") != a.LocalAddr().Addr() || got[1].Addr.Port() != sport {
 					t.Fatalf("%s member: datagram to %v from %v", name, got[0].Local, got[0].Addr)
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,17 +58,14 @@ func newNetns(t *testing.T) *netns {
 	ns.ip("-n", ns.name, "link", "set", "lo", "up")
 	// No duplicate address detection on the namespace's devices: their IPv6
 	// (the link-local address too) works as soon as they are up.
-	var err error
-	ns.in(func() {
+	ns.in(t, func() error {
 		for _, conf := range []string{"all", "default"} {
-			if err == nil {
-				err = os.WriteFile("/proc/sys/net/ipv6/conf/"+conf+"/accept_dad", []byte("0"), 0)
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+conf+"/accept_dad", []byte("0"), 0); err != nil {
+				return err
 			}
 		}
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("netns %s: %v", ns.name, err)
-	}
 	return ns
 }
 
@@ -82,8 +80,9 @@ func (ns *netns) ip(args ...string) {
 // in runs f on a goroutine whose thread has entered the namespace: sockets
 // f opens belong to it (and stay usable from any goroutine). The thread is
 // never returned to the runtime's pool, so no other goroutine runs there.
-func (ns *netns) in(f func()) {
-	ns.t.Helper()
+// An error from f fails the test.
+func (ns *netns) in(t *testing.T, f func() error) {
+	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
@@ -97,12 +96,34 @@ func (ns *netns) in(f func()) {
 			errc <- fmt.Errorf("setns %s: %w", ns.name, err)
 			return
 		}
-		defer func() { errc <- nil }()
-		f()
+		errc <- f()
 	}()
 	if err := <-errc; err != nil {
-		ns.t.Fatal(err)
+		t.Fatal(err)
 	}
+}
+
+// listen opens a UDP link in the namespace, closed at t's cleanup.
+func (ns *netns) listen(t *testing.T, addr string, cfg Config) *UDP {
+	t.Helper()
+	var u *UDP
+	ns.in(t, func() (err error) {
+		u, err = ListenUDP(netip.MustParseAddrPort(addr), cfg)
+		return err
+	})
+	t.Cleanup(func() { u.Close() })
+	return u
+}
+
+// sniff opens a sniffer on interface ifindex of the namespace.
+func (ns *netns) sniff(t *testing.T, ifindex int) *sniffer {
+	t.Helper()
+	var s *sniffer
+	ns.in(t, func() (err error) {
+		s, err = openSniffer(t, ifindex)
+		return err
+	})
+	return s
 }
 
 // vethPair links two namespaces with a veth pair (names a in ns, b in
@@ -215,28 +236,37 @@ type sniffer struct {
 	fd int
 }
 
-// sniff opens a sniffer on interface ifindex of the calling thread's
-// namespace.
+// sniff opens a sniffer on interface ifindex of the test's namespace.
 func sniff(t *testing.T, ifindex int) *sniffer {
 	t.Helper()
 	needRoot(t, "an AF_PACKET capture")
+	s, err := openSniffer(t, ifindex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// openSniffer opens a sniffer in the calling thread's namespace, closed at
+// cleanup.
+func openSniffer(t *testing.T, ifindex int) (*sniffer, error) {
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
 	if err != nil {
-		t.Fatalf("AF_PACKET socket: %v", err)
+		return nil, fmt.Errorf("AF_PACKET socket: %w", err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}); err != nil {
-		t.Fatalf("bind AF_PACKET to interface %d: %v", ifindex, err)
+		return nil, fmt.Errorf("bind AF_PACKET to interface %d: %w", ifindex, err)
 	}
 	// Room for a few hundred datagrams: on lo each is seen twice.
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 32<<20); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	tv := unix.NsecToTimeval(int64(100 * time.Millisecond))
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return &sniffer{t: t, fd: fd}
+	return &sniffer{t: t, fd: fd}, nil
 }
 
 // wirePacket is one captured IP packet, split at the UDP payload.

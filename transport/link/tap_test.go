@@ -264,3 +264,42 @@ func TestTapReopenAndErrors(t *testing.T) {
 		t.Fatalf("rotated file has %d records, want 2", len(got))
 	}
 }
+
+// TestTapReceivePaths: a Tap over a link with several receive paths records
+// what each of them reads, and a group joined through it too.
+func TestTapReceivePaths(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		aAddr, bAddr := netip.MustParseAddrPort("10.0.0.1:4791"), netip.MustParseAddrPort("10.0.0.2:4791")
+		pa, pb := link.NewPipe(aAddr, bAddr, link.PipeConfig{}, link.PipeConfig{Readers: 2})
+		defer pa.Close()
+		var pcap bytes.Buffer
+		tap, err := link.NewTap(pb, &pcap, link.LinkTypeRaw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tap.Close()
+		group := netip.MustParseAddr("239.0.0.9")
+		fg, err := tap.JoinGroup(group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []link.Message
+		for port := uint16(1000); port < 1016; port++ {
+			out = append(out, link.Message{Buf: []byte{byte(port)}, Addr: bAddr, SrcPort: port})
+		}
+		out = append(out, link.Message{Buf: []byte("group"), Addr: netip.AddrPortFrom(group, 4791)})
+		pa.WriteBatch(out)
+		n := 0
+		for _, fn := range append(link.ReceiveFuncs(tap), fg) {
+			k, err := fn(msgs(16))
+			if err != nil || k == 0 {
+				t.Fatalf("receive path read %d, %v", k, err)
+			}
+			n += k
+		}
+		got := readPcap(t, &pcap, link.LinkTypeRaw)
+		if n != len(out) || len(got) != n || got[n-1].dst.Addr() != group {
+			t.Fatalf("read %d, recorded %d of %d datagrams", n, len(got), len(out))
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,7 +41,8 @@ type UDP struct {
 	batch   int
 	zone    string // zone of local, reused for link-local peers on the same link
 	zoneIdx uint32
-	ifindex int // the interface that holds local (multicast), 0 if unknown
+	ifindex int     // the interface that holds local (multicast), 0 if unknown
+	netns   netnsOf // where later sockets are opened
 
 	rcvbuf, sndbuf int // what the kernel granted
 	defTTL, mcTTL  int // the sockets' unicast and multicast TTL / hop limit
@@ -165,6 +167,9 @@ func ListenUDP(local netip.AddrPort, cfg Config) (*UDP, error) {
 		log:      cfg.Logger,
 	}
 	u.ports.Store(&map[uint16]*sendSock{})
+	runtime.LockOSThread() // the namespace of the thread that binds the sockets
+	u.netns = currentNetns()
+	runtime.UnlockOSThread()
 	if u.zone != "" {
 		if ifi, err := net.InterfaceByName(u.zone); err == nil {
 			u.zoneIdx = uint32(ifi.Index)
@@ -180,6 +185,7 @@ func ListenUDP(local netip.AddrPort, cfg Config) (*UDP, error) {
 		conn, rc, err := u.open(u.local, role, nr > 1)
 		if err != nil {
 			u.closeReaders()
+			u.netns.close()
 			return nil, fmt.Errorf("link: listen %v: %w", u.local, err)
 		}
 		if i == 0 {
@@ -245,7 +251,12 @@ func (u *UDP) open(ap netip.AddrPort, role sockRole, reusePort bool) (*net.UDPCo
 		}
 		return serr
 	}}
-	return rawUDP(lc.ListenPacket(context.Background(), network, ap.String()))
+	var pc net.PacketConn
+	err := u.netns.do(func() (err error) {
+		pc, err = lc.ListenPacket(context.Background(), network, ap.String())
+		return err
+	})
+	return rawUDP(pc, err)
 }
 
 // rawUDP returns the UDP socket behind pc and its RawConn.
@@ -480,6 +491,7 @@ func (u *UDP) Close() error {
 		delete(u.groups, g)
 	}
 	u.portsMu.Unlock()
+	u.netns.close()
 	return u.closeReaders()
 }
 
