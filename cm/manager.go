@@ -459,12 +459,24 @@ func (r *ConnRequest) QPParams(p ConnParam) QPParams {
 		SQPSN: q.StartingPSN, RQPSN: p.StartingPSN & 0xFFFFFF,
 		MaxRdAtomic:     min(p.InitiatorDepth, q.ResponderResources),
 		MaxDestRdAtomic: p.ResponderResources,
-		PathMTU:         min(q.PathMTU, r.mg.cfg.PathMTU),
+		PathMTU:         reqPathMTU(q.PathMTU, r.mg.cfg.PathMTU),
 		Timeout:         q.Primary.LocalACKTimeout,
 		RetryCount:      q.RetryCount, RNRRetry: q.RNRRetryCount,
 		FlowLabel: q.Primary.FlowLabel, UDPSourcePort: bth.FlowLabelSourcePort(q.Primary.FlowLabel),
 		HopLimit: q.Primary.HopLimit, TrafficClass: q.Primary.TrafficClass,
 	}
+}
+
+// reqPathMTU is the passive side's path MTU: the REQ's, as cm.c gives the QP
+// (cm_init_qp_rtr_attr takes the path MTU of the REQ). The active side uses the
+// MTU it put in the REQ and learns nothing from the REP, so any other choice
+// leaves the two sides with different MTUs: a READ response of one packet at the
+// peer's MTU is then a bad response at ours. A REQ without a valid MTU gets ours.
+func reqPathMTU(req, own uint8) uint8 {
+	if req < 1 || req > 5 {
+		return own
+	}
+	return req
 }
 
 func defaults(p ConnParam) ConnParam {

@@ -347,3 +347,36 @@ func TestDialIPv6(t *testing.T) {
 		t.Error("no event drop counted with a 1-slot channel")
 	}
 }
+
+// TestPathMTUFromREQ: the passive side takes the REQ's path MTU even above its own
+// (cm.c's cm_init_qp_rtr_attr), so both QPs agree; the active side has no other.
+func TestPathMTUFromREQ(t *testing.T) {
+	for _, tt := range []struct{ client, server, want uint8 }{{5, 3, 5}, {3, 5, 3}, {4, 4, 4}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ca, cb := Pipe(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
+		cc, sc := fastConfig(nil), fastConfig(nil)
+		cc.PathMTU, sc.PathMTU = tt.client, tt.server
+		client, server := NewManager(ca, cc), NewManager(cb, sc)
+		l, err := server.Listen(netip.MustParseAddrPort("0.0.0.0:7174"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqp := make(chan QPParams, 1)
+		go func() {
+			if r, err := l.GetRequest(ctx); err == nil {
+				r.Accept(ctx, ConnParam{QPN: 0x22, Ready: func(q QPParams) error { sqp <- q; return nil }})
+			}
+		}()
+		var cqp QPParams
+		if _, err := client.Dial(ctx, netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.2:7174"),
+			ConnParam{QPN: 0x11, Ready: func(q QPParams) error { cqp = q; return nil }}); err != nil {
+			t.Fatal(err)
+		}
+		if s := <-sqp; cqp.PathMTU != tt.want || s.PathMTU != tt.want {
+			t.Errorf("client MTU %d, server %d: QPs at %d and %d, want both %d", tt.client, tt.server, cqp.PathMTU, s.PathMTU, tt.want)
+		}
+		client.Close()
+		server.Close()
+		cancel()
+	}
+}

@@ -52,6 +52,11 @@ for pkg in $(go list ./...); do
   done
 done
 
+# The soak: roced for SOAK_DURATION (5 minutes) under good clients, loss, clients
+# killed mid-run and malformed traffic; it needs UDP 4791 on 127.0.0.x (skips if taken).
+echo "== soak (${SOAK_DURATION:-5m})"
+bash scripts/soak.sh
+
 if [ -x interop/run.sh ]; then
   echo "== interop (real rxe in QEMU)"
   interop/run.sh

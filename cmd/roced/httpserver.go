@@ -2,9 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,11 +94,29 @@ func status(w http.ResponseWriter, why, ok string) {
 	_, _ = w.Write([]byte(ok + "\n"))
 }
 
-// newDebugMux serves /debug/qps: every QP with its peer, QPNs and PSNs. Whoever
-// reads it and can spoof the peer's address can inject packets the QP accepts
-// as in sequence, so it is served only on loopback unless -debug says where.
+// newDebugMux serves /debug/qps (every QP with its peer, QPNs and PSNs),
+// /debug/gc and the Go profiler under /debug/pprof/. Whoever reads /debug/qps and can spoof the peer's address can inject
+// packets the QP accepts as in sequence, and /debug/gc costs a full collection
+// per request, so the mux is served only on loopback unless -debug says where.
 func newDebugMux(qps func() any, log *slog.Logger) *http.ServeMux {
 	mux := http.NewServeMux()
+	// POST /debug/gc collects garbage and returns memory to the OS, then reports
+	// the live heap: what a leak check compares against its baseline.
+	mux.HandleFunc("POST /debug/gc", func(w http.ResponseWriter, r *http.Request) {
+		runtime.GC()
+		debug.FreeOSMemory()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "heap_alloc_bytes %d\nheap_inuse_bytes %d\nheap_objects %d\ngoroutines %d\n",
+			ms.HeapAlloc, ms.HeapInuse, ms.HeapObjects, runtime.NumGoroutine())
+	})
+	// The Go profiler (go tool pprof http://ADDR/debug/pprof/heap).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /debug/qps", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
