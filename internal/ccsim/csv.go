@@ -6,20 +6,20 @@ import (
 	"time"
 )
 
-// WriteCSV writes one line per sample window of width avg (a multiple of
-// the sampling period): the time in ms at the window's end, the queue depth
-// in KB at that instant, then each flow's throughput through the
-// bottleneck over the window in Mb/s (retransmissions included).
+// WriteCSV writes one line per sample: the time in ms, the bottleneck
+// queue depth in KB at that instant, then each flow's throughput through
+// the bottleneck in Mb/s (retransmissions included) averaged over the
+// trailing window avg (a multiple of the sampling period).
 func (r *Result) WriteCSV(w io.Writer, avg time.Duration) error {
 	step := max(int(avg/r.Config.Sample), 1)
-	if _, err := fmt.Fprint(w, "t_ms,queue_kb"); err != nil {
-		return err
-	}
+	fmt.Fprint(w, "t_ms,queue_kb")
 	for f := 0; f < r.Config.Flows; f++ {
 		fmt.Fprintf(w, ",flow%d_mbps", f+1)
 	}
-	fmt.Fprintln(w)
-	for k := step; k < len(r.Samples); k += step {
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
+	}
+	for k := step; k < len(r.Samples); k++ {
 		a, b := r.Samples[k-step], r.Samples[k]
 		secs := (b.At - a.At).Seconds()
 		fmt.Fprintf(w, "%.3f,%.2f", float64(b.At)/1e6, float64(b.Queue)/1000)

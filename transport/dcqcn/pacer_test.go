@@ -1,7 +1,9 @@
 package dcqcn
 
 import (
+	"errors"
 	"math/rand/v2"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -130,5 +132,32 @@ func TestTOS(t *testing.T) {
 		if IsCE(tos) != want {
 			t.Errorf("IsCE(%#x) = %v", tos, !want)
 		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	var off Config
+	if err := off.Normalize(); err != nil || off.LineRate != 0 {
+		t.Fatalf("disabled config: %v %+v", err, off)
+	}
+	c := DefaultConfig()
+	if err := c.Normalize(); err != nil || !c.Enabled || c.LineRate != DefaultLineRate || c.PacingBurst != DefaultPacingBurst {
+		t.Fatalf("default config: %v %+v", err, c)
+	}
+	if b := c.Burst(8_000_000_000, 4160); b != 100_000 {
+		t.Errorf("burst at 8 Gb/s for 100µs = %d bytes, want 100000", b)
+	}
+	if b := c.Burst(1_000_000, 4160); b != 2*4160 {
+		t.Errorf("burst at 1 Mb/s = %d, want two packets", b)
+	}
+	bad := DefaultConfig()
+	bad.Params.RPGGD = 0
+	if err := bad.Normalize(); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("bad params: %v", err)
+	}
+	bad = DefaultConfig()
+	bad.PacingBurst = -1
+	if err := bad.Normalize(); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("negative burst: %v", err)
 	}
 }
