@@ -30,6 +30,7 @@ var (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	printSummary()
+	printScale()
 	os.Exit(code)
 }
 

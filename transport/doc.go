@@ -18,6 +18,16 @@
 // lost. Modify, Query and Destroy run on the owner shard as commands.
 // Timers (retransmission, RNR) only wake the shard.
 //
+// # Scale
+//
+// Nothing costs in proportion to the number of QPs per packet, per timer or
+// per create and destroy. The QP table (qptable.go) is a two-level radix
+// table of atomic pointers indexed by QPN, read lock-free by the readers;
+// QPNs are allocated cyclically from 0x11 through a per-chunk bitmap. An idle
+// QP holds its state and nothing else: the send ring, the receive WR's SGE
+// storage and the responder resources are allocated on first use, and the
+// buffer that gathers a payload spanning SGEs belongs to the shard.
+//
 // # Receive flow
 //
 //	Link.ReadBatch ─► readLoop: bth.PeekDestQP ─► QP table ─► shard inbound ring (drop+count if full)

@@ -47,11 +47,10 @@ type Engine struct {
 	portMTU   MTU
 
 	shards []*shard
-	qps    atomic.Pointer[map[uint32]*QP] // copy-on-write, read by the reader
 
 	mu sync.Mutex
-	// mu guards: nextQPN and writes of qps.
-	nextQPN uint32
+	// mu guards: writes of qps (lookups are lock-free).
+	qps qpTable
 
 	closed atomic.Bool
 	fatal  atomic.Bool // the Link died under the engine (DEVICE_FATAL)
@@ -77,7 +76,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 		maxInline: cfg.MaxInline,
 		maxRDAtom: [2]int{cfg.MaxRDAtomic, cfg.MaxDestRDAtomic},
 		portMTU:   cfg.PortMTU,
-		nextQPN:   firstQPN,
 		done:      make(chan struct{}),
 	}
 	la := cfg.Link.LocalAddr()
@@ -117,8 +115,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
-	empty := map[uint32]*QP{}
-	e.qps.Store(&empty)
+	e.qps.init()
 	batch := cfg.Link.BatchSize()
 	if batch <= 0 {
 		batch = 1
@@ -154,7 +151,7 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
-	for _, q := range *e.qps.Load() {
+	for _, q := range e.qps.all() {
 		q.run("close", func() { q.toError(e.clock.Now()) }, true)
 	}
 	close(e.done)
@@ -208,12 +205,13 @@ func (e *Engine) fail() {
 // shard, which raises QP_FATAL and moves it to ERR (QP.service): the owner
 // shard alone changes a QP's state.
 func (e *Engine) failQPs(match func(*QP) bool) {
-	for _, q := range *e.qps.Load() {
+	e.qps.each(func(q *QP) bool {
 		if match(q) {
 			q.fatal.Store(true)
 			q.sh.wakeQP(q)
 		}
-	}
+		return true
+	})
 }
 
 // Fatal reports whether the device hit its catastrophic error (DEVICE_FATAL).
@@ -225,7 +223,7 @@ func (e *Engine) event(ev Event) {
 	}
 }
 
-func (e *Engine) lookup(qpn uint32) *QP { return (*e.qps.Load())[qpn] }
+func (e *Engine) lookup(qpn uint32) *QP { return e.qps.lookup(qpn) }
 
 // shardFor is the QP's owner shard. QPNs are handed out in sequence, so
 // their remainder spreads QPs evenly.
@@ -332,6 +330,7 @@ type shard struct {
 	tx      []link.Message
 	txBufs  []*[link.MaxDatagram]byte
 	rwr     srq.RecvWR // scratch for SRQ pops (reused, no allocation)
+	scratch [4096]byte // gather buffer for a payload spanning SGEs (QP.gather)
 
 	// Completions made while processing wait in wcs until the transmit
 	// batch is on the wire (see drainWC).

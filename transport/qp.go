@@ -48,7 +48,6 @@ type QP struct {
 	resp        responder
 	timer       Timer
 	timerAt     time.Time
-	scratch     [4096]byte // gather buffer for payloads spanning SGEs
 }
 
 // qpCounters are per-QP statistics for the debug dump.
@@ -99,7 +98,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		q.init.Cap.MaxRecvWR, q.init.Cap.MaxRecvSGE = 0, 0
 	}
 	q.sq.init(int(c.MaxSendWR), int(q.init.Cap.MaxSendSGE), int(c.MaxInlineData))
-	q.resp = newResponder(nil, srq.RecvWR{SGL: make([]srq.SGE, 0, e.maxSGE)})
+	q.resp = newResponder(nil, srq.RecvWR{})
 	q.attr.Cap = q.init.Cap
 	q.attr.PortNum = 1
 	q.attr.PathMTU = MTU1024
@@ -110,36 +109,19 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	q.pmtu = uint32(q.attr.PathMTU.Bytes())
 
 	e.mu.Lock()
-	m := *e.qps.Load()
 	if qpn == 0 {
-		for i := 0; i < maxQPN; i++ {
-			cand := e.nextQPN
-			e.nextQPN++
-			if e.nextQPN > maxQPN {
-				e.nextQPN = firstQPN
-			}
-			if m[cand] == nil {
-				qpn = cand
-				break
-			}
-		}
-		if qpn == 0 {
+		if qpn = e.qps.alloc(); qpn == 0 {
 			e.mu.Unlock()
 			return nil, newErr(op, 0, syscall.ENOMEM, "no free QPN")
 		}
-	} else if m[qpn] != nil {
+	} else if e.qps.lookup(qpn) != nil {
 		e.mu.Unlock()
 		return nil, newErr(op, qpn, syscall.EBUSY, "QPN in use")
 	}
 	q.qpn = qpn
 	q.setSourcePort(bth.QPSourcePort(qpn))
 	q.sh = e.shardFor(qpn)
-	nm := make(map[uint32]*QP, len(m)+1)
-	for k, v := range m {
-		nm[k] = v
-	}
-	nm[qpn] = q
-	e.qps.Store(&nm)
+	e.qps.insert(qpn, q)
 	e.mu.Unlock()
 	init.SendCQ.Attach()
 	init.RecvCQ.Attach()
@@ -321,8 +303,7 @@ func (q *QP) modify(now time.Time, a *QPAttr, mask QPAttrMask) error {
 	}
 	if mask&QPAttrMaxDestRDAtomic != 0 {
 		t.MaxDestRDAtomic = a.MaxDestRDAtomic
-		n := max(int(a.MaxDestRDAtomic), 1)
-		q.resp.res = make([]rdResource, n)
+		q.resp.res = nil // sized by the first READ or atomic (saveResource)
 		q.resp.resNext = 0
 	}
 	if mask&QPAttrMinRNRTimer != 0 {
@@ -381,10 +362,10 @@ func (q *QP) reset() {
 	}
 	q.sq.mu.Lock()
 	q.sq.head = q.sq.tail
-	q.sq.mu.Unlock()
 	for i := range q.sq.slots {
 		q.sq.slots[i].state = wqePosted
 	}
+	q.sq.mu.Unlock()
 	res := q.resp.res
 	wr := q.resp.wr
 	q.req = requester{}
@@ -483,14 +464,7 @@ func (q *QP) Destroy() error {
 	}
 	e := q.e
 	e.mu.Lock()
-	m := *e.qps.Load()
-	nm := make(map[uint32]*QP, len(m))
-	for k, v := range m {
-		if k != q.qpn {
-			nm[k] = v
-		}
-	}
-	e.qps.Store(&nm)
+	e.qps.remove(q)
 	e.mu.Unlock()
 	q.init.SendCQ.Detach()
 	q.init.RecvCQ.Detach()
@@ -584,9 +558,10 @@ func (q *QP) postOne(wr *SendWR) error {
 	s := &q.sq
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.tail-s.head >= uint64(len(s.slots)) {
-		return newErr(op, q.qpn, syscall.ENOMEM, "send queue full (max_send_wr %d)", len(s.slots))
+	if s.tail-s.head >= uint64(s.n) {
+		return newErr(op, q.qpn, syscall.ENOMEM, "send queue full (max_send_wr %d)", s.n)
 	}
+	s.grow()
 	w := s.slot(s.tail)
 	w.wr = *wr
 	w.sgl = append(w.sgl[:0], wr.SGL...)
@@ -690,7 +665,7 @@ type QPInfo struct {
 // QPs returns a snapshot of every QP, for debugging and /debug/qps.
 func (e *Engine) QPs() []QPInfo {
 	var out []QPInfo
-	for _, q := range *e.qps.Load() {
+	for _, q := range e.qps.all() {
 		var in QPInfo
 		err := q.run("query", func() {
 			in = QPInfo{QPN: q.qpn, Type: q.typ, State: q.attr.State, DestQPN: q.attr.DestQPN,

@@ -150,7 +150,8 @@ func (q *QP) runRequester(now time.Time) {
 }
 
 // gather returns the n bytes at offset off of w's message: a direct view of
-// registered memory when they lie in one SGE, else a copy into q.scratch.
+// registered memory when they lie in one SGE, else a copy into the shard's
+// scratch buffer, valid until the next gather on the shard.
 // ok is false on a local protection error.
 func (q *QP) gather(w *sendWQE, off, n uint32) ([]byte, bool) {
 	if n == 0 {
@@ -181,7 +182,7 @@ func (q *QP) gather(w *sendWQE, off, n uint32) ([]byte, bool) {
 			return b, true
 		}
 		if out == nil {
-			out = q.scratch[:0]
+			out = q.sh.scratch[:0]
 		}
 		out = append(out, b...)
 		n -= take

@@ -186,6 +186,11 @@ func (q *QP) takeRecvWR() bool {
 	if q.resp.haveWR {
 		return true
 	}
+	if q.resp.wr.SGL == nil {
+		// Room for any WR the queue can hold, allocated by the first
+		// receive: a QP that never receives costs none of it.
+		q.resp.wr.SGL = make([]srq.SGE, 0, q.e.maxSGE)
+	}
 	var ok bool
 	if q.srq != nil {
 		ok = q.srq.Pop(&q.resp.wr)
@@ -399,7 +404,8 @@ func (q *QP) haveRDResources() bool { return q.attr.MaxDestRDAtomic > 0 }
 // duplicate and is dropped (duplicate).
 func (q *QP) saveResource(r rdResource) {
 	if len(q.resp.res) == 0 {
-		q.resp.res = make([]rdResource, 1)
+		// Allocated on first use: most QPs never answer a READ or atomic.
+		q.resp.res = make([]rdResource, max(int(q.attr.MaxDestRDAtomic), 1))
 	}
 	q.resp.res[q.resp.resNext] = r
 	q.resp.resNext = (q.resp.resNext + 1) % len(q.resp.res)

@@ -179,7 +179,7 @@ func sharedSRQRun(t *testing.T, loss *impair.LossConfig) {
 		return
 	}
 	// Moving an SRQ QP to ERR raises LAST_WQE_REACHED.
-	for _, q := range *b.e.qps.Load() {
+	for _, q := range b.e.qps.all() {
 		q.Modify(&QPAttr{State: QPSErr}, QPAttrState)
 		break
 	}

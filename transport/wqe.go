@@ -80,25 +80,49 @@ func wcOpcode(op WROpcode) cq.Opcode {
 }
 
 // sendQueue is a fixed ring of send WQEs. The user produces (PostSend), the
-// owner shard consumes and retires.
+// owner shard consumes and retires. The ring and its SGE and inline storage
+// are allocated by the first post (grow), so a QP that never sends costs
+// none of it.
 type sendQueue struct {
 	mu sync.Mutex
-	// mu guards: head, tail. slots[i] for head <= i < tail belong to the
-	// shard; the others to PostSend.
+	// mu guards: head, tail, slots (allocation). slots[i] for head <= i <
+	// tail belong to the shard; the others to PostSend.
 	head, tail uint64
 	slots      []sendWQE
+
+	// Immutable after init: the ring's geometry.
+	n, maxSGE, maxInline int
 }
 
 func (s *sendQueue) init(n, maxSGE, maxInline int) {
-	s.slots = make([]sendWQE, n)
-	for i := range s.slots {
-		s.slots[i].sgl = make([]srq.SGE, 0, maxSGE)
-		if maxInline > 0 {
-			s.slots[i].inline = make([]byte, 0, maxInline)
-		}
-	}
+	s.n, s.maxSGE, s.maxInline = n, maxSGE, max(maxInline, 0)
 }
 
+// grow allocates the ring on first use: the slots, one array for every
+// slot's SGEs and one for every slot's inline data, each slot taking a
+// fixed-capacity window of them (appends within it never allocate). Called
+// with mu held.
+func (s *sendQueue) grow() {
+	if s.slots != nil {
+		return
+	}
+	slots := make([]sendWQE, s.n)
+	sges := make([]srq.SGE, s.n*s.maxSGE)
+	var inline []byte
+	if s.maxInline > 0 {
+		inline = make([]byte, s.n*s.maxInline)
+	}
+	for i := range slots {
+		slots[i].sgl = sges[i*s.maxSGE : i*s.maxSGE : (i+1)*s.maxSGE]
+		if inline != nil {
+			slots[i].inline = inline[i*s.maxInline : i*s.maxInline : (i+1)*s.maxInline]
+		}
+	}
+	s.slots = slots
+}
+
+// slot is the WQE at absolute index i; only for indices a post has filled
+// (the ring exists from then on).
 func (s *sendQueue) slot(i uint64) *sendWQE { return &s.slots[i%uint64(len(s.slots))] }
 
 func (s *sendQueue) loadTail() uint64 {
