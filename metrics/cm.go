@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"net/netip"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -25,45 +24,18 @@ type cmReading struct {
 	pending int
 }
 
-// cmRow is one value the CM collector exports: a series, its label values,
-// and how to read it.
-type cmRow struct {
-	desc   *prometheus.Desc
-	typ    prometheus.ValueType
-	labels []string
-	get    func(*cmReading) uint64
-}
-
 // CMCollector exports the QP1 (GSI) agent's and the connection manager's
 // counters: MADs in and out, every MAD dropped and why, CM retransmissions,
 // timeouts and rejects, and the connections waiting for their RTU.
 type CMCollector struct {
 	srcs []CMSource
-	opt  Options
-	rows []cmRow
+	rows *rows[cmReading]
 }
 
 // NewCMCollector returns a CMCollector over srcs.
 func NewCMCollector(opt Options, srcs ...CMSource) *CMCollector {
-	c := &CMCollector{srcs: srcs, opt: opt}
-	var addr []string
-	if opt.PerAddress {
-		addr = []string{"address"}
-	}
-	descs := map[string]*prometheus.Desc{}
-	row := func(name, help string, typ prometheus.ValueType, label string, get func(*cmReading) uint64) {
-		d := descs[name]
-		var names, values []string
-		if label != "" {
-			k, v, _ := strings.Cut(label, "=")
-			names, values = []string{k}, []string{v}
-		}
-		if d == nil {
-			d = prometheus.NewDesc(name, help, append(names, addr...), nil)
-			descs[name] = d
-		}
-		c.rows = append(c.rows, cmRow{d, typ, values, get})
-	}
+	c := &CMCollector{srcs: srcs, rows: newRows[cmReading](opt)}
+	row := c.rows.add
 	const (
 		gsiMADs  = "MADs on QP1: rx delivered to the CM, tx sent."
 		gsiDrops = "QP1 datagrams dropped, by reason: malformed (not a UD SEND of a 256-byte MAD with the GSI keys), bad_icrc, overflow (the CM read too slowly)."
@@ -98,20 +70,14 @@ func NewCMCollector(opt Options, srcs ...CMSource) *CMCollector {
 }
 
 // Describe implements prometheus.Collector.
-func (c *CMCollector) Describe(ch chan<- *prometheus.Desc) {
-	seen := map[*prometheus.Desc]bool{}
-	for _, r := range c.rows {
-		if !seen[r.desc] {
-			seen[r.desc] = true
-			ch <- r.desc
-		}
-	}
-}
+func (c *CMCollector) Describe(ch chan<- *prometheus.Desc) { c.rows.describe(ch) }
 
 // Collect implements prometheus.Collector.
 func (c *CMCollector) Collect(ch chan<- prometheus.Metric) {
 	rs := make([]cmReading, len(c.srcs))
+	addrs := make([]string, len(c.srcs))
 	for i, s := range c.srcs {
+		addrs[i] = s.Addr.String()
 		if s.GSI != nil {
 			rs[i].gsi = s.GSI.Stats()
 		}
@@ -119,17 +85,5 @@ func (c *CMCollector) Collect(ch chan<- prometheus.Metric) {
 			rs[i].cm, rs[i].pending = s.CM.Stats(), s.CM.Pending()
 		}
 	}
-	for _, row := range c.rows {
-		if c.opt.PerAddress {
-			for i, s := range c.srcs {
-				ch <- prometheus.MustNewConstMetric(row.desc, row.typ, float64(row.get(&rs[i])), append(row.labels, s.Addr.String())...)
-			}
-			continue
-		}
-		var sum uint64 // every row reads one counter, so the sum of readings is the reading of the sums
-		for i := range rs {
-			sum += row.get(&rs[i])
-		}
-		ch <- prometheus.MustNewConstMetric(row.desc, row.typ, float64(sum), row.labels...)
-	}
+	c.rows.collect(ch, rs, addrs)
 }

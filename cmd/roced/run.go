@@ -110,6 +110,7 @@ func (d *daemon) wait(ctx context.Context, hup <-chan os.Signal) error {
 // served is one bound device and what belongs to it.
 type served struct {
 	dev      *roce.Device
+	udp      *link.UDP // its socket, for the link counters
 	tap      *link.Tap // nil without -pcap
 	pcapPath string
 	pcap     *os.File
@@ -204,15 +205,17 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 		}
 		devs := make([]metrics.Device, len(d.devs))
 		var cms []metrics.CMSource
+		links := make([]metrics.LinkSource, len(d.devs))
 		for i, s := range d.devs {
 			devs[i] = s.dev
+			links[i] = metrics.LinkSource{Addr: s.dev.Addr(), Link: s.udp}
 			if s.mads != nil {
 				cms = append(cms, metrics.CMSource{Addr: s.dev.Addr(), GSI: s.mads, CM: s.cm})
 			}
 		}
 		// With several addresses each device's series carry its address.
 		opt := metrics.Options{PerAddress: len(d.devs) > 1}
-		reg := newRegistry(metrics.NewCollector(opt, devs...), metrics.NewCMCollector(opt, cms...),
+		reg := newRegistry(metrics.NewCollector(opt, devs...), metrics.NewCMCollector(opt, cms...), metrics.NewLinkCollector(opt, links...),
 			newResponderCollector(&d.pingpong, &d.rping, &d.events), d.health)
 		ep := endpoints{reg: reg, ready: &d.ready, health: d.health.check, log: d.log}
 		if cfg.debug == "" && debugHere(cfg.metrics) {
@@ -325,7 +328,7 @@ func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 		}
 		return nil, fmt.Errorf("-bind %s: UDP %d: %w", a, cfg.port, unwrapOp(err))
 	}
-	s := &served{}
+	s := &served{udp: u}
 	var l link.Link = u
 	if cfg.pcapFile != "" {
 		s.pcapPath = pcapPath(cfg.pcapFile, a, len(cfg.binds))
