@@ -265,4 +265,7 @@ type QPInfo struct {
 	Retransmits uint64
 	// Timeouts is the number of times the QP's retransmission timer expired.
 	Timeouts uint64
+	// Backoff is the number of consecutive retransmission timeouts without
+	// progress: the QP's timer runs at its timeout << Backoff (at most 6).
+	Backoff uint8
 }

@@ -48,3 +48,49 @@ func TestReceiveToCQENoAlloc(t *testing.T) {
 		t.Fatalf("receive to CQE allocates %.1f times per packet", a)
 	}
 }
+
+// TestStepNoAlloc: a shard step that takes a request, executes it, emits its
+// ACK into the output list and requests from a posted SEND allocates
+// nothing per packet.
+func TestStepNoAlloc(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	w := newWire(t, QPTypeRC, rcOpts{recvWR: 4, sendWR: 4})
+	rb := w.mem.reg(1, make([]byte, 1024), AccessLocalWrite)
+	sb := w.mem.reg(1, pattern(512, 2), AccessLocalWrite)
+	recv := []srq.RecvWR{{WRID: 1, SGL: []srq.SGE{rb.sge(0, 1024)}}}
+	send := []SendWR{{WRID: 2, Opcode: WRSend, SGL: []srq.SGE{sb.sge(0, 512)}}}
+	payload := pattern(512, 1)
+	rpsn, spsn := wireRQPSN, wireSQPSN
+	wc := make([]cq.WorkCompletion, 4)
+	s := w.q.sh
+	step := func() {
+		w.q.rq.PostRecv(recv)
+		w.q.PostSend(send)
+		it := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: rpsn, AckReq: true}, payload)
+		ack := w.packet(bth.Fields{Opcode: bth.RCAck, PSN: spsn, AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid)}}, nil)
+		rpsn, spsn = rpsn.Add(1), spsn.Add(1)
+		s.enqueue(it)
+		s.step()
+		if len(s.out) != 2 {
+			t.Fatalf("emitted %d packets, want the ACK and the SEND", len(s.out))
+		}
+		for i := range s.out {
+			link.PutBuffer(s.out[i].buf)
+			s.out[i] = txPacket{}
+		}
+		s.out = s.out[:0]
+		s.drainWC()
+		s.enqueue(ack)
+		s.step()
+		s.drainWC()
+		if k, _ := w.rcq.Poll(wc); k != 1 || wc[0].Status != cq.Success {
+			t.Fatalf("poll %d %v", k, wc[0].Status)
+		}
+	}
+	step()
+	if a := testing.AllocsPerRun(100, step); a != 0 {
+		t.Fatalf("a step allocates %.1f times", a)
+	}
+}

@@ -335,6 +335,10 @@ type Config struct {
 	// 1500-byte Ethernet). A UD QP has no path MTU of its own: its messages
 	// may be up to this size.
 	PortMTU MTU
+	// RetryRate and RetryBurst are the device-wide budget of retransmission
+	// timeouts acted on, a token bucket (0: 10000 per second, 1000 deep;
+	// RetryRate < 0: unlimited). A timeout without a token waits for one.
+	RetryRate, RetryBurst int
 }
 
 // newErr is the error of verb op on QP qpn (0 when there is no QP yet): the

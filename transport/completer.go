@@ -25,6 +25,12 @@ type completer struct {
 	// the rewind: it neither costs a retry nor starts another; only the
 	// retransmission timer does.
 	retrying bool
+	// backoff is the number of consecutive retransmission timeouts (capped
+	// at maxBackoff): the timer runs rto << backoff. Progress resets it.
+	backoff uint8
+	// reserved: a timeout is waiting for the device retry budget's token
+	// it reserved, due at rtoAt.
+	reserved bool
 }
 
 // head returns the oldest started, uncompleted WQE, or nil.
@@ -106,6 +112,9 @@ func (q *QP) resetRetries() {
 	q.comp.retryCnt = q.attr.RetryCnt
 	q.comp.rnrRetry = q.attr.RNRRetry
 	q.comp.retrying = false
+	q.comp.backoff = 0
+	q.comp.reserved = false
+	q.req.probing = false
 }
 
 // retryPending reports that a retry is already asked for or under way: the
@@ -134,25 +143,6 @@ func (q *QP) retry(now time.Time, timeout bool) {
 	if q.head() != nil {
 		q.req.needRetry = true
 		q.comp.retrying = true
-	}
-}
-
-// onTimer handles the retransmission and RNR timers at now.
-func (q *QP) onTimer(now time.Time) {
-	if !q.comp.rnrAt.IsZero() && !now.Before(q.comp.rnrAt) {
-		q.comp.rnrAt = time.Time{}
-	}
-	if !q.comp.rtoAt.IsZero() && !now.Before(q.comp.rtoAt) {
-		q.comp.rtoAt = time.Time{}
-		if q.head() == nil {
-			return
-		}
-		q.e.stats.Timeouts.Add(1)
-		q.cnt.timeouts.Add(1)
-		q.retry(now, true)
-		if q.attr.State != QPSErr && q.rto > 0 {
-			q.comp.rtoAt = now.Add(q.rto)
-		}
 	}
 }
 
@@ -197,11 +187,23 @@ func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 	// The expected PSN moves past everything acknowledged, but never into a READ
 	// or atomic at the head: only its own responses may advance it there. A READ
 	// response that implicitly acknowledges the WRITE before it (no separate ACK,
-	// as rxe coalesces) must still find comp.psn at the READ's first PSN.
+	// as rxe coalesces) must still find comp.psn at the READ's first PSN. Nor does
+	// it move past the last PSN of a WQE the requester is still (re)sending,
+	// which only an ACK after its last packet completes (rxe completes only
+	// pending WQEs): after a timeout probe, the peer may acknowledge a whole
+	// message of which only the first packet went out again. And nothing
+	// acknowledges a PSN never sent.
 	w := q.head()
 	next := through.Add(1)
-	if w != nil && w.isReadOrAtomic() && next.After(w.firstPSN) {
+	switch {
+	case w == nil:
+	case w.isReadOrAtomic() && next.After(w.firstPSN):
 		next = w.firstPSN
+	case w.state != wqePending && next.After(w.lastPSN):
+		next = w.lastPSN
+	}
+	if next.After(q.req.maxPSN) {
+		next = q.req.maxPSN
 	}
 	if next.After(q.comp.psn) {
 		q.comp.psn = next
@@ -228,6 +230,7 @@ func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 			q.comp.rnrAt = now.Add(bth.RNRTimerDuration(aeth.RNRTimer()))
 			q.comp.rtoAt = time.Time{}
 			q.req.needRetry = true
+			q.req.probing = false // the peer answers: go back N after the wait
 			// The rest of the message is in flight and will draw a PSN
 			// sequence NAK: the echo of this RNR NAK, not a new loss.
 			q.comp.retrying = true
@@ -324,7 +327,7 @@ func (q *QP) afterProgress(now time.Time, progress bool) {
 	q.resetRetries()
 	q.comp.gapSet = false
 	if q.head() != nil && q.rto > 0 {
-		q.comp.rtoAt = now.Add(q.rto)
+		q.comp.rtoAt = now.Add(q.rtoInterval())
 	} else {
 		q.comp.rtoAt = time.Time{}
 	}
@@ -335,5 +338,7 @@ func (q *QP) afterProgressNoTimer(progress bool) {
 		q.comp.retryCnt = q.attr.RetryCnt
 		q.comp.gapSet = false
 		q.comp.retrying = false
+		q.comp.backoff = 0
+		q.comp.reserved = false
 	}
 }

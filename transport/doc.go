@@ -7,15 +7,19 @@
 // the responder (responder.go, rxe_resp.c) executes inbound requests and
 // acknowledges them, and the completer (completer.go, rxe_comp.c) retires
 // send WQEs from ACKs and responses and drives retries. They take the time
-// as an argument and never start goroutines.
+// as an argument, never start goroutines and never send: they append their
+// packets to the shard's output list (QP.emit), and the shard sends the list
+// (shard.flush). So each IBA rule is testable packet in, packets out, with no
+// link (wire_test.go), and the shard sees every packet of a step before it
+// goes out.
 //
 // # Concurrency
 //
-// A fixed set of shard goroutines owns the QPs, by hash of the QPN. Only a
-// QP's shard writes its state. PostSend and PostRecv run on the caller's
-// goroutine: they validate, queue under the queue's mutex and wake the
-// shard through a capacity-1 channel, so wake-ups coalesce and are never
-// lost. Modify, Query and Destroy run on the owner shard as commands.
+// A fixed set of shard goroutines owns the QPs, by QPN. Only a QP's shard
+// writes its state. PostSend and PostRecv run on the caller's goroutine:
+// they validate, queue under the queue's mutex and wake the shard through a
+// capacity-1 channel, so wake-ups coalesce and are never lost. Modify, Query,
+// Destroy, Barrier and the debug snapshot run on the owner shard as commands.
 // Timers (retransmission, RNR) only wake the shard.
 //
 // # Scale
@@ -27,6 +31,19 @@
 // QP holds its state and nothing else: the send ring, the receive WR's SGE
 // storage and the responder resources are allocated on first use, and the
 // buffer that gathers a payload spanning SGEs belongs to the shard.
+//
+// # Shard slices
+//
+// A shard works in bounded slices and serves its commands between them, so
+// no number of busy QPs delays a command by more than one slice (shard.go).
+// A slice delivers at most 256 received datagrams and serves at most 64
+// ready QPs; the QPs it services emit at most 256 budgeted packets (requests
+// and READ responses), one QP at most 64 in a turn, plus at most one
+// acknowledgement per datagram. A QP with more to send goes to the back of
+// the ready queue, so ready QPs are served round robin. A READ reply longer
+// than a turn continues in the QP's next turns; requests that arrive
+// meanwhile wait behind it (at most 256) so responses still leave in PSN
+// order, and its R_Key is resolved again each turn.
 //
 // # Receive flow
 //
@@ -41,22 +58,57 @@
 //	        └─ response ─► completer: cumulative ACK retires WQEs ─► send CQE (signaled or error)
 //	                          NAK seq ─► go-back-N; RNR NAK ─► wait RNR timer; others ─► error, ERR, flush
 //
-// The shard holds a positive ACK until the end of its batch and sends one
+// The responder holds a positive ACK until the end of the step and sends one
 // cumulative ACK for the newest PSN (NAKs, READ responses and atomic ACKs
-// send the held ACK first). Completions made during a batch are held too and
-// pushed to their CQs only after the batch's packets are written, so an
+// send the held ACK first). Completions made during a slice are held too and
+// pushed to their CQs only after the slice's packets are written, so an
 // application never sees a receive before the peer can see its ACK, and a
 // UD or UC send completes once its packets are on the wire.
 //
 // # Send flow
 //
 //	PostSend ─► validate ─► send queue slot ─► wake shard
-//	shard requester: fence / max_rd_atomic / 128-PSN window ─► next opcode by PMTU
+//	shard requester: fence / max_rd_atomic / 128-PSN window ─► next opcode (bth.MessageOpcode)
 //	        ─► bth.Append into a pooled buffer (payload gathered from the MR through Memory)
-//	        ─► bth.PutICRC (IPv4 ID 0, DF) ─► batch ─► Link.WriteBatch
+//	        ─► output list ─► end of slice: bth.PutICRC (IPv4 ID 0, DF) ─► Link.WriteBatch
 //	retransmission: nothing sent is kept; on a NAK or timeout the requester
 //	rewinds to the oldest unacknowledged PSN and regenerates packets from the
 //	WQE and the MR.
+//
+// # Retransmission
+//
+// A peer that stops answering must not make the engine send without limit:
+// with a fixed timer and whole-window resends, 256 abandoned QPs resending
+// 64-packet windows every 67 ms keep a shard busy for good (363 packets sent
+// per packet the peer sent, in TestSRQStormBounded's setting). Where rxe
+// (rxe_comp.c, rxe_req.c) uses a fixed timer and resends the whole window on
+// every timeout, goroce bounds retransmission three ways (retry.go):
+//
+//   - Backoff: the timer of a QP runs timeout << k after k consecutive
+//     timeouts without progress, k at most 6; any progress (an ACK or
+//     response that moves the oldest unacknowledged PSN) resets k. rxe keeps
+//     the timer fixed. The IBA leaves the local ACK timer's restart to the
+//     implementation; TCP backs off the same way. retry_cnt still counts
+//     timeouts, so a finite retry_cnt fails later than on rxe (retry_cnt 3
+//     after 15 timeouts' worth of time instead of 4); with retry_cnt 7
+//     (infinite) a QP whose peer is gone sends one probe every 64 × timeout.
+//   - Probe: after a timeout the QP resends only its oldest unacknowledged
+//     packet, with AckReq, until an answer arrives; the answer ends probing
+//     and go-back-N resumes from what it acknowledged (ACK-clocked). rxe
+//     resends the whole window (up to 128 packets) per timeout. NAKs and RNR
+//     NAKs, which come from a live peer, still go back N at once.
+//   - Budget: timeouts acted on take a token from a device-wide bucket
+//     (Config.RetryRate per second, default 10000, Config.RetryBurst deep,
+//     default 1000). A timeout without a token reserves the next one and
+//     waits for it, in arrival order; it is counted (RetriesDeferred), never
+//     dropped, and costs no retry. rxe has no such bound.
+//
+// So without answers a QP sends at most one packet per backed-off timeout,
+// and the device at most RetryBurst + RetryRate × t probes in any t. Every
+// packet that is not a probe is a first transmission or is clocked by a
+// packet from the peer. The counters Timeouts, BackedOffTimeouts,
+// RetriesDeferred and TurnsYielded, and QPInfo.Backoff, show the bounds at
+// work.
 //
 // # Wire behaviour matched to rxe
 //

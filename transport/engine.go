@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/cq"
-	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport/link"
 )
 
@@ -46,7 +44,8 @@ type Engine struct {
 	maxRDAtom [2]int // max_rd_atomic and max_dest_rd_atomic limits
 	portMTU   MTU
 
-	shards []*shard
+	shards  []*shard
+	retries *retryBudget // timer-driven retries, device-wide
 
 	mu sync.Mutex
 	// mu guards: writes of qps (lookups are lock-free).
@@ -61,6 +60,23 @@ type Engine struct {
 // NewEngine starts an engine on cfg.Link. The engine owns the Link from then
 // on: Close closes it.
 func NewEngine(cfg Config) (*Engine, error) {
+	e, err := newEngine(cfg)
+	if err != nil {
+		return nil, err
+	}
+	readers := link.ReceiveFuncs(cfg.Link) // one, or one per SO_REUSEPORT socket
+	e.wg.Add(len(e.shards) + len(readers))
+	for _, s := range e.shards {
+		go s.run()
+	}
+	for _, recv := range readers {
+		go e.readLoop(recv, e.shards[0].batch)
+	}
+	return e, nil
+}
+
+// newEngine builds an engine without starting its goroutines.
+func newEngine(cfg Config) (*Engine, error) {
 	if cfg.Link == nil || cfg.Memory == nil {
 		return nil, newErr("create_engine", 0, syscall.EINVAL, "Link and Memory are required")
 	}
@@ -76,6 +92,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		maxInline: cfg.MaxInline,
 		maxRDAtom: [2]int{cfg.MaxRDAtomic, cfg.MaxDestRDAtomic},
 		portMTU:   cfg.PortMTU,
+		retries:   newRetryBudget(cfg.RetryRate, cfg.RetryBurst),
 		done:      make(chan struct{}),
 	}
 	la := cfg.Link.LocalAddr()
@@ -121,21 +138,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		batch = 1
 	}
 	for i := 0; i < n; i++ {
-		s := &shard{e: e, kick: make(chan struct{}, 1), cmds: make(chan func()), batch: batch}
-		s.in = make([]rxItem, 0, rxQueueLen)
-		s.work = make([]rxItem, 0, rxQueueLen)
-		s.tx = make([]link.Message, 0, batch)
-		s.txBufs = make([]*[link.MaxDatagram]byte, 0, batch)
-		e.shards = append(e.shards, s)
-	}
-	readers := link.ReceiveFuncs(cfg.Link) // one, or one per SO_REUSEPORT socket
-	e.wg.Add(n + len(readers))
-	for _, s := range e.shards {
-		s.passDone.Store(e.clock.Now().UnixNano())
-		go s.run()
-	}
-	for _, recv := range readers {
-		go e.readLoop(recv, batch)
+		e.shards = append(e.shards, newShard(e, batch))
 	}
 	return e, nil
 }
@@ -296,209 +299,4 @@ func containsShard(l []*shard, s *shard) bool {
 		}
 	}
 	return false
-}
-
-// rxItem is one inbound datagram on its way to a shard. The shard owns buf
-// once enqueue succeeded and returns it to the pool.
-type rxItem struct {
-	buf   *[link.MaxDatagram]byte
-	n     int
-	src   netip.AddrPort
-	local netip.Addr
-	tos   uint8
-	qp    *QP
-}
-
-// shard is one engine goroutine and the QPs it owns.
-type shard struct {
-	e     *Engine
-	kick  chan struct{} // capacity 1: kicks coalesce and are never lost
-	cmds  chan func()
-	batch int
-
-	passDone atomic.Int64 // clock time (UnixNano) the last pass ended; see ShardLoopAges
-
-	inMu sync.Mutex
-	// inMu guards: in, ready.
-	in    []rxItem
-	ready []*QP // QPs woken by PostSend/PostRecv, timers, or other shards
-
-	// Owned by the shard goroutine.
-	work    []rxItem
-	readyW  []*QP
-	touched []*QP
-	tx      []link.Message
-	txBufs  []*[link.MaxDatagram]byte
-	rwr     srq.RecvWR // scratch for SRQ pops (reused, no allocation)
-	scratch [4096]byte // gather buffer for a payload spanning SGEs (QP.gather)
-
-	// Completions made while processing wait in wcs until the transmit
-	// batch is on the wire (see drainWC).
-	deferWC bool
-	wcs     []deferredWC
-}
-
-// deferredWC is a completion held back until the packets of its batch are
-// sent.
-type deferredWC struct {
-	q         *QP
-	c         *cq.Queue
-	wc        cq.WorkCompletion
-	solicited bool
-}
-
-func (s *shard) wake() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (s *shard) enqueue(it rxItem) bool {
-	s.inMu.Lock()
-	if len(s.in) >= cap(s.in) {
-		s.inMu.Unlock()
-		return false
-	}
-	s.in = append(s.in, it)
-	s.inMu.Unlock()
-	return true
-}
-
-// wakeQP asks the shard to service q (run its requester, check its timers).
-// Safe from any goroutine.
-func (s *shard) wakeQP(q *QP) {
-	if q.queued.CompareAndSwap(false, true) {
-		s.inMu.Lock()
-		s.ready = append(s.ready, q)
-		s.inMu.Unlock()
-	}
-	s.wake()
-}
-
-func (s *shard) run() {
-	defer s.e.wg.Done()
-	for {
-		select {
-		case <-s.kick:
-		case fn := <-s.cmds:
-			fn()
-		case <-s.e.done:
-			s.flushTx()
-			s.inMu.Lock()
-			for _, it := range s.in {
-				link.PutBuffer(it.buf)
-			}
-			s.in = s.in[:0]
-			s.inMu.Unlock()
-			return
-		}
-		s.process()
-		s.passDone.Store(s.e.clock.Now().UnixNano()) // health: Engine.ShardLoopAges
-	}
-}
-
-// process drains inbound packets and woken QPs, runs requesters, sends the
-// transmit batch and re-arms timers. It is the whole per-kick work of a shard.
-func (s *shard) process() {
-	for {
-		s.inMu.Lock()
-		s.work, s.in = s.in, s.work[:0]
-		s.readyW, s.ready = s.ready, s.readyW[:0]
-		s.inMu.Unlock()
-		if len(s.work) == 0 && len(s.readyW) == 0 {
-			break
-		}
-		now := s.e.clock.Now()
-		s.deferWC = true
-		for i := range s.work {
-			it := &s.work[i]
-			q := it.qp
-			if !q.destroyed {
-				q.receive(now, it)
-				s.touch(q)
-			}
-			link.PutBuffer(it.buf)
-			*it = rxItem{}
-		}
-		for _, q := range s.readyW {
-			q.queued.Store(false)
-			s.touch(q)
-		}
-		for _, q := range s.touched {
-			q.touchedMark = false
-			if !q.destroyed {
-				q.service(now)
-			}
-		}
-		s.touched = s.touched[:0]
-		s.flushTx()
-		s.drainWC()
-	}
-}
-
-// drainWC makes the completions of the batch visible. It runs after
-// flushTx, so an application never sees a receive completion before the
-// ACK that acknowledges it has left: a peer that learns of delivery over a
-// side channel (a CM DREQ, a TCP "done") and tears down cannot race the
-// ACK, and a UD or UC send completes only once its packets are sent.
-func (s *shard) drainWC() {
-	s.deferWC = false
-	for i := range s.wcs {
-		d := &s.wcs[i]
-		d.q.pushWC(d.c, &d.wc, d.solicited)
-		*d = deferredWC{}
-	}
-	s.wcs = s.wcs[:0]
-}
-
-func (s *shard) touch(q *QP) {
-	if !q.touchedMark {
-		q.touchedMark = true
-		s.touched = append(s.touched, q)
-	}
-}
-
-// txBuf returns a buffer for one outgoing packet; xmit queues it.
-func (s *shard) txBuf() *[link.MaxDatagram]byte {
-	if len(s.tx) >= s.batch {
-		s.flushTx()
-	}
-	return link.GetBuffer()
-}
-
-// xmit finishes pkt (a slice of buf), sent by q, with its ICRC and queues it
-// for dst.
-func (s *shard) xmit(q *QP, buf *[link.MaxDatagram]byte, pkt []byte, dst netip.Addr, class OpClass) {
-	e := s.e
-	// IPv4: a Link's sockets send with DF set and IPv4 ID 0 (see package
-	// link), and the ICRC covers both.
-	env := bth.Envelope{Src: e.localAddr, Dst: dst, IPID: 0, DF: true, SrcPort: q.srcPort(), DstPort: e.port}
-	bth.PutICRC(&env, pkt)
-	s.tx = append(s.tx, link.Message{Buf: pkt, Addr: netip.AddrPortFrom(dst, e.port), SrcPort: q.wport})
-	s.txBufs = append(s.txBufs, buf)
-	e.stats.SentPackets[class].Add(1)
-	e.stats.SentBytes[class].Add(uint64(len(pkt)))
-}
-
-func (s *shard) flushTx() {
-	msgs := s.tx
-	for len(msgs) > 0 {
-		n, err := s.e.link.WriteBatch(msgs)
-		if err == nil {
-			break
-		}
-		s.e.stats.TxErrors.Add(1)
-		if errors.Is(err, errClosed) {
-			break
-		}
-		msgs = msgs[n+1:]
-	}
-	for i, b := range s.txBufs {
-		link.PutBuffer(b)
-		s.txBufs[i] = nil
-		s.tx[i] = link.Message{}
-	}
-	s.tx = s.tx[:0]
-	s.txBufs = s.txBufs[:0]
 }

@@ -147,9 +147,10 @@ func TestPeerGoneRetryExceeded(t *testing.T) {
 		if wcs[0].WRID != 2 || wcs[0].Status != cq.RetryExcErr || wcs[1].WRID != 3 || wcs[1].Status != cq.WRFlushErr {
 			t.Fatalf("completions %s %s, want RETRY_EXC_ERR then WR_FLUSH_ERR", wcString(wcs[0]), wcString(wcs[1]))
 		}
-		// 4 timeouts of 4.096 µs × 2^8 ≈ 1.05 ms each (retry_cnt 3).
-		if el := time.Since(start); el < 4*time.Duration(4096<<8) || el > 10*time.Millisecond {
-			t.Fatalf("gave up after %v", el)
+		// 4 timeouts (retry_cnt 3) of a timer of 4.096 µs × 2^8 ≈ 1.05 ms
+		// that doubles per consecutive timeout: 1+2+4+8 = 15 of them.
+		if el, want := time.Since(start), 15*time.Duration(4096<<8); el < want || el > want+time.Millisecond {
+			t.Fatalf("gave up after %v, want %v", el, want)
 		}
 		if w := waitWC(t, a.rcq, 1, time.Second)[0]; w.WRID != 50 || w.Status != cq.WRFlushErr {
 			t.Fatalf("receive WR %s, want flushed", wcString(w))

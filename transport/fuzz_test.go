@@ -119,7 +119,7 @@ func fuzzResponder(t *testing.T, data []byte, typ QPType) {
 		q.run("fuzz", func() {
 			q.receive(n.e.clock.Now(), &it)
 			q.service(n.e.clock.Now())
-			q.sh.flushTx()
+			q.sh.flush()
 		}, false)
 		link.PutBuffer(buf)
 	}

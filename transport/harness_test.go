@@ -281,3 +281,11 @@ func wcString(w cq.WorkCompletion) string {
 
 // grhLen is the GRH area at the start of every UD receive buffer.
 const grhLen = bth.GRHLen
+
+// unreg removes r from the memory map (ibv_dereg_mr).
+func (m *fakeMem) unreg(r *Region) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.byL, r.LKey)
+	delete(m.byR, r.RKey)
+}

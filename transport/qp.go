@@ -366,6 +366,7 @@ func (q *QP) reset() {
 		q.sq.slots[i].state = wqePosted
 	}
 	q.sq.mu.Unlock()
+	q.dropHeld()
 	res := q.resp.res
 	wr := q.resp.wr
 	q.req = requester{}
@@ -389,6 +390,7 @@ func (q *QP) toError(now time.Time) {
 	if q.attr.State != QPSErr {
 		q.setState(QPSErr)
 		q.comp.rtoAt, q.comp.rnrAt = time.Time{}, time.Time{}
+		q.dropHeld()
 	}
 	qpn := q.qpn
 	if q.resp.haveWR {
@@ -452,6 +454,7 @@ func (q *QP) Destroy() error {
 	err := q.run(op, func() {
 		already = q.destroyed
 		q.destroyed = true
+		q.dropHeld()
 		if q.timer != nil {
 			q.timer.Stop()
 		}
@@ -660,6 +663,7 @@ type QPInfo struct {
 	RxPackets   uint64
 	Retransmits uint64
 	Timeouts    uint64
+	Backoff     uint8 // consecutive retransmission timeouts: the timer runs at timeout << Backoff
 }
 
 // QPs returns a snapshot of every QP, for debugging and /debug/qps.
@@ -670,7 +674,7 @@ func (e *Engine) QPs() []QPInfo {
 		err := q.run("query", func() {
 			in = QPInfo{QPN: q.qpn, Type: q.typ, State: q.attr.State, DestQPN: q.attr.DestQPN,
 				Peer: q.attr.AV.DGID, SrcPort: q.srcPort(), NextPSN: q.req.psn, AckedPSN: q.comp.psn,
-				ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.comp.idx)}
+				ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.comp.idx), Backoff: q.comp.backoff}
 		}, false)
 		if err != nil {
 			continue

@@ -16,6 +16,10 @@ type requester struct {
 	off       uint32  // bytes of that WQE already sent
 	noAck     int     // packets sent since the last AckReq
 	needRetry bool    // rewind to the completer's PSN before sending (go-back-N)
+	// probing: the retransmission timer expired and nothing was
+	// acknowledged since, so only the oldest unacknowledged packet is sent
+	// (with AckReq), not the window; an answer ends it (see retry.go).
+	probing bool
 }
 
 // wireOps is the bth operation each send WR opcode is carried by.
@@ -88,56 +92,38 @@ func (q *QP) rewind() {
 	}
 }
 
-// runRequester sends what the send queue, the window, fences and the
-// rd_atomic limit allow.
-func (q *QP) runRequester(now time.Time) {
+// runRequester emits what the send queue, the window, fences, the
+// rd_atomic limit and a timeout probe allow, at most limit packets. It
+// returns how many it emitted, and more when it stopped at limit with
+// packets still to send.
+func (q *QP) runRequester(now time.Time, limit int) (sent int, more bool) {
 	st := q.attr.State
 	if st != QPSRTS && st != QPSSQD {
-		return
+		return 0, false
 	}
 	if q.req.needRetry {
 		if !q.comp.rnrAt.IsZero() {
-			return // RNR timer still running
+			return 0, false // RNR timer still running
 		}
 		q.rewind()
 	}
 	tail := q.sq.loadTail()
 	for q.req.idx < tail && q.attr.State != QPSErr {
 		w := q.sq.slot(q.req.idx)
-		if w.state == wqePosted {
-			if st == QPSSQD {
-				return // SQD: finish what started, begin nothing new
-			}
-			if q.typ == QPTypeRC {
-				out := q.rdAtomicOutstanding()
-				if w.wr.Flags&SendFence != 0 && out > 0 {
-					return
-				}
-				if w.isReadOrAtomic() && out >= max(int(q.attr.MaxRDAtomic), 1) {
-					return
-				}
-			}
-			w.firstPSN = q.req.psn
-			w.lastPSN = q.req.psn.Add(int(numPackets(w.wr.Opcode, w.length, q.pmtu)) - 1)
-			w.state = wqeProcessing
-			w.sentAt = now
-			q.req.off = 0
-			if q.typ == QPTypeUD && w.length > q.pmtu {
-				// A UD message above the port MTU (an SGE of length 0 means
-				// 2^31 bytes) is not sent. C10-93.1.1 allows faking success,
-				// which rxe does, but then the datagram vanishes without a
-				// trace; a local length error tells the application.
-				q.failWQE(now, w, cq.LocLenErr)
-				return
-			}
+		if w.state == wqePosted && !q.startWQE(now, w) {
+			return sent, false
 		}
-		if q.typ == QPTypeRC && q.req.psn.Diff(q.comp.psn) >= maxUnackedPSNs {
-			return
+		if q.typ == QPTypeRC && (q.req.psn.Diff(q.comp.psn) >= maxUnackedPSNs || q.req.probing && q.req.psn != q.comp.psn) {
+			return sent, false // window full, or the timeout probe is out
+		}
+		if sent == limit {
+			return sent, true
 		}
 		done, ok := q.sendPacket(now, w)
 		if !ok {
-			return
+			return sent, false
 		}
+		sent++
 		if done {
 			w.state = wqePending
 			q.req.idx++
@@ -147,6 +133,39 @@ func (q *QP) runRequester(now time.Time) {
 			}
 		}
 	}
+	return sent, false
+}
+
+// startWQE begins sending w, a posted WQE, and reports whether the requester
+// may: not in SQD, not while a fence or max_rd_atomic holds it back, and not
+// a UD message above the port MTU (which fails).
+func (q *QP) startWQE(now time.Time, w *sendWQE) bool {
+	if q.attr.State == QPSSQD {
+		return false // SQD: finish what started, begin nothing new
+	}
+	if q.typ == QPTypeRC {
+		out := q.rdAtomicOutstanding()
+		if w.wr.Flags&SendFence != 0 && out > 0 {
+			return false
+		}
+		if w.isReadOrAtomic() && out >= max(int(q.attr.MaxRDAtomic), 1) {
+			return false
+		}
+	}
+	w.firstPSN = q.req.psn
+	w.lastPSN = q.req.psn.Add(int(numPackets(w.wr.Opcode, w.length, q.pmtu)) - 1)
+	w.state = wqeProcessing
+	w.sentAt = now
+	q.req.off = 0
+	if q.typ == QPTypeUD && w.length > q.pmtu {
+		// A UD message above the port MTU (an SGE of length 0 means
+		// 2^31 bytes) is not sent. C10-93.1.1 allows faking success,
+		// which rxe does, but then the datagram vanishes without a
+		// trace; a local length error tells the application.
+		q.failWQE(now, w, cq.LocLenErr)
+		return false
+	}
+	return true
 }
 
 // gather returns the n bytes at offset off of w's message: a direct view of
@@ -236,7 +255,6 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 	f := bth.Fields{PKey: 0xFFFF, PSN: q.req.psn, DestQP: q.attr.DestQPN}
 	dst := q.attr.AV.DGID
 	var payload []byte
-	var class OpClass
 	var n uint32
 	consumed := 1
 	switch q.typ {
@@ -253,7 +271,6 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 		dst = w.av.DGID
 		n = w.length
 		done = true
-		class = ClassUD
 	default:
 		var last bool
 		f.Opcode, last = q.nextOpcode(w, q.req.off)
@@ -263,13 +280,10 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 			rem := w.length - q.req.off
 			f.RETH = bth.RETH{VA: w.wr.RemoteAddr + uint64(q.req.off), RKey: w.wr.RKey, DMALen: rem}
 			consumed = int(w.lastPSN.Diff(q.req.psn)) + 1
-			class = ClassReadRequest
 		case WRAtomicCmpAndSwp:
 			f.Atomic = bth.AtomicETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.Swap, Compare: w.wr.CompareAdd}
-			class = ClassAtomic
 		case WRAtomicFetchAndAdd:
 			f.Atomic = bth.AtomicETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
-			class = ClassAtomic
 		default:
 			n = min(w.length-q.req.off, q.pmtu)
 			if f.Opcode.HasRETH() {
@@ -286,11 +300,10 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 			if last && w.wr.Flags&SendSolicited != 0 && (f.Opcode.IsSend() || f.Opcode.HasImm()) {
 				f.SE = true
 			}
-			class = classOf(f.Opcode)
 		}
 		q.req.noAck++
-		if q.typ == QPTypeRC && (last || q.req.noAck >= maxPktsPerAck) {
-			f.AckReq = true
+		if q.typ == QPTypeRC && (last || q.req.noAck >= maxPktsPerAck || q.req.probing) {
+			f.AckReq = true // a probe asks for the ACK that ends probing
 			q.req.noAck = 0
 		}
 	}
@@ -302,10 +315,7 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 			return false, false
 		}
 	}
-	buf := q.sh.txBuf()
-	pkt := bth.Append(buf[:0], &f, payload)
-	q.sh.xmit(q, buf, pkt, dst, class)
-	q.cnt.txPackets.Add(1)
+	q.emit(&f, payload, dst)
 	if q.req.psn.Before(q.req.maxPSN) {
 		q.e.stats.Retransmits.Add(1)
 		q.cnt.retransmits.Add(1)
@@ -316,7 +326,7 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 	}
 	q.req.off += n
 	if f.AckReq && q.typ == QPTypeRC && q.rto > 0 && q.comp.rtoAt.IsZero() {
-		q.comp.rtoAt = now.Add(q.rto)
+		q.comp.rtoAt = now.Add(q.rtoInterval())
 	}
 	return done, true
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
+	"github.com/goroce/goroce/transport/link"
 )
 
 // responder executes inbound requests: it checks PSN, opcode sequence,
@@ -47,6 +48,9 @@ type responder struct {
 	ackPending bool
 	ackPSN     bth.PSN
 	ackMSN     uint32
+
+	read readReply // the READ response going out
+	held []rxItem  // requests waiting behind read (see hold)
 }
 
 // noOpcode is the responder's opcode outside any message: not a FIRST or
@@ -323,19 +327,16 @@ func (q *QP) execute(now time.Time, pkt *bth.Packet) {
 		}
 		// A zero-length READ names no memory: its R_Key and VA are not
 		// checked (C9-88, rxe check_rkey).
-		var b []byte
-		if reth.DMALen > 0 {
-			if b = q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead); b == nil {
-				q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
-				return
-			}
+		if reth.DMALen > 0 && q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead) == nil {
+			q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
+			return
 		}
 		npk := numPackets(WRRDMARead, reth.DMALen, q.pmtu)
 		q.saveResource(rdResource{valid: true, first: p, last: p.Add(int(npk) - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALen})
 		q.resp.msn++
 		q.resp.opcode = op
 		q.resp.psn = p.Add(int(npk))
-		q.sendReadResponses(p, b)
+		q.startRead(p, reth)
 	case op.IsAtomic():
 		if !q.haveRDResources() {
 			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
@@ -433,18 +434,17 @@ func (q *QP) duplicate(now time.Time, pkt *bth.Packet) {
 			}
 			if reth.DMALen == 0 {
 				// Names no memory (C9-88): nothing to check or read.
-				q.sendReadResponses(p, nil)
+				q.startRead(p, reth)
 				return
 			}
 			if r.rkey != reth.RKey || reth.VA < r.va || uint64(reth.VA-r.va)+uint64(reth.DMALen) > uint64(r.length) {
 				continue
 			}
-			b := q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead)
-			if b == nil {
+			if q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead) == nil {
 				q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
 				return
 			}
-			q.sendReadResponses(p, b)
+			q.startRead(p, reth)
 			return
 		}
 	case op.IsAtomic():
@@ -482,9 +482,7 @@ func (q *QP) flushAck() {
 func (q *QP) putAck(syndrome uint8, p bth.PSN, msn uint32) {
 	f := bth.Fields{Opcode: bth.RCAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
 		AETH: bth.AETH{Syndrome: syndrome, MSN: msn}}
-	buf := q.sh.txBuf()
-	q.sh.xmit(q, buf, bth.Append(buf[:0], &f, nil), q.attr.AV.DGID, ClassAck)
-	q.cnt.txPackets.Add(1)
+	q.emit(&f, nil, q.attr.AV.DGID)
 }
 
 func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
@@ -492,29 +490,115 @@ func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
 	f := bth.Fields{Opcode: bth.RCAtomicAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
 		AETH:      bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn},
 		AtomicAck: bth.AtomicAckETH{Orig: orig}}
-	buf := q.sh.txBuf()
-	q.sh.xmit(q, buf, bth.Append(buf[:0], &f, nil), q.attr.AV.DGID, ClassAtomicAck)
-	q.cnt.txPackets.Add(1)
+	q.emit(&f, nil, q.attr.AV.DGID)
 }
 
-// sendReadResponses sends data as READ RESPONSE packets with PSNs from p.
-// data is a range of an MR resolved in this step: every packet copies its
-// bytes now, so nothing of the MR outlives the step (a READ never spans
-// steps; a replay resolves the key again, see duplicate).
-func (q *QP) sendReadResponses(p bth.PSN, data []byte) {
+// readReply is a READ response in progress (rxe's resp.res in
+// READ_REPLY): the responses for PSNs next..last, carrying rem bytes from va
+// under rkey. It goes out over the QP's turns (a 2 GiB READ is half a
+// million packets), and requests that arrive meanwhile wait behind it (hold),
+// so every response still leaves in PSN order.
+type readReply struct {
+	active            bool
+	first, next, last bth.PSN // first is where this reply (or replay) starts
+	rkey              uint32
+	va                uint64
+	rem               uint32
+}
+
+// maxHeld bounds the requests a QP keeps behind a READ reply. A compliant
+// requester has at most 128 PSNs outstanding; anything above is dropped
+// (counted as a receive queue drop) and the requester sends it again.
+const maxHeld = 256
+
+// startRead begins the responses to a READ of reth's range from PSN p,
+// after any ACK held back: the QP's next turns send them.
+func (q *QP) startRead(p bth.PSN, reth bth.RETH) {
 	q.flushAck()
-	n := len(data)
-	pmtu := int(q.pmtu)
-	npk := max((n+pmtu-1)/pmtu, 1)
-	for i := 0; i < npk; i++ {
-		chunk := data[min(i*pmtu, n):min((i+1)*pmtu, n)]
-		f := bth.Fields{PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p.Add(i),
-			AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn}}
-		f.Opcode, _ = bth.MessageOpcode(bth.TransportRC, bth.OpReadResponse, i == 0, i == npk-1)
-		buf := q.sh.txBuf()
-		q.sh.xmit(q, buf, bth.Append(buf[:0], &f, chunk), q.attr.AV.DGID, ClassReadResponse)
-		q.cnt.txPackets.Add(1)
+	npk := numPackets(WRRDMARead, reth.DMALen, q.pmtu)
+	q.resp.read = readReply{active: true, first: p, next: p, last: p.Add(int(npk) - 1),
+		rkey: reth.RKey, va: reth.VA, rem: reth.DMALen}
+}
+
+// replyRead emits up to limit packets of the READ reply in progress and
+// returns how many. The R_Key is resolved again for the bytes this turn
+// sends (rxe_recheck_mr): no region is kept across turns, so after
+// ibv_dereg_mr and Engine.Barrier no later response reads the memory; the
+// READ then ends with a remote access error NAK at the first PSN not sent.
+func (q *QP) replyRead(now time.Time, limit int) int {
+	r := &q.resp.read
+	if !r.active || limit <= 0 {
+		return 0
 	}
+	var data []byte
+	if n := min(uint64(r.rem), uint64(limit)*uint64(q.pmtu)); n > 0 {
+		if data = q.remoteRange(r.rkey, r.va, uint32(n), AccessRemoteRead); data == nil {
+			r.active = false
+			q.classC(now, r.next, bth.NAKRemoteAccess, cq.RemAccessErr)
+			return 0
+		}
+	}
+	used := 0
+	for used < limit && r.active {
+		chunk := data[:min(len(data), int(q.pmtu))]
+		data = data[len(chunk):]
+		f := bth.Fields{PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: r.next,
+			AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn}}
+		f.Opcode, _ = bth.MessageOpcode(bth.TransportRC, bth.OpReadResponse, r.next == r.first, r.next == r.last)
+		q.emit(&f, chunk, q.attr.AV.DGID)
+		used++
+		r.va += uint64(len(chunk))
+		r.rem -= uint32(len(chunk))
+		r.active = r.next != r.last
+		r.next = r.next.Add(1)
+	}
+	return used
+}
+
+// hold keeps the request it for later when a READ reply of q is still going
+// out (rxe leaves it at the head of req_pkts), and reports whether it took
+// the datagram. Over maxHeld it drops it.
+func (q *QP) hold(it *rxItem) bool {
+	if !q.resp.read.active || it.n == 0 || !bth.Opcode(it.buf[0]).IsRequest() {
+		return false
+	}
+	if len(q.resp.held) >= maxHeld {
+		q.e.stats.RxQueueDrops.Add(1)
+		link.PutBuffer(it.buf)
+		return true
+	}
+	q.resp.held = append(q.resp.held, *it)
+	return true
+}
+
+// serveResponder continues the READ reply in progress within limit packets
+// and, once it is out, executes the requests held behind it in order (one
+// of which may start another reply). It returns the packets it emitted.
+func (q *QP) serveResponder(now time.Time, limit int) int {
+	used := q.replyRead(now, limit)
+	i := 0
+	for ; i < len(q.resp.held) && !q.resp.read.active; i++ {
+		it := &q.resp.held[i]
+		q.receive(now, it)
+		link.PutBuffer(it.buf)
+		*it = rxItem{}
+		used += q.replyRead(now, limit-used)
+	}
+	if i > 0 {
+		q.resp.held = q.resp.held[:copy(q.resp.held, q.resp.held[i:])]
+	}
+	return used
+}
+
+// dropHeld abandons the READ reply in progress and the requests held behind
+// it (the QP left RTR/RTS, was reset or destroyed).
+func (q *QP) dropHeld() {
+	q.resp.read.active = false
+	for i := range q.resp.held {
+		link.PutBuffer(q.resp.held[i].buf)
+		q.resp.held[i] = rxItem{}
+	}
+	q.resp.held = q.resp.held[:0]
 }
 
 // udReceive delivers a UD SEND: Q_Key check (C10-15), the GRH area, then

@@ -105,7 +105,7 @@ func (r *respRig) feed(f bth.Fields, payload []byte) {
 		now := r.n.e.clock.Now()
 		q.receive(now, &it)
 		q.service(now)
-		q.sh.flushTx()
+		q.sh.flush()
 	}, false); err != nil {
 		r.t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func TestClassCWithoutRecvWRRaisesAffiliatedEvent(t *testing.T) {
 			q := r.q
 			q.run("t", func() {
 				q.classC(r.n.e.clock.Now(), rigPSN, bth.NAKRemoteOpErr, cq.LocQPOpErr)
-				q.sh.flushTx()
+				q.sh.flush()
 			}, false)
 		}, bth.NAKRemoteOpErr, EventQPFatal},
 	}

@@ -98,8 +98,8 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 }
 
 // service runs everything a QP may need after packets, posts or timers:
-// the error transition, timers, the requester, SQD drain, and the timer
-// re-arm. Owner shard only.
+// the error transition, timers, its turn of READ responses and requests,
+// SQD drain, and the timer re-arm. Owner shard only.
 func (q *QP) service(now time.Time) {
 	q.flushAck()
 	if q.fatal.Load() && q.attr.State != QPSErr {
@@ -119,7 +119,8 @@ func (q *QP) service(now time.Time) {
 		q.timerAt = time.Time{}
 	}
 	q.onTimer(now)
-	q.runRequester(now)
+	q.takeTurn(now)
+	q.flushAck() // requests held behind a READ reply may have been acknowledged
 	if q.attr.State == QPSSQD && !q.sqdNotified && q.head() == nil && q.req.idx == q.comp.idx {
 		q.sqdNotified = true
 		if q.attr.EnSQDAsyncNotify {
@@ -127,6 +128,20 @@ func (q *QP) service(now time.Time) {
 		}
 	}
 	q.syncTimer(now)
+}
+
+// takeTurn emits the QP's budgeted packets for this turn: READ responses
+// first (and the requests held behind them), then requests. A QP with more
+// to send queues itself behind the shard's other ready QPs.
+func (q *QP) takeTurn(now time.Time) {
+	limit := q.sh.turn()
+	used := q.serveResponder(now, limit)
+	sent, more := q.runRequester(now, limit-used)
+	q.sh.spend(used + sent)
+	if more || q.resp.read.active {
+		q.e.stats.TurnsYielded.Add(1)
+		q.sh.wakeQP(q)
+	}
 }
 
 // nextDeadline is the earliest armed protocol timer, or zero.

@@ -106,7 +106,10 @@ type Counters[T uint64 | atomic.Uint64] struct {
 	NAKsSent          [NumNAKKinds]T `metric:"roce_naks_total" labels:"direction=tx" index:"kind" help:"NAKs sent (tx) and received (rx), by AETH kind (rnr is the RNR NAK)."`
 	NAKsRcvd          [NumNAKKinds]T `metric:"roce_naks_total" labels:"direction=rx" index:"kind" help:"NAKs sent (tx) and received (rx), by AETH kind (rnr is the RNR NAK)."`
 	Retransmits       T              `metric:"roce_retransmits_total" help:"Request packets sent again after a timeout or a NAK."`
-	Timeouts          T              `metric:"roce_timeouts_total" help:"Retransmission timer expiries."`                                              // rxe completer_retry
+	Timeouts          T              `metric:"roce_timeouts_total" help:"Retransmission timer expiries."` // rxe completer_retry
+	BackedOffTimeouts T              `metric:"roce_backed_off_timeouts_total" help:"Retransmission timeouts after an earlier one with no progress, each doubling the QP's timer."`
+	RetriesDeferred   T              `metric:"roce_retries_deferred_total" help:"Retransmission timeouts that waited for the device-wide retry budget."`
+	TurnsYielded      T              `metric:"roce_turns_yielded_total" help:"Times a QP had more to send at the end of its turn and went to the back of its shard's ready queue."`
 	RetryExceeded     T              `metric:"roce_retry_exceeded_total" help:"Send queues that ran out of transport retries (IBV_WC_RETRY_EXC_ERR)."` // rxe retry_exceeded_err
 	RNRRetryExceeded  T              `metric:"roce_rnr_retry_exceeded_total" help:"Send queues that ran out of RNR retries (IBV_WC_RNR_RETRY_EXC_ERR)."`
 	RxQueueDrops      T              `metric:"roce_rx_queue_drops_total" help:"Received packets dropped because an engine shard's queue was full."`

@@ -1,0 +1,333 @@
+package transport
+
+import (
+	"errors"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/srq"
+	"github.com/goroce/goroce/transport/link"
+)
+
+// A shard works in slices and serves its command queue (Modify, Query,
+// Destroy, Barrier, the debug snapshot) between them, so no amount of
+// traffic delays a command by more than one slice. A slice handles at most
+// sliceInbound received datagrams and serves at most sliceQPs ready QPs; the
+// QPs it services may emit at most slicePackets budgeted packets (requests
+// and READ responses), a QP at most turnPackets per turn. A QP with work
+// left goes to the back of the ready queue (round robin). Acknowledgements
+// are not budgeted: at most one per received packet.
+const (
+	sliceInbound = 256
+	sliceQPs     = 64
+	slicePackets = 256
+	turnPackets  = 64
+)
+
+// rxItem is one inbound datagram on its way to a shard. The shard owns buf
+// once enqueue succeeded and returns it to the pool.
+type rxItem struct {
+	buf   *[link.MaxDatagram]byte
+	n     int
+	src   netip.AddrPort
+	local netip.Addr
+	tos   uint8
+	qp    *QP
+}
+
+// txPacket is one entry of a slice's output list: a packet a state machine
+// built (headers and payload, ICRC not yet written) and the QP that sent it
+// and where to. The shard writes the ICRC and sends the list when the slice
+// ends; a QP's packets of one turn are contiguous in it.
+type txPacket struct {
+	buf *[link.MaxDatagram]byte
+	n   int
+	q   *QP
+	dst netip.Addr
+}
+
+// shard is one engine goroutine and the QPs it owns.
+type shard struct {
+	e     *Engine
+	kick  chan struct{} // capacity 1: kicks coalesce and are never lost
+	cmds  chan func()
+	batch int
+
+	// passDone is the clock time (UnixNano) the shard last finished a
+	// slice or an idle pass of its run loop (Engine.ShardLoopAges): a shard
+	// that keeps working still updates it once per slice.
+	passDone atomic.Int64
+
+	inMu sync.Mutex
+	// inMu guards: in, ready.
+	in    []rxItem
+	ready []*QP // QPs woken by PostSend/PostRecv, timers, other shards, or their own unfinished turn
+
+	// Owned by the shard goroutine.
+	work    []rxItem // inbound datagrams taken from in, consumed from wpos
+	wpos    int
+	readyW  []*QP // ready QPs taken from ready, served from rpos
+	rpos    int
+	touched []*QP
+	out     []txPacket // the slice's output list
+	tx      []link.Message
+	budget  int        // budgeted packets the slice may still emit
+	rwr     srq.RecvWR // scratch for SRQ pops (reused, no allocation)
+	scratch [4096]byte // gather buffer for a payload spanning SGEs (QP.gather)
+
+	// Completions made while processing wait in wcs until the slice's
+	// packets are on the wire (see drainWC).
+	deferWC bool
+	wcs     []deferredWC
+}
+
+func newShard(e *Engine, batch int) *shard {
+	s := &shard{e: e, kick: make(chan struct{}, 1), cmds: make(chan func()), batch: batch,
+		in: make([]rxItem, 0, rxQueueLen), work: make([]rxItem, 0, rxQueueLen),
+		out: make([]txPacket, 0, slicePackets+sliceInbound), tx: make([]link.Message, 0, batch)}
+	s.passDone.Store(e.clock.Now().UnixNano())
+	return s
+}
+
+// deferredWC is a completion held back until the packets of its slice are
+// sent.
+type deferredWC struct {
+	q         *QP
+	c         *cq.Queue
+	wc        cq.WorkCompletion
+	solicited bool
+}
+
+func (s *shard) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *shard) enqueue(it rxItem) bool {
+	s.inMu.Lock()
+	if len(s.in) >= cap(s.in) {
+		s.inMu.Unlock()
+		return false
+	}
+	s.in = append(s.in, it)
+	s.inMu.Unlock()
+	return true
+}
+
+// wakeQP asks the shard to service q (run its requester, check its timers).
+// Safe from any goroutine.
+func (s *shard) wakeQP(q *QP) {
+	if q.queued.CompareAndSwap(false, true) {
+		s.inMu.Lock()
+		s.ready = append(s.ready, q)
+		s.inMu.Unlock()
+	}
+	s.wake()
+}
+
+func (s *shard) run() {
+	defer s.e.wg.Done()
+	for {
+		select {
+		case <-s.kick:
+		case fn := <-s.cmds:
+			fn()
+		case <-s.e.done:
+			s.inMu.Lock()
+			for _, it := range s.in {
+				link.PutBuffer(it.buf)
+			}
+			s.in = s.in[:0]
+			s.inMu.Unlock()
+			return
+		}
+		s.process()
+		s.passDone.Store(s.e.clock.Now().UnixNano()) // health: Engine.ShardLoopAges
+	}
+}
+
+// process runs slices until no work is left, serving the commands that
+// wait between them.
+func (s *shard) process() {
+	for {
+		s.serveCommands()
+		if !s.slice() {
+			return
+		}
+	}
+}
+
+// serveCommands runs every command waiting on the (unbuffered) command
+// channel.
+func (s *shard) serveCommands() {
+	for {
+		select {
+		case fn := <-s.cmds:
+			fn()
+		default:
+			return
+		}
+	}
+}
+
+// refill takes what arrived since the last take once the previous take is
+// consumed: inbound datagrams and ready QPs are served in arrival order.
+func (s *shard) refill() {
+	if s.wpos < len(s.work) && s.rpos < len(s.readyW) {
+		return
+	}
+	s.inMu.Lock()
+	if s.wpos == len(s.work) {
+		s.work, s.in, s.wpos = s.in, s.work[:0], 0
+	}
+	if s.rpos == len(s.readyW) {
+		clear(s.readyW)
+		s.readyW, s.ready, s.rpos = s.ready, s.readyW[:0], 0
+	}
+	s.inMu.Unlock()
+}
+
+// slice is one bounded unit of shard work: step, then send the output list
+// and make the slice's completions visible. It reports false when there was
+// nothing to do.
+func (s *shard) slice() bool {
+	if !s.step() {
+		return false
+	}
+	s.flush()
+	s.drainWC()
+	s.passDone.Store(s.e.clock.Now().UnixNano())
+	return true
+}
+
+// step delivers up to sliceInbound datagrams, serves up to sliceQPs ready
+// QPs and services every QP touched, leaving their packets in the output
+// list and their completions held.
+func (s *shard) step() bool {
+	s.refill()
+	nIn := min(len(s.work)-s.wpos, sliceInbound)
+	nQP := min(len(s.readyW)-s.rpos, sliceQPs)
+	if nIn == 0 && nQP == 0 {
+		return false
+	}
+	now := s.e.clock.Now()
+	s.deferWC = true
+	s.budget = slicePackets
+	for i := s.wpos; i < s.wpos+nIn; i++ {
+		it := &s.work[i]
+		if q := it.qp; !q.destroyed {
+			s.touch(q)
+			if q.hold(it) {
+				*it = rxItem{}
+				continue
+			}
+			q.receive(now, it)
+		}
+		link.PutBuffer(it.buf)
+		*it = rxItem{}
+	}
+	s.wpos += nIn
+	for i := s.rpos; i < s.rpos+nQP; i++ {
+		q := s.readyW[i]
+		s.readyW[i] = nil
+		q.queued.Store(false)
+		s.touch(q)
+	}
+	s.rpos += nQP
+	for _, q := range s.touched {
+		q.touchedMark = false
+		if !q.destroyed {
+			q.service(now)
+		}
+	}
+	clear(s.touched)
+	s.touched = s.touched[:0]
+	return true
+}
+
+// turn is how many budgeted packets a QP may emit now, and spend records
+// that it emitted n of them: a QP that stops at its turn's limit is queued
+// again behind the other ready QPs.
+func (s *shard) turn() int { return min(turnPackets, max(s.budget, 0)) }
+
+func (s *shard) spend(n int) { s.budget -= n }
+
+// drainWC makes the completions of the slice visible. It runs after flush,
+// so an application never sees a receive completion before the ACK that
+// acknowledges it has left: a peer that learns of delivery over a side
+// channel (a CM DREQ, a TCP "done") and tears down cannot race the ACK, and
+// a UD or UC send completes only once its packets are sent.
+func (s *shard) drainWC() {
+	s.deferWC = false
+	for i := range s.wcs {
+		d := &s.wcs[i]
+		d.q.pushWC(d.c, &d.wc, d.solicited)
+		*d = deferredWC{}
+	}
+	s.wcs = s.wcs[:0]
+}
+
+func (s *shard) touch(q *QP) {
+	if !q.touchedMark {
+		q.touchedMark = true
+		s.touched = append(s.touched, q)
+	}
+}
+
+// emit appends a packet built from f and payload, sent by q to dst, to its
+// shard's output list. It is how the requester, responder and completer send:
+// they never write to the Link themselves.
+func (q *QP) emit(f *bth.Fields, payload []byte, dst netip.Addr) {
+	buf := link.GetBuffer()
+	pkt := bth.Append(buf[:0], f, payload)
+	q.sh.out = append(q.sh.out, txPacket{buf: buf, n: len(pkt), q: q, dst: dst})
+	q.cnt.txPackets.Add(1)
+}
+
+// flush sends the output list, in order, in link batches: each packet gets
+// its ICRC now, over the source port its QP sends from. IPv4: a Link's
+// sockets send with DF set and IPv4 ID 0 (see package link), and the ICRC
+// covers both.
+func (s *shard) flush() {
+	e := s.e
+	for i := 0; i < len(s.out); {
+		s.tx = s.tx[:0]
+		for ; i < len(s.out) && len(s.tx) < s.batch; i++ {
+			p := &s.out[i]
+			pkt := p.buf[:p.n]
+			env := bth.Envelope{Src: e.localAddr, Dst: p.dst, DF: true, SrcPort: p.q.srcPort(), DstPort: e.port}
+			bth.PutICRC(&env, pkt)
+			s.tx = append(s.tx, link.Message{Buf: pkt, Addr: netip.AddrPortFrom(p.dst, e.port), SrcPort: p.q.wport})
+			class := classOf(bth.Opcode(pkt[0]))
+			e.stats.SentPackets[class].Add(1)
+			e.stats.SentBytes[class].Add(uint64(len(pkt)))
+		}
+		s.write(s.tx)
+	}
+	for i := range s.out {
+		link.PutBuffer(s.out[i].buf)
+		s.out[i] = txPacket{}
+	}
+	s.out = s.out[:0]
+	clear(s.tx)
+}
+
+// write hands msgs to the Link, skipping a message it fails to send.
+func (s *shard) write(msgs []link.Message) {
+	for len(msgs) > 0 {
+		n, err := s.e.link.WriteBatch(msgs)
+		if err == nil {
+			return
+		}
+		s.e.stats.TxErrors.Add(1)
+		if errors.Is(err, errClosed) {
+			return
+		}
+		msgs = msgs[n+1:]
+	}
+}
