@@ -34,7 +34,6 @@ type options struct {
 	limits   Limits
 	eventBuf int
 	linkCfg  link.Config
-	clock    transport.Clock
 }
 
 // WithPort binds a UDP port other than 4791. Both ends of a connection must use the
@@ -66,10 +65,6 @@ func WithEventBuffer(n int) Option { return func(o *options) { o.eventBuf = n } 
 
 // WithLinkConfig tunes the UDP socket Open binds (batch size, socket buffers).
 func WithLinkConfig(c link.Config) Option { return func(o *options) { o.linkCfg = c } }
-
-// WithClock runs the engine's timers on c instead of the real clock (tests with
-// virtual time).
-func WithClock(c transport.Clock) Option { return func(o *options) { o.clock = c } }
 
 // Device is an opened RoCEv2 device (struct ibv_context): one UDP socket on one local
 // IP address, the transport engine that runs its QPs, and the verbs objects created on
@@ -215,7 +210,6 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		Memory:          d.mem,
 		Stats:           d.stats,
 		Shards:          o.shards,
-		Clock:           o.clock,
 		OnEvent:         d.onEngineEvent,
 		LocalAddr:       addr,
 		MaxQPWR:         lim.MaxQPWR,

@@ -132,13 +132,10 @@ func (q *QP) retry(now time.Time, timeout bool) {
 	if !timeout && q.retryPending() {
 		return
 	}
-	if q.comp.retryCnt == 0 {
+	if !spendRetry(&q.comp.retryCnt) {
 		q.e.stats.RetryExceeded.Add(1)
 		q.failWQE(now, nil, cq.RetryExcErr)
 		return
-	}
-	if q.comp.retryCnt != 7 {
-		q.comp.retryCnt--
 	}
 	if q.head() != nil {
 		q.req.needRetry = true
@@ -146,26 +143,44 @@ func (q *QP) retry(now time.Time, timeout bool) {
 	}
 }
 
-// onResponse is the completer for one inbound response packet.
+// onResponse is the completer for one inbound response packet (rxe
+// rxe_completer): retire what it acknowledges, then act on its kind.
 func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 	switch q.attr.State {
 	case QPSRTS, QPSSQD, QPSSQE:
 	default:
 		return
 	}
-	p := pkt.PSN()
-	op := pkt.Opcode()
-	var aeth bth.AETH
-	if op.HasAETH() {
-		aeth = pkt.AETH()
+	progress, ok := q.retireAcked(now, pkt)
+	if !ok {
+		return
 	}
-	// Everything before p is implicitly acknowledged; a positive ACK also
-	// acknowledges p itself (coalesced, cumulative ACKs).
+	w := q.head()
+	switch op := pkt.Opcode(); {
+	case op.IsAck():
+		ok = q.onAck(now, pkt, w, progress)
+	case op.IsAtomicAck():
+		progress, ok = q.onAtomicAck(now, pkt, w, progress)
+	case op.IsReadResponse():
+		progress, ok = q.onReadResponse(now, pkt, w, progress)
+	}
+	if ok {
+		q.afterProgress(now, progress)
+	}
+}
+
+// retireAcked completes the WQEs pkt acknowledges and moves the oldest
+// unacknowledged PSN. Everything before pkt's PSN is implicitly
+// acknowledged; a positive ACK also acknowledges its PSN itself (coalesced,
+// cumulative ACKs). progress reports that something was acknowledged; ok is
+// false when a READ or atomic whose response was lost started a retry and
+// the packet needs nothing more.
+func (q *QP) retireAcked(now time.Time, pkt *bth.Packet) (progress, ok bool) {
+	p := pkt.PSN()
 	through := p.Add(-1)
-	if op == bth.RCAck && aeth.IsACK() {
+	if pkt.Opcode().IsAck() && pkt.AETH().IsACK() {
 		through = p
 	}
-	progress := false
 	for {
 		w := q.head()
 		if w == nil || w.state != wqePending || w.lastPSN.After(through) {
@@ -179,7 +194,7 @@ func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 			// it ends any earlier retry, and this one starts afresh.
 			q.afterProgress(now, progress)
 			q.retry(now, false)
-			return
+			return progress, false
 		}
 		q.complete(now, w, cq.Success)
 		progress = true
@@ -209,113 +224,140 @@ func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 		q.comp.psn = next
 		progress = true
 	}
-	switch op {
-	case bth.RCAck:
-		switch {
-		case aeth.IsACK():
-		case aeth.IsRNRNAK():
-			q.e.stats.NAKsRcvd[NAKRNR].Add(1)
-			if p != q.comp.psn || w == nil {
-				break // stale
-			}
-			if q.comp.rnrRetry == 0 {
-				q.e.stats.RNRRetryExceeded.Add(1)
-				q.failWQE(now, w, cq.RNRRetryExcErr)
-				return
-			}
-			if q.comp.rnrRetry != 7 {
-				q.comp.rnrRetry--
-			}
-			q.afterProgressNoTimer(progress)
-			q.comp.rnrAt = now.Add(bth.RNRTimerDuration(aeth.RNRTimer()))
-			q.comp.rtoAt = time.Time{}
-			q.req.needRetry = true
-			q.req.probing = false // the peer answers: go back N after the wait
-			// The rest of the message is in flight and will draw a PSN
-			// sequence NAK: the echo of this RNR NAK, not a new loss.
-			q.comp.retrying = true
-			return
-		case aeth.IsNAK():
-			code := aeth.NAKCode()
-			if code <= bth.NAKInvalidRDRequest {
-				q.e.stats.NAKsRcvd[NAKKind(code)].Add(1)
-			}
-			if p != q.comp.psn || w == nil {
-				break // stale
-			}
-			switch code {
-			case bth.NAKPSNSeqErr:
-				// Ignored while an RNR wait or a retry is pending (retry).
-				q.retry(now, false)
-			case bth.NAKInvalidRequest:
-				q.failWQE(now, w, cq.RemInvReqErr)
-				return
-			case bth.NAKRemoteAccess:
-				q.failWQE(now, w, cq.RemAccessErr)
-				return
-			case bth.NAKRemoteOpErr:
-				q.failWQE(now, w, cq.RemOpErr)
-				return
-			default:
-				q.failWQE(now, w, cq.RemInvRDReqErr)
-				return
-			}
-		}
-	case bth.RCAtomicAck:
-		if w == nil || !w.isAtomic() || p != q.comp.psn || p != w.firstPSN || w.state != wqePending {
-			break // duplicate or stray
-		}
-		var b [8]byte
-		binary.NativeEndian.PutUint64(b[:], pkt.AtomicAckETH().Orig)
-		if st := q.scatter(w.wr.SGL, 0, b[:]); st != cq.Success {
-			q.failWQE(now, w, cq.LocProtErr)
-			return
-		}
-		q.comp.psn = p.Add(1)
-		q.complete(now, w, cq.Success)
-		progress = true
-	case bth.RCReadResponseFirst, bth.RCReadResponseMiddle, bth.RCReadResponseLast, bth.RCReadResponseOnly:
-		if w == nil || w.wr.Opcode != WRRDMARead || p.Before(w.firstPSN) || p.After(w.lastPSN) {
-			break
-		}
-		if p != q.comp.psn {
-			if p.After(q.comp.psn) && (!q.comp.gapSet || q.comp.gapPSN != q.comp.psn) {
-				// A response was lost: ask again from the gap at once
-				// instead of waiting for the timer.
-				q.comp.gapSet, q.comp.gapPSN = true, q.comp.psn
-				q.req.needRetry = true
-			}
-			break
-		}
-		off := uint32(p.Diff(w.firstPSN)) * q.pmtu
-		data := pkt.Payload()
-		isLast := p == w.lastPSN
-		switch {
-		case isLast && (op == bth.RCReadResponseLast || op == bth.RCReadResponseOnly):
-			if uint32(len(data)) != w.length-off {
-				q.failWQE(now, w, cq.BadRespErr)
-				return
-			}
-		case !isLast && (op == bth.RCReadResponseFirst || op == bth.RCReadResponseMiddle):
-			if uint32(len(data)) != q.pmtu {
-				q.failWQE(now, w, cq.BadRespErr)
-				return
-			}
-		default:
-			q.failWQE(now, w, cq.BadRespErr)
-			return
-		}
-		if st := q.scatter(w.wr.SGL, off, data); st != cq.Success {
-			q.failWQE(now, w, cq.LocProtErr)
-			return
-		}
-		q.comp.psn = p.Add(1)
-		progress = true
-		if isLast {
-			q.complete(now, w, cq.Success)
-		}
+	return progress, true
+}
+
+// onAck handles an ACKNOWLEDGE: a positive ACK has done its work in
+// retireAcked; an RNR NAK for the oldest unacknowledged PSN waits the RNR
+// timer and goes back N (spending an RNR retry, 7: infinite); a PSN
+// sequence NAK goes back N; any other NAK fails the WQE (class C at the
+// peer). A NAK for another PSN is stale. ok is false when the QP's timers
+// were set here (RNR) or it failed.
+func (q *QP) onAck(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (ok bool) {
+	aeth := pkt.AETH()
+	if aeth.IsACK() {
+		return true
 	}
-	q.afterProgress(now, progress)
+	if aeth.IsRNRNAK() {
+		q.e.stats.NAKsRcvd[NAKRNR].Add(1)
+	} else if code := aeth.NAKCode(); aeth.IsNAK() && code <= bth.NAKInvalidRDRequest {
+		q.e.stats.NAKsRcvd[NAKKind(code)].Add(1)
+	}
+	if pkt.PSN() != q.comp.psn || w == nil {
+		return true // stale
+	}
+	switch {
+	case aeth.IsRNRNAK():
+		q.onRNR(now, w, aeth, progress)
+		return false
+	case !aeth.IsNAK():
+		return true
+	case aeth.NAKCode() == bth.NAKPSNSeqErr:
+		// What the NAK acknowledged ends any earlier retry first, so the one
+		// it starts stands: a second NAK before any further progress is its
+		// echo and is ignored (rxe started_retry).
+		q.afterProgress(now, progress)
+		q.retry(now, false)
+		return false
+	}
+	q.failWQE(now, w, nakStatus(aeth.NAKCode()))
+	return false
+}
+
+// nakStatus is the completion status of a WQE the peer NAKed with code.
+func nakStatus(code uint8) cq.Status {
+	switch code {
+	case bth.NAKInvalidRequest:
+		return cq.RemInvReqErr
+	case bth.NAKRemoteAccess:
+		return cq.RemAccessErr
+	case bth.NAKRemoteOpErr:
+		return cq.RemOpErr
+	}
+	return cq.RemInvRDReqErr
+}
+
+// spendRetry takes one retry from *left (7: infinite) and reports false when
+// none was left.
+func spendRetry(left *uint8) bool {
+	if *left == 0 {
+		return false
+	}
+	if *left != 7 {
+		*left--
+	}
+	return true
+}
+
+// onRNR waits the peer's RNR timer before going back N, spending an RNR
+// retry (7: infinite), or fails the WQE when none is left.
+func (q *QP) onRNR(now time.Time, w *sendWQE, aeth bth.AETH, progress bool) {
+	if !spendRetry(&q.comp.rnrRetry) {
+		q.e.stats.RNRRetryExceeded.Add(1)
+		q.failWQE(now, w, cq.RNRRetryExcErr)
+		return
+	}
+	q.afterProgressNoTimer(progress)
+	q.comp.rnrAt = now.Add(bth.RNRTimerDuration(aeth.RNRTimer()))
+	q.comp.rtoAt = time.Time{}
+	q.req.needRetry = true
+	q.req.probing = false // the peer answers: go back N after the wait
+	// The rest of the message is in flight and will draw a PSN
+	// sequence NAK: the echo of this RNR NAK, not a new loss.
+	q.comp.retrying = true
+}
+
+// onAtomicAck completes the atomic at the head with the original value the
+// peer returned, written into the WQE's buffer. Duplicates and strays are
+// ignored.
+func (q *QP) onAtomicAck(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (bool, bool) {
+	p := pkt.PSN()
+	if w == nil || !w.isAtomic() || p != q.comp.psn || p != w.firstPSN || w.state != wqePending {
+		return progress, true // duplicate or stray
+	}
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], pkt.AtomicAckETH().Orig)
+	if st := q.scatter(w.wr.SGL, 0, b[:]); st != cq.Success {
+		q.failWQE(now, w, cq.LocProtErr)
+		return progress, false
+	}
+	q.comp.psn = p.Add(1)
+	q.complete(now, w, cq.Success)
+	return true, true
+}
+
+// onReadResponse places a READ response for the READ at the head: in PSN
+// order (a gap asks for the rest again at once, instead of waiting for the
+// timer), FIRST and MIDDLE carrying exactly the path MTU and the LAST or
+// ONLY the rest (else BAD_RESP_ERR); the LAST completes the READ.
+func (q *QP) onReadResponse(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (bool, bool) {
+	p := pkt.PSN()
+	if w == nil || w.wr.Opcode != WRRDMARead || p.Before(w.firstPSN) || p.After(w.lastPSN) {
+		return progress, true
+	}
+	if p != q.comp.psn {
+		if p.After(q.comp.psn) && (!q.comp.gapSet || q.comp.gapPSN != q.comp.psn) {
+			q.comp.gapSet, q.comp.gapPSN = true, q.comp.psn
+			q.req.needRetry = true
+		}
+		return progress, true
+	}
+	off := uint32(p.Diff(w.firstPSN)) * q.pmtu
+	data := pkt.Payload()
+	isLast, op := p == w.lastPSN, pkt.Opcode()
+	if isLast != op.Ends() || (isLast && uint32(len(data)) != w.length-off) || (!isLast && uint32(len(data)) != q.pmtu) {
+		q.failWQE(now, w, cq.BadRespErr)
+		return progress, false
+	}
+	if st := q.scatter(w.wr.SGL, off, data); st != cq.Success {
+		q.failWQE(now, w, cq.LocProtErr)
+		return progress, false
+	}
+	q.comp.psn = p.Add(1)
+	if isLast {
+		q.complete(now, w, cq.Success)
+	}
+	return true, true
 }
 
 // afterProgress resets the retry counters and restarts or stops the

@@ -4,8 +4,8 @@
 //
 // Each QP has three single-threaded state machines, as in rxe: the
 // requester (requester.go, rxe_req.c) turns send WQEs into request packets,
-// the responder (responder.go, rxe_resp.c) executes inbound requests and
-// acknowledges them, and the completer (completer.go, rxe_comp.c) retires
+// the responder (responder.go and reply.go, rxe_resp.c) executes inbound
+// requests and answers them, and the completer (completer.go, rxe_comp.c) retires
 // send WQEs from ACKs and responses and drives retries. They take the time
 // as an argument, never start goroutines and never send: they append their
 // packets to the shard's output list (QP.emit), and the shard sends the list
@@ -51,12 +51,14 @@
 //	                                                        │
 //	shard: bth.Parse ─► bth.AcceptICRC (one CRC pass) ─► P_Key, type, source checks
 //	        │
-//	        ├─ request  ─► responder: PSN (expected / duplicate / ahead: one NAK per gap)
-//	        │                 ─► opcode sequence ─► QP access ─► length ─► receive WR (RQ/SRQ, else RNR NAK)
-//	        │                 ─► rkey/PD/range (else NAK remote access) ─► one copy into the WR or MR
-//	        │                 ─► receive CQE (held) ─► ACK if AckReq (held) / READ responses / atomic ACK
-//	        └─ response ─► completer: cumulative ACK retires WQEs ─► send CQE (signaled or error)
-//	                          NAK seq ─► go-back-N; RNR NAK ─► wait RNR timer; others ─► error, ERR, flush
+//	        ├─ request  ─► responder (RC and UC): checkPSN ─► checkOpSequence ─► checkOpAllowed
+//	        │                 ─► checkLength ─► checkRKey ─► execute: placeSend (receive WR, else RNR)
+//	        │                 / placeWrite / executeRead / executeAtomic ─► receive CQE (held)
+//	        │                 ─► ACK if AckReq (held) / READ responses / atomic ACK
+//	        │                 a failed check: rcFailed (NAK by class) or ucFailed (drop, resync)
+//	        └─ response ─► completer: retireAcked (cumulative ACK retires WQEs) ─► send CQE
+//	                          onAck: NAK seq ─► go-back-N; RNR NAK ─► wait RNR timer; others ─► ERR
+//	                          onReadResponse, onAtomicAck: place the data, complete the WQE
 //
 // The responder holds a positive ACK until the end of the step and sends one
 // cumulative ACK for the newest PSN (NAKs, READ responses and atomic ACKs
@@ -119,10 +121,11 @@
 // executed twice; retry_cnt and rnr_retry of 7 mean infinite; the
 // retransmission timeout is 4.096 µs × 2^timeout.
 //
-// UC (uc.go) shares the requester with RC but sends UC opcodes without
-// AckReq and completes a WQE once its last packet is sent; its responder
-// never acknowledges, and a PSN gap, an opcode out of sequence, a bad R_Key
-// or length, or a missing receive WR drops the whole message silently, the
+// UC shares the requester with RC but sends UC opcodes without AckReq and
+// completes a WQE once its last packet is sent. It shares the responder's
+// checks too; only what a failed check does differs (uc.go): UC never
+// acknowledges, and a PSN gap, an opcode out of sequence, a bad R_Key or
+// length, or a missing receive WR drops the whole message silently, the
 // responder resynchronizing at the next FIRST or ONLY.
 //
 // A local send error (bad lkey, a UD message above the port MTU) fails the

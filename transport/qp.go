@@ -259,7 +259,29 @@ func (q *QP) modify(now time.Time, a *QPAttr, mask QPAttrMask) error {
 	if why := q.checkAttr(a, mask); why != "" {
 		return newErr(op, q.qpn, syscall.EINVAL, "%s", why)
 	}
-	// Apply (rxe_qp_from_attr).
+	q.applyAttr(a, mask)
+	if mask&QPAttrState == 0 || next == cur && next != QPSErr {
+		return nil
+	}
+	switch next {
+	case QPSReset:
+		q.reset()
+	case QPSErr:
+		q.toError(now)
+		return nil
+	case QPSRTS:
+		q.sqdNotified = false
+	case QPSSQD:
+		q.sqdNotified = false
+	}
+	q.setState(next)
+	q.sh.wakeQP(q)
+	return nil
+}
+
+// applyAttr sets the attributes mask selects, checked already
+// (rxe_qp_from_attr), and what derives from them.
+func (q *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 	t := &q.attr
 	if mask&QPAttrEnSQDAsyncNotify != 0 {
 		t.EnSQDAsyncNotify = a.EnSQDAsyncNotify
@@ -331,23 +353,6 @@ func (q *QP) modify(now time.Time, a *QPAttr, mask QPAttrMask) error {
 			q.setSourcePort(bth.ConnectedSourcePort(t.AV.FlowLabel, q.qpn, t.DestQPN))
 		}
 	}
-	if mask&QPAttrState == 0 || next == cur && next != QPSErr {
-		return nil
-	}
-	switch next {
-	case QPSReset:
-		q.reset()
-	case QPSErr:
-		q.toError(now)
-		return nil
-	case QPSRTS:
-		q.sqdNotified = false
-	case QPSSQD:
-		q.sqdNotified = false
-	}
-	q.setState(next)
-	q.sh.wakeQP(q)
-	return nil
 }
 
 func (q *QP) setState(s QPState) {

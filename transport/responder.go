@@ -8,12 +8,13 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport/link"
 )
 
-// responder executes inbound requests: it checks PSN, opcode sequence,
-// access, resources, length and keys, places data, completes receive WRs and
-// acknowledges (rxe_resp.c). Owner shard only.
+// responder executes inbound requests (rxe_resp.c): a sequence of small
+// checks (checkPSN, then respChecks), each returning what is wrong, if
+// anything. RC and UC share every check and the execution; they differ only
+// in what a failed check does (rcFailed: NAK by class; ucFailed: drop the
+// message and resynchronize). Owner shard only.
 type responder struct {
 	psn     bth.PSN // expected PSN
 	msn     uint32  // messages completed (24 bits on the wire)
@@ -51,6 +52,7 @@ type responder struct {
 
 	read readReply // the READ response going out
 	held []rxItem  // requests waiting behind read (see hold)
+	req  request   // the request being checked (onRequest)
 }
 
 // noOpcode is the responder's opcode outside any message: not a FIRST or
@@ -114,6 +116,67 @@ func (q *QP) remoteRange(rkey uint32, va uint64, n uint32, want Access) []byte {
 	return r.slice(va, uint64(n))
 }
 
+// request is one inbound RC or UC request as the responder checks and
+// executes it.
+type request struct {
+	pkt  bth.Packet
+	op   bth.Opcode
+	psn  bth.PSN
+	data []byte // payload
+	mem  []byte // the remote bytes checkRKey resolved for a WRITE packet or an atomic
+}
+
+// respErr is what a responder check found wrong with a request (rxe's
+// RESPST_ERR_* and DUPLICATE states); respOK lets the next check run.
+type respErr uint8
+
+const (
+	respOK          respErr = iota
+	errDuplicate            // PSN behind the expected one
+	errPSNAhead             // PSN ahead of the expected one: packets were lost
+	errOpSequence           // a MIDDLE or LAST without its FIRST, or a message cut short
+	errOpNotAllowed         // the QP's access flags do not allow the operation
+	errNoResources          // a READ or atomic with max_dest_rd_atomic 0
+	errLength               // packet or DMA length out of the rules
+	errMisaligned           // an atomic's address is not 8-byte aligned
+	errRKey                 // the R_Key, PD, access or range is wrong
+	errRNR                  // no receive WR posted
+	errRecvProt             // the receive WR names memory it may not write
+	errRecvLen              // the receive WR is too short for the message
+)
+
+// respFailure says what a failed check does. RC: a class C error NAKs with
+// nak, completes the receive WR in progress with status and moves the QP to
+// ERR (errDuplicate, errPSNAhead and errRNR have their own answers). UC
+// never answers: it drops the message and resynchronizes at the next FIRST
+// or ONLY, unless ucFatal (the receive WR itself is bad), which completes
+// the WR with status and moves the QP to ERR.
+var respFailure = [...]struct {
+	nak     uint8
+	status  cq.Status
+	ucFatal bool
+}{
+	errOpSequence:   {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
+	errOpNotAllowed: {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
+	errNoResources:  {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
+	errLength:       {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
+	errMisaligned:   {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
+	errRKey:         {bth.NAKRemoteAccess, cq.RemAccessErr, false},
+	errRecvProt:     {bth.NAKRemoteOpErr, cq.LocProtErr, true},
+	errRecvLen:      {bth.NAKInvalidRequest, cq.LocLenErr, true},
+}
+
+// respChecks is the responder pipeline after the PSN check, in rxe_resp.c's
+// order (check_op_seq, check_op_valid and check_resource, check_length,
+// check_rkey, execute). Each returns respOK or what is wrong.
+var respChecks = [...]func(*QP, *request) respErr{
+	(*QP).checkOpSequence,
+	(*QP).checkOpAllowed,
+	(*QP).checkLength,
+	(*QP).checkRKey,
+	(*QP).execute,
+}
+
 // onRequest is the responder for one inbound request packet.
 func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 	switch q.attr.State {
@@ -125,31 +188,292 @@ func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 		q.commEst = true
 		q.e.event(Event{Type: EventCommEst, QPN: q.qpn})
 	}
-	switch q.typ {
-	case QPTypeUD:
+	if q.typ == QPTypeUD {
 		q.udReceive(pkt, it)
 		return
-	case QPTypeUC:
-		q.ucRequest(now, pkt)
-		return
 	}
-	p := pkt.PSN()
-	switch checkPSN(q.resp.psn, p) {
+	// The request lives in the QP (the checks are called through a table,
+	// so a local would escape), and only for this call.
+	r := &q.resp.req
+	*r = request{pkt: *pkt, op: pkt.Opcode(), psn: pkt.PSN(), data: pkt.Payload()}
+	err := q.checkPSN(r)
+	for i := 0; err == respOK && i < len(respChecks); i++ {
+		err = respChecks[i](q, r)
+	}
+	switch {
+	case err != respOK && q.typ == QPTypeUC:
+		q.ucFailed(now, err)
+	case err != respOK:
+		q.rcFailed(now, r, err)
+	case q.typ == QPTypeRC && r.pkt.AckReq() && (r.op.IsSend() || r.op.IsWrite()):
+		q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), r.psn) // rxe acknowledge
+	}
+	*r = request{}
+}
+
+// checkPSN compares the request's PSN with the expected one (rxe
+// check_psn). RC: behind is a duplicate, ahead means packets were lost. UC
+// has no duplicates or retries: a FIRST or ONLY is taken whatever its PSN
+// (it resynchronizes the responder), any other packet only at the expected
+// PSN of a message not being dropped.
+func (q *QP) checkPSN(r *request) respErr {
+	if q.typ == QPTypeUC {
+		expected := q.resp.psn
+		if r.psn != expected {
+			q.e.stats.OutOfSequence.Add(1)
+		}
+		q.resp.psn = r.psn.Add(1)
+		switch {
+		case r.op.Starts():
+			q.resp.dropping = false
+		case q.resp.dropping || r.psn != expected:
+			return errPSNAhead
+		}
+		return respOK
+	}
+	switch checkPSN(q.resp.psn, r.psn) {
 	case verdictAhead:
 		q.e.stats.OutOfSequence.Add(1)
+		return errPSNAhead
+	case verdictDuplicate:
+		q.e.stats.DuplicateRequests.Add(1)
+		return errDuplicate
+	}
+	q.resp.sentNAK = false
+	return respOK
+}
+
+// checkOpSequence is rxe check_op_seq: inside a SEND only SEND MIDDLE or
+// LAST may come, inside a WRITE only WRITE MIDDLE or LAST, and outside a
+// message no MIDDLE or LAST (bth.ValidSequence). On UC a FIRST or ONLY
+// always starts a new message: a partial one before it is abandoned (rxe's
+// class D1 error), the bytes it placed stay.
+func (q *QP) checkOpSequence(r *request) respErr {
+	if q.typ == QPTypeUC && r.op.Starts() {
+		q.ucAbandon()
+	}
+	if !bth.ValidSequence(q.resp.opcode, r.op) {
+		return errOpSequence
+	}
+	return respOK
+}
+
+// checkOpAllowed is rxe check_op_valid and check_resource for READ and
+// atomics: the QP's access flags must allow the operation (remote write,
+// read or atomic), and a READ or atomic needs responder resources (only
+// max_dest_rd_atomic 0 refuses them, as in rxe).
+func (q *QP) checkOpAllowed(r *request) respErr {
+	var want Access
+	switch {
+	case r.op.IsWrite():
+		want = AccessRemoteWrite
+	case r.op.IsReadRequest():
+		want = AccessRemoteRead
+	case r.op.IsAtomic():
+		want = AccessRemoteAtomic
+	}
+	if q.attr.AccessFlags&want != want {
+		return errOpNotAllowed
+	}
+	if (r.op.IsReadRequest() || r.op.IsAtomic()) && !q.haveRDResources() {
+		return errNoResources
+	}
+	return respOK
+}
+
+// checkLength: FIRST and MIDDLE packets carry exactly the path MTU, LAST
+// packets 1 to PMTU bytes, ONLY packets up to PMTU (C9-92); a RETH's DMA
+// length is at most 2^31 (C9-94); and a WRITE's packets add up to its DMA
+// length (rxe check_rkey's length part).
+func (q *QP) checkLength(r *request) respErr {
+	n, op := uint32(len(r.data)), r.op
+	if ((op.IsFirst() || op.IsMiddle()) && n != q.pmtu) || (op.IsLast() && (n == 0 || n > q.pmtu)) ||
+		(op.IsOnly() && n > q.pmtu) {
+		return errLength
+	}
+	if op.HasRETH() && r.pkt.RETH().DMALen > 1<<31 {
+		return errLength
+	}
+	if !op.IsWrite() {
+		return respOK
+	}
+	if op.Starts() {
+		if l := r.pkt.RETH().DMALen; (op.IsOnly() && n != l) || n > l {
+			return errLength
+		}
+	} else if rem := q.resp.wlen - q.resp.woff; n > rem || (op.IsLast() && n != rem) {
+		return errLength
+	}
+	return respOK
+}
+
+// checkRKey is rxe check_rkey: the R_Key of a WRITE (resolved again for
+// every packet, see writeTarget), READ or atomic must exist, belong to the
+// QP's PD, grant the access and cover the range; a zero-length READ or
+// WRITE names no memory and is not checked (C9-88). An atomic's address
+// must be 8-byte aligned.
+func (q *QP) checkRKey(r *request) respErr {
+	switch {
+	case r.op.IsWrite():
+		if r.op.Starts() {
+			reth := r.pkt.RETH()
+			q.resp.wrkey, q.resp.wva, q.resp.woff, q.resp.wlen = reth.RKey, reth.VA, 0, reth.DMALen
+		}
+		dst, ok := q.writeTarget()
+		if !ok {
+			return errRKey
+		}
+		r.mem = dst
+	case r.op.IsReadRequest():
+		if reth := r.pkt.RETH(); reth.DMALen > 0 && q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead) == nil {
+			return errRKey
+		}
+	case r.op.IsAtomic():
+		ae := r.pkt.AtomicETH()
+		if ae.VA&7 != 0 {
+			return errMisaligned
+		}
+		if r.mem = q.remoteRange(ae.RKey, ae.VA, 8, AccessRemoteAtomic); r.mem == nil {
+			return errRKey
+		}
+	}
+	return respOK
+}
+
+// execute carries out a request that passed every check (rxe execute).
+func (q *QP) execute(r *request) respErr {
+	switch {
+	case r.op.IsSend():
+		return q.placeSend(r)
+	case r.op.IsWrite():
+		return q.placeWrite(r)
+	case r.op.IsReadRequest():
+		q.executeRead(r)
+	case r.op.IsAtomic():
+		q.executeAtomic(r)
+	default:
+		return errOpNotAllowed
+	}
+	return respOK
+}
+
+// placeSend copies a SEND packet into the receive WR (taken at the start of
+// the message; none is RNR) and completes the WR at the end of the message.
+func (q *QP) placeSend(r *request) respErr {
+	if r.op.NeedsRecvWR() && !q.takeRecvWR() {
+		return errRNR
+	}
+	switch q.scatter(q.resp.wr.SGL, q.resp.off, r.data) {
+	case cq.Success:
+	case cq.LocProtErr:
+		return errRecvProt
+	default:
+		return errRecvLen
+	}
+	q.resp.off += uint32(len(r.data))
+	q.advance(r, 1)
+	if !r.op.Ends() {
+		return respOK
+	}
+	wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecv,
+		ByteLen: q.resp.off, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
+	if r.op.HasImm() {
+		wc.ImmData = r.pkt.Imm()
+		wc.Flags |= cq.FlagWithImm
+	}
+	if r.op.HasIETH() {
+		wc.InvalidatedRKey = r.pkt.IETH()
+		wc.Flags |= cq.FlagWithInv
+	}
+	q.resp.haveWR = false
+	q.resp.off = 0
+	q.pushWC(q.init.RecvCQ, &wc, r.pkt.SE())
+	return respOK
+}
+
+// placeWrite copies a WRITE packet into the memory checkRKey resolved. A
+// WRITE with immediate consumes a receive WR at its end (none is RNR) and
+// completes it.
+func (q *QP) placeWrite(r *request) respErr {
+	if r.op.NeedsRecvWR() && !q.takeRecvWR() {
+		return errRNR
+	}
+	copy(r.mem, r.data)
+	q.resp.woff += uint32(len(r.data))
+	q.advance(r, 1)
+	if !r.op.Ends() {
+		return respOK
+	}
+	wlen := q.resp.wlen
+	q.resp.woff, q.resp.wlen = 0, 0
+	if r.op.NeedsRecvWR() {
+		wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecvRDMAWithImm,
+			ByteLen: wlen, ImmData: r.pkt.Imm(), Flags: cq.FlagWithImm, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
+		q.resp.haveWR = false
+		q.pushWC(q.init.RecvCQ, &wc, r.pkt.SE())
+	}
+	return respOK
+}
+
+// executeRead accepts a READ: it keeps it as a responder resource, counts
+// the message (its MSN is due at once, C9-148) and starts the reply.
+func (q *QP) executeRead(r *request) {
+	reth := r.pkt.RETH()
+	npk := int(numPackets(WRRDMARead, reth.DMALen, q.pmtu))
+	q.saveResource(rdResource{valid: true, first: r.psn, last: r.psn.Add(npk - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALen})
+	q.resp.msn++
+	q.advance(r, npk)
+	q.startRead(r.psn, reth)
+}
+
+// executeAtomic performs an atomic once, under atomicMu, keeps its
+// original value as a responder resource for replays and answers with it.
+func (q *QP) executeAtomic(r *request) {
+	ae := r.pkt.AtomicETH()
+	atomicMu.Lock()
+	orig := binary.NativeEndian.Uint64(r.mem)
+	if r.op == bth.RCFetchAdd {
+		binary.NativeEndian.PutUint64(r.mem, orig+ae.SwapAdd)
+	} else if orig == ae.Compare {
+		binary.NativeEndian.PutUint64(r.mem, ae.SwapAdd)
+	}
+	atomicMu.Unlock()
+	q.saveResource(rdResource{valid: true, atomic: true, first: r.psn, last: r.psn, va: ae.VA, rkey: ae.RKey, length: 8, orig: orig})
+	q.resp.msn++
+	q.advance(r, 1)
+	q.sendAtomicAck(r.psn, orig)
+}
+
+// advance records an executed request: the responder expects the PSN after
+// its npk PSNs, and a SEND or WRITE that ends its message counts in the MSN.
+func (q *QP) advance(r *request, npk int) {
+	q.resp.opcode = r.op
+	q.resp.psn = r.psn.Add(npk)
+	if r.op.Ends() && (r.op.IsSend() || r.op.IsWrite()) {
+		q.resp.msn++
+	}
+}
+
+// rcFailed answers a request that failed a check on an RC QP: a duplicate
+// is answered from the saved state (C9-105), a PSN gap draws one sequence
+// NAK (class B), a missing receive WR an RNR NAK (class B), anything else
+// is a class C error.
+func (q *QP) rcFailed(now time.Time, r *request, err respErr) {
+	switch err {
+	case errDuplicate:
+		q.duplicate(now, &r.pkt)
+	case errPSNAhead:
 		if !q.resp.sentNAK {
 			q.resp.sentNAK = true
 			q.sendAck(bth.NAKSyndrome(bth.NAKPSNSeqErr), q.resp.psn)
 			q.e.stats.NAKsSent[NAKPSNSeqErr].Add(1)
 		}
-		return
-	case verdictDuplicate:
-		q.e.stats.DuplicateRequests.Add(1)
-		q.duplicate(now, pkt)
-		return
+	case errRNR:
+		q.sendRNR(r.psn)
+	default:
+		f := respFailure[err]
+		q.classC(now, r.psn, f.nak, f.status)
 	}
-	q.resp.sentNAK = false
-	q.execute(now, pkt)
 }
 
 // classC is an IBA class C/B responder error: NAK, complete the receive WR
@@ -211,165 +535,6 @@ func (q *QP) sendRNR(p bth.PSN) {
 	q.e.stats.NAKsSent[NAKRNR].Add(1)
 }
 
-// execute runs the responder pipeline for the expected PSN.
-func (q *QP) execute(now time.Time, pkt *bth.Packet) {
-	op := pkt.Opcode()
-	p := pkt.PSN()
-	// Opcode sequence (rxe check_op_seq).
-	if !bth.ValidSequence(q.resp.opcode, op) {
-		q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-		return
-	}
-	// QP access rights (rxe check_op_valid).
-	var want Access
-	switch {
-	case op.IsWrite():
-		want = AccessRemoteWrite
-	case op.IsReadRequest():
-		want = AccessRemoteRead
-	case op.IsAtomic():
-		want = AccessRemoteAtomic
-	}
-	if q.attr.AccessFlags&want != want {
-		q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-		return
-	}
-	// Length (rxe check_length): FIRST/MIDDLE exactly PMTU, LAST 1..PMTU,
-	// ONLY up to PMTU.
-	data := pkt.Payload()
-	n := uint32(len(data))
-	if ((op.IsFirst() || op.IsMiddle()) && n != q.pmtu) || (op.IsLast() && (n == 0 || n > q.pmtu)) ||
-		(op.IsOnly() && n > q.pmtu) {
-		q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-		return
-	}
-	switch {
-	case op.IsSend():
-		if op.NeedsRecvWR() && !q.takeRecvWR() {
-			q.sendRNR(p)
-			return
-		}
-		if st := q.scatter(q.resp.wr.SGL, q.resp.off, data); st != cq.Success {
-			code := uint8(bth.NAKInvalidRequest)
-			if st == cq.LocProtErr {
-				code = bth.NAKRemoteOpErr
-			}
-			q.classC(now, p, code, st)
-			return
-		}
-		q.resp.off += n
-		q.resp.opcode = op
-		q.resp.psn = p.Add(1)
-		if op.Ends() {
-			q.resp.msn++
-			wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecv,
-				ByteLen: q.resp.off, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
-			if op.HasImm() {
-				wc.ImmData = pkt.Imm()
-				wc.Flags |= cq.FlagWithImm
-			}
-			if op.HasIETH() {
-				wc.InvalidatedRKey = pkt.IETH()
-				wc.Flags |= cq.FlagWithInv
-			}
-			q.resp.haveWR = false
-			q.pushWC(q.init.RecvCQ, &wc, pkt.SE())
-		}
-		if pkt.AckReq() {
-			q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), p)
-		}
-	case op.IsWrite():
-		if op.Starts() {
-			reth := pkt.RETH()
-			if reth.DMALen > 1<<31 || (op.IsOnly() && n != reth.DMALen) || n > reth.DMALen {
-				q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-				return
-			}
-			q.resp.wrkey, q.resp.wva, q.resp.woff, q.resp.wlen = reth.RKey, reth.VA, 0, reth.DMALen
-		} else if rem := q.resp.wlen - q.resp.woff; n > rem || (op.IsLast() && n != rem) {
-			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-			return
-		}
-		dst, ok := q.writeTarget()
-		if !ok {
-			q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
-			return
-		}
-		if op.NeedsRecvWR() && !q.takeRecvWR() {
-			q.sendRNR(p)
-			return
-		}
-		copy(dst, data)
-		q.resp.woff += n
-		q.resp.opcode = op
-		q.resp.psn = p.Add(1)
-		if op.Ends() {
-			q.resp.msn++
-			if op.HasImm() {
-				wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecvRDMAWithImm,
-					ByteLen: q.resp.wlen, ImmData: pkt.Imm(), Flags: cq.FlagWithImm, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
-				q.resp.haveWR = false
-				q.pushWC(q.init.RecvCQ, &wc, pkt.SE())
-			}
-		}
-		if pkt.AckReq() {
-			q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), p)
-		}
-	case op.IsReadRequest():
-		if !q.haveRDResources() {
-			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-			return
-		}
-		reth := pkt.RETH()
-		if reth.DMALen > 1<<31 {
-			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-			return
-		}
-		// A zero-length READ names no memory: its R_Key and VA are not
-		// checked (C9-88, rxe check_rkey).
-		if reth.DMALen > 0 && q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead) == nil {
-			q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
-			return
-		}
-		npk := numPackets(WRRDMARead, reth.DMALen, q.pmtu)
-		q.saveResource(rdResource{valid: true, first: p, last: p.Add(int(npk) - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALen})
-		q.resp.msn++
-		q.resp.opcode = op
-		q.resp.psn = p.Add(int(npk))
-		q.startRead(p, reth)
-	case op.IsAtomic():
-		if !q.haveRDResources() {
-			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-			return
-		}
-		ae := pkt.AtomicETH()
-		if ae.VA&7 != 0 {
-			q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-			return
-		}
-		b := q.remoteRange(ae.RKey, ae.VA, 8, AccessRemoteAtomic)
-		if b == nil {
-			q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
-			return
-		}
-		atomicMu.Lock()
-		orig := binary.NativeEndian.Uint64(b)
-		if op == bth.RCFetchAdd {
-			binary.NativeEndian.PutUint64(b, orig+ae.SwapAdd)
-		} else if orig == ae.Compare {
-			binary.NativeEndian.PutUint64(b, ae.SwapAdd)
-		}
-		atomicMu.Unlock()
-		q.saveResource(rdResource{valid: true, atomic: true, first: p, last: p, va: ae.VA, rkey: ae.RKey, length: 8, orig: orig})
-		q.resp.msn++
-		q.resp.opcode = op
-		q.resp.psn = p.Add(1)
-		q.sendAtomicAck(p, orig)
-	default:
-		q.classC(now, p, bth.NAKInvalidRequest, cq.RemInvReqErr)
-	}
-}
-
 // writeTarget resolves the R_Key of the current WRITE again for the bytes
 // still to be placed, [wva+woff, wva+wlen), as rxe check_rkey does for
 // every WRITE packet: the key must still exist, belong to the QP's PD, grant
@@ -383,261 +548,4 @@ func (q *QP) writeTarget() ([]byte, bool) {
 	}
 	b := q.remoteRange(q.resp.wrkey, q.resp.wva+uint64(q.resp.woff), rem, AccessRemoteWrite)
 	return b, b != nil
-}
-
-// haveRDResources reports whether the responder may accept a READ or an
-// atomic. As in rxe (check_resource, RESPST_ERR_TOO_MANY_RDMA_ATM_REQ),
-// only max_dest_rd_atomic == 0 refuses them: class C, NAK invalid request
-// (a REM_INV_REQ_ERR cause: "insufficient buffering to receive a new RDMA
-// or Atomic Operation request").
-func (q *QP) haveRDResources() bool { return q.attr.MaxDestRDAtomic > 0 }
-
-// saveResource keeps r in the responder resource ring, reusing the oldest
-// entry. The responder does not count READs/atomics "in use": it executes
-// each one completely (the whole READ response goes out in the step that
-// accepts the request), and it cannot see which the requester has
-// completed. Keeping within max_dest_rd_atomic is the requester's job (its
-// max_rd_atomic), as in rxe: check_resource leaves it to the requester and
-// recycles the resource queue, and rxe_prepare_res takes the next slot
-// unconditionally. A compliant requester never retries a request older than
-// its last max_rd_atomic ones, so the ring still holds every resource a
-// duplicate can name; a request recycled out of the ring is a class D
-// duplicate and is dropped (duplicate).
-func (q *QP) saveResource(r rdResource) {
-	if len(q.resp.res) == 0 {
-		// Allocated on first use: most QPs never answer a READ or atomic.
-		q.resp.res = make([]rdResource, max(int(q.attr.MaxDestRDAtomic), 1))
-	}
-	q.resp.res[q.resp.resNext] = r
-	q.resp.resNext = (q.resp.resNext + 1) % len(q.resp.res)
-}
-
-// duplicate answers a request behind the expected PSN without executing it
-// again (rxe duplicate_request, C9-105): SEND/WRITE are re-ACKed, READ is
-// replayed from memory for the requested sub-range, an atomic's saved result
-// is sent again. A duplicate with no saved resource is dropped (class D).
-// A replayed READ resolves its R_Key again (rxe_recheck_mr): if the MR was
-// deregistered or no longer covers the range since the first execution, it
-// is a remote access error and no memory is read.
-func (q *QP) duplicate(now time.Time, pkt *bth.Packet) {
-	op := pkt.Opcode()
-	p := pkt.PSN()
-	switch {
-	case op.IsSend() || op.IsWrite():
-		q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), q.resp.psn.Add(-1))
-	case op.IsReadRequest():
-		reth := pkt.RETH()
-		for i := range q.resp.res {
-			r := &q.resp.res[i]
-			if !r.valid || r.atomic || p.Before(r.first) || p.After(r.last) {
-				continue
-			}
-			if reth.DMALen == 0 {
-				// Names no memory (C9-88): nothing to check or read.
-				q.startRead(p, reth)
-				return
-			}
-			if r.rkey != reth.RKey || reth.VA < r.va || uint64(reth.VA-r.va)+uint64(reth.DMALen) > uint64(r.length) {
-				continue
-			}
-			if q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead) == nil {
-				q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
-				return
-			}
-			q.startRead(p, reth)
-			return
-		}
-	case op.IsAtomic():
-		for i := range q.resp.res {
-			r := &q.resp.res[i]
-			if r.valid && r.atomic && r.first == p {
-				q.sendAtomicAck(p, r.orig)
-				return
-			}
-		}
-	}
-}
-
-// sendAck acknowledges PSN p with syndrome. A positive ACK is coalesced:
-// it is held until flushAck, and a later one for a newer PSN replaces it
-// (ACKs are cumulative). A NAK goes out at once, after any held ACK.
-func (q *QP) sendAck(syndrome uint8, p bth.PSN) {
-	if (bth.AETH{Syndrome: syndrome}).IsACK() {
-		q.resp.ackPending, q.resp.ackPSN, q.resp.ackMSN = true, p, q.resp.msn
-		return
-	}
-	q.flushAck()
-	q.putAck(syndrome, p, q.resp.msn)
-}
-
-// flushAck sends the held ACK, if any. The shard calls it once per batch
-// (service), before the batch is written.
-func (q *QP) flushAck() {
-	if q.resp.ackPending {
-		q.resp.ackPending = false
-		q.putAck(bth.ACKSyndrome(bth.CreditInvalid), q.resp.ackPSN, q.resp.ackMSN)
-	}
-}
-
-func (q *QP) putAck(syndrome uint8, p bth.PSN, msn uint32) {
-	f := bth.Fields{Opcode: bth.RCAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
-		AETH: bth.AETH{Syndrome: syndrome, MSN: msn}}
-	q.emit(&f, nil, q.attr.AV.DGID)
-}
-
-func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
-	q.flushAck()
-	f := bth.Fields{Opcode: bth.RCAtomicAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
-		AETH:      bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn},
-		AtomicAck: bth.AtomicAckETH{Orig: orig}}
-	q.emit(&f, nil, q.attr.AV.DGID)
-}
-
-// readReply is a READ response in progress (rxe's resp.res in
-// READ_REPLY): the responses for PSNs next..last, carrying rem bytes from va
-// under rkey. It goes out over the QP's turns (a 2 GiB READ is half a
-// million packets), and requests that arrive meanwhile wait behind it (hold),
-// so every response still leaves in PSN order.
-type readReply struct {
-	active            bool
-	first, next, last bth.PSN // first is where this reply (or replay) starts
-	rkey              uint32
-	va                uint64
-	rem               uint32
-}
-
-// maxHeld bounds the requests a QP keeps behind a READ reply. A compliant
-// requester has at most 128 PSNs outstanding; anything above is dropped
-// (counted as a receive queue drop) and the requester sends it again.
-const maxHeld = 256
-
-// startRead begins the responses to a READ of reth's range from PSN p,
-// after any ACK held back: the QP's next turns send them.
-func (q *QP) startRead(p bth.PSN, reth bth.RETH) {
-	q.flushAck()
-	npk := numPackets(WRRDMARead, reth.DMALen, q.pmtu)
-	q.resp.read = readReply{active: true, first: p, next: p, last: p.Add(int(npk) - 1),
-		rkey: reth.RKey, va: reth.VA, rem: reth.DMALen}
-}
-
-// replyRead emits up to limit packets of the READ reply in progress and
-// returns how many. The R_Key is resolved again for the bytes this turn
-// sends (rxe_recheck_mr): no region is kept across turns, so after
-// ibv_dereg_mr and Engine.Barrier no later response reads the memory; the
-// READ then ends with a remote access error NAK at the first PSN not sent.
-func (q *QP) replyRead(now time.Time, limit int) int {
-	r := &q.resp.read
-	if !r.active || limit <= 0 {
-		return 0
-	}
-	var data []byte
-	if n := min(uint64(r.rem), uint64(limit)*uint64(q.pmtu)); n > 0 {
-		if data = q.remoteRange(r.rkey, r.va, uint32(n), AccessRemoteRead); data == nil {
-			r.active = false
-			q.classC(now, r.next, bth.NAKRemoteAccess, cq.RemAccessErr)
-			return 0
-		}
-	}
-	used := 0
-	for used < limit && r.active {
-		chunk := data[:min(len(data), int(q.pmtu))]
-		data = data[len(chunk):]
-		f := bth.Fields{PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: r.next,
-			AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn}}
-		f.Opcode, _ = bth.MessageOpcode(bth.TransportRC, bth.OpReadResponse, r.next == r.first, r.next == r.last)
-		q.emit(&f, chunk, q.attr.AV.DGID)
-		used++
-		r.va += uint64(len(chunk))
-		r.rem -= uint32(len(chunk))
-		r.active = r.next != r.last
-		r.next = r.next.Add(1)
-	}
-	return used
-}
-
-// hold keeps the request it for later when a READ reply of q is still going
-// out (rxe leaves it at the head of req_pkts), and reports whether it took
-// the datagram. Over maxHeld it drops it.
-func (q *QP) hold(it *rxItem) bool {
-	if !q.resp.read.active || it.n == 0 || !bth.Opcode(it.buf[0]).IsRequest() {
-		return false
-	}
-	if len(q.resp.held) >= maxHeld {
-		q.e.stats.RxQueueDrops.Add(1)
-		link.PutBuffer(it.buf)
-		return true
-	}
-	q.resp.held = append(q.resp.held, *it)
-	return true
-}
-
-// serveResponder continues the READ reply in progress within limit packets
-// and, once it is out, executes the requests held behind it in order (one
-// of which may start another reply). It returns the packets it emitted.
-func (q *QP) serveResponder(now time.Time, limit int) int {
-	used := q.replyRead(now, limit)
-	i := 0
-	for ; i < len(q.resp.held) && !q.resp.read.active; i++ {
-		it := &q.resp.held[i]
-		q.receive(now, it)
-		link.PutBuffer(it.buf)
-		*it = rxItem{}
-		used += q.replyRead(now, limit-used)
-	}
-	if i > 0 {
-		q.resp.held = q.resp.held[:copy(q.resp.held, q.resp.held[i:])]
-	}
-	return used
-}
-
-// dropHeld abandons the READ reply in progress and the requests held behind
-// it (the QP left RTR/RTS, was reset or destroyed).
-func (q *QP) dropHeld() {
-	q.resp.read.active = false
-	for i := range q.resp.held {
-		link.PutBuffer(q.resp.held[i].buf)
-		q.resp.held[i] = rxItem{}
-	}
-	q.resp.held = q.resp.held[:0]
-}
-
-// udReceive delivers a UD SEND: Q_Key check (C10-15), the GRH area, then
-// the payload, into the next receive WR. With no WR posted the datagram is
-// dropped, as UD allows.
-func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
-	deth := pkt.DETH()
-	data := pkt.Payload()
-	if deth.QKey != q.attr.QKey {
-		q.e.stats.BadQKey.Add(1)
-		return
-	}
-	if uint32(len(data)) > q.pmtu {
-		q.e.stats.Malformed.Add(1)
-		return
-	}
-	if !q.takeRecvWR() {
-		return
-	}
-	var grh [bth.GRHLen]byte
-	dst := it.local
-	if !dst.IsValid() {
-		dst = q.e.localAddr
-	}
-	bth.PutGRH(&grh, it.src.Addr(), dst, it.tos, len(pkt.Bytes()))
-	st := q.scatter(q.resp.wr.SGL, 0, grh[:])
-	if st == cq.Success {
-		st = q.scatter(q.resp.wr.SGL, bth.GRHLen, data)
-	}
-	wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: st, Opcode: cq.OpRecv, QPNum: q.qpn}
-	if st == cq.Success {
-		wc.ByteLen = uint32(bth.GRHLen + len(data))
-		wc.SrcQP = deth.SrcQP
-		wc.Flags = cq.FlagGRH
-		if pkt.Opcode().HasImm() {
-			wc.ImmData = pkt.Imm()
-			wc.Flags |= cq.FlagWithImm
-		}
-	}
-	q.resp.haveWR = false
-	q.pushWC(q.init.RecvCQ, &wc, pkt.SE())
 }
