@@ -173,17 +173,23 @@ func (q *QP) QPN() uint32 { return q.qpn }
 
 // run executes fn on the owner shard and waits for it.
 func (q *QP) run(op string, fn func(), closing bool) error {
-	if q.e.closed.Load() && !closing {
+	if q.e.closed.Load() && !closing || !q.sh.call(fn) {
 		return closedErr(op, q.qpn)
 	}
+	return nil
+}
+
+// call runs fn on the shard as a command, between two slices, and waits for
+// it. It reports false when the engine stopped first.
+func (s *shard) call(fn func()) bool {
 	done := make(chan struct{})
 	select {
-	case q.sh.cmds <- func() { fn(); close(done) }:
-	case <-q.e.done:
-		return closedErr(op, q.qpn)
+	case s.cmds <- func() { fn(); close(done) }:
+	case <-s.e.done:
+		return false
 	}
 	<-done
-	return nil
+	return true
 }
 
 // Modify is ibv_modify_qp. It checks the transition and the attribute mask
@@ -673,22 +679,30 @@ type QPInfo struct {
 
 // QPs returns a snapshot of every QP, for debugging and /debug/qps.
 func (e *Engine) QPs() []QPInfo {
-	var out []QPInfo
+	if e.closed.Load() {
+		return nil
+	}
+	// One command per shard, not per QP: the snapshot waits for at most one
+	// slice of each shard however many QPs there are.
+	byShard := make(map[*shard][]*QP)
 	for _, q := range e.qps.all() {
-		var in QPInfo
-		err := q.run("query", func() {
-			in = QPInfo{QPN: q.qpn, Type: q.typ, State: q.attr.State, DestQPN: q.attr.DestQPN,
-				Peer: q.attr.AV.DGID, SrcPort: q.srcPort(), NextPSN: q.req.psn, AckedPSN: q.comp.psn,
-				ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.comp.idx), Backoff: q.comp.backoff}
-		}, false)
-		if err != nil {
+		byShard[q.sh] = append(byShard[q.sh], q)
+	}
+	var out []QPInfo
+	for s, qs := range byShard {
+		var part []QPInfo
+		if !s.call(func() {
+			for _, q := range qs {
+				part = append(part, QPInfo{QPN: q.qpn, Type: q.typ, State: q.attr.State, DestQPN: q.attr.DestQPN,
+					Peer: q.attr.AV.DGID, SrcPort: q.srcPort(), NextPSN: q.req.psn, AckedPSN: q.comp.psn,
+					ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.comp.idx), Backoff: q.comp.backoff,
+					TxPackets: q.cnt.txPackets.Load(), RxPackets: q.cnt.rxPackets.Load(),
+					Retransmits: q.cnt.retransmits.Load(), Timeouts: q.cnt.timeouts.Load()})
+			}
+		}) {
 			continue
 		}
-		in.TxPackets = q.cnt.txPackets.Load()
-		in.RxPackets = q.cnt.rxPackets.Load()
-		in.Retransmits = q.cnt.retransmits.Load()
-		in.Timeouts = q.cnt.timeouts.Load()
-		out = append(out, in)
+		out = append(out, part...)
 	}
 	return out
 }
