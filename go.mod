@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/google/gopacket v1.1.19
+	github.com/pborman/getopt/v2 v2.2.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

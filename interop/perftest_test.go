@@ -3,6 +3,7 @@ package interop
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,12 +29,22 @@ func (d ptDirection) short() string {
 
 // ptCase is one perftest run, made in both directions.
 type ptCase struct {
-	test  string // write_bw, read_bw, send_bw, write_lat, read_lat, send_lat
+	test  string // write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat
 	size  int
 	iters int
+	extra []string // options both sides get (-q 4, -b, -a, -D 2, -c UD, -A ...)
+	rows  int      // results rows of the side that runs the test (-a: one per size); 0 is 1
+	qps   int      // QPs (-q); 0 is 1
+	timed bool     // -D: the iterations are what the sample counted
 }
 
-func (c ptCase) name() string { return fmt.Sprintf("%s/s%d", c.test, c.size) }
+func (c ptCase) name() string {
+	n := fmt.Sprintf("%s/s%d", c.test, c.size)
+	if len(c.extra) > 0 {
+		n += "/" + strings.ReplaceAll(strings.Join(c.extra, ""), "-", "")
+	}
+	return n
+}
 
 // read reports whether the test moves its data with RDMA READ.
 func (c ptCase) read() bool { return strings.HasPrefix(c.test, "read_") }
@@ -41,27 +52,39 @@ func (c ptCase) read() bool { return strings.HasPrefix(c.test, "read_") }
 // lat reports whether c is a latency test.
 func (c ptCase) lat() bool { return strings.HasSuffix(c.test, "_lat") }
 
+// atomic reports whether c is an atomic test.
+func (c ptCase) atomic() bool { return strings.HasPrefix(c.test, "atomic_") }
+
+// has reports whether c has the option opt.
+func (c ptCase) has(opt string) bool { return slices.Contains(c.extra, opt) }
+
 // minRxePackets is how many packets from goroce rxe must count at least: the
 // requests goroce sent (a READ request is one packet, a READ response one per
 // MTU of 1024), or for a goroce server of a write/send bw test its ACKs, which it
-// coalesces per receive batch.
+// coalesces per receive batch. Runs by time or over all sizes only need traffic.
 func (c ptCase) minRxePackets(dir ptDirection) int {
+	if c.timed || c.has("-a") {
+		return 1
+	}
+	n := c.iters * max(c.qps, 1)
 	data := max(1, (c.size+1023)/1024)
 	switch {
 	case c.read() && dir == ptOursToRxe:
-		return c.iters
+		return n
 	case c.read():
-		return c.iters * data
-	case c.lat() || dir == ptOursToRxe:
-		return c.iters * data
+		return n * data
+	case c.lat() || dir == ptOursToRxe || c.has("-b"):
+		return n * data
 	}
 	return 1
 }
 
 // TestPerftest runs the stock perftest tools (ib_write_bw, ib_read_bw, ib_send_bw,
-// ib_write_lat, ib_read_lat, ib_send_lat) in an rxe guest against cmd/roce-perftest on the host side of the lab
-// bridge, in both directions, and checks both tools' result rows, goroce's counters
-// and rxe's hw_counters after every run.
+// ib_atomic_bw, and the _lat ones) in an rxe guest against cmd/roce-perftest on the
+// host side of the lab bridge, in both directions, over RC, UC and UD, with several
+// QPs, both ways at once, all sizes and by duration, and checks both tools' result
+// rows, goroce's counters, that every atomic ran exactly once, and rxe's
+// hw_counters after every run.
 func TestPerftest(t *testing.T) {
 	lab := labtest.Open(t)
 	bin := toolBin(t, "GOROCE_PERFTEST", "cmd/roce-perftest")
@@ -78,11 +101,42 @@ func TestPerftest(t *testing.T) {
 			cases = append(cases, ptCase{test: test, size: s, iters: n})
 		}
 	}
+	cases = append(cases,
+		ptCase{test: "atomic_bw", size: 8, iters: n},
+		ptCase{test: "atomic_bw", size: 8, iters: n, extra: []string{"-A", "CMP_AND_SWAP"}},
+		ptCase{test: "atomic_lat", size: 8, iters: 100},
+		ptCase{test: "atomic_lat", size: 8, iters: 100, extra: []string{"-A", "CMP_AND_SWAP"}},
+		ptCase{test: "atomic_bw", size: 8, iters: 50, qps: 4, extra: []string{"-q", "4"}},
+		ptCase{test: "write_bw", size: 4096, iters: 50, qps: 4, extra: []string{"-q", "4"}},
+		ptCase{test: "send_bw", size: 4096, iters: 50, qps: 4, extra: []string{"-q", "4"}},
+		ptCase{test: "write_bw", size: 4096, iters: 100, extra: []string{"-b"}},
+		ptCase{test: "send_bw", size: 4096, iters: 100, extra: []string{"-b"}},
+		ptCase{test: "read_bw", size: 4096, iters: 100, extra: []string{"-b", "--report_gbits"}},
+		ptCase{test: "write_bw", size: 0, iters: 5, rows: 23, extra: []string{"-a"}},
+		ptCase{test: "send_lat", size: 0, iters: 5, rows: 10, extra: []string{"-a", "-c", "UD"}},
+		ptCase{test: "write_bw", size: 4096, extra: []string{"-D", "2"}, timed: true},
+		ptCase{test: "send_lat", size: 64, extra: []string{"-D", "2"}, timed: true},
+		ptCase{test: "send_bw", size: 1024, iters: 100, extra: []string{"-c", "UD"}},
+		ptCase{test: "send_bw", size: 4096, iters: 100, extra: []string{"-c", "UC"}},
+		ptCase{test: "write_bw", size: 4096, iters: 100, extra: []string{"-c", "UC"}},
+	)
 	for _, c := range cases {
 		for _, dir := range []ptDirection{ptOursToRxe, ptRxeToOurs} {
 			t.Run(c.name()+"/"+dir.short(), func(t *testing.T) { runPerftest(t, lab, g, bin, c, dir) })
 		}
 	}
+}
+
+// opts is the options of the results table's row.
+func (c ptCase) opts() string {
+	var o []string
+	if c.size > 0 {
+		o = append(o, fmt.Sprintf("-s %d", c.size))
+	}
+	if c.iters > 0 {
+		o = append(o, fmt.Sprintf("-n %d", c.iters))
+	}
+	return strings.Join(append(o, c.extra...), " ")
 }
 
 // ptResult is one row of the results table (GOROCE_INTEROP_RESULTS).
@@ -99,8 +153,14 @@ type ptResult struct {
 // use; the usec/iter column is goroce's figure (per message for bw, t_avg for lat).
 func (r *ptResult) record(t *testing.T) {
 	ours := oursCounters(r.oursStats, "sent_pkts", "rcvd_pkts", "retransmits", "out_of_seq", "dup_req", "naks_sent", "naks_rcvd", "rx_queue_drops")
-	appendResult(t, resultRow{tool: "ib_" + r.c.test, dir: string(r.dir), transport: "RC",
-		opts: fmt.Sprintf("-s %d -n %d", r.c.size, r.c.iters), verdict: r.verdict, usec: r.usec,
+	transport := "RC"
+	for i, o := range r.c.extra {
+		if o == "-c" && i+1 < len(r.c.extra) {
+			transport = r.c.extra[i+1]
+		}
+	}
+	appendResult(t, resultRow{tool: "ib_" + r.c.test, dir: string(r.dir), transport: transport,
+		opts: r.c.opts(), verdict: r.verdict, usec: r.usec,
 		counters: r.rxe.String() + " | goroce: " + ours})
 }
 
@@ -111,38 +171,46 @@ type ptRow struct {
 	line         string
 }
 
-// parsePTRow finds the results row under perftest's "#bytes" header.
-func parsePTRow(out string, lat bool) (ptRow, error) {
+// parsePTRows returns the results rows under perftest's "#bytes" header.
+func parsePTRows(out string, lat bool) ([]ptRow, error) {
 	lines := strings.Split(out, "\n")
 	for i, l := range lines {
 		if !strings.Contains(l, "#bytes") {
 			continue
 		}
+		var rows []ptRow
 		for _, row := range lines[i+1:] {
 			f := strings.Fields(row)
-			if len(f) < 5 {
-				continue
+			if len(f) < 4 {
+				break
 			}
 			b, err1 := strconv.Atoi(f[0])
 			n, err2 := strconv.Atoi(f[1])
 			if err1 != nil || err2 != nil {
-				continue
+				break
 			}
 			col := 3 // BW average
-			if lat {
+			switch {
+			case lat && len(f) == 4:
+				col = 2 // a -D latency row: t_avg, then tps
+			case lat:
 				col = 5 // t_avg
 				if len(f) < 6 {
-					return ptRow{}, fmt.Errorf("short latency row %q", row)
+					return nil, fmt.Errorf("short latency row %q", row)
 				}
 			}
 			v, err := strconv.ParseFloat(f[col], 64)
 			if err != nil {
-				return ptRow{}, fmt.Errorf("row %q: %v", row, err)
+				return nil, fmt.Errorf("row %q: %v", row, err)
 			}
-			return ptRow{bytes: b, iters: n, value: v, line: strings.TrimSpace(row)}, nil
+			rows = append(rows, ptRow{bytes: b, iters: n, value: v, line: strings.TrimSpace(row)})
 		}
+		if len(rows) == 0 {
+			return nil, fmt.Errorf("no results row")
+		}
+		return rows, nil
 	}
-	return ptRow{}, fmt.Errorf("no results row")
+	return nil, fmt.Errorf("no results row")
 }
 
 // runPerftest makes one run and checks it.
@@ -157,9 +225,16 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	}
 	defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short(), lab.HostIP)()
 
-	stock := fmt.Sprintf("ib_%s -d rxe0 -x %d -s %d -n %d -F", c.test, g.GIDIndex, c.size, c.iters)
-	ours := []string{c.test, "-d", lab.HostIP.String(), "-x", "1", "-s", strconv.Itoa(c.size), "-n", strconv.Itoa(c.iters),
-		"-F", "-stats", "-timeout", "120s"}
+	var opts []string
+	if c.size > 0 && !c.atomic() {
+		opts = append(opts, "-s", strconv.Itoa(c.size))
+	}
+	if c.iters > 0 {
+		opts = append(opts, "-n", strconv.Itoa(c.iters))
+	}
+	opts = append(append(opts, "-F"), c.extra...)
+	stock := fmt.Sprintf("ib_%s -d rxe0 -x %d %s", c.test, g.GIDIndex, strings.Join(opts, " "))
+	ours := append([]string{c.test, "-d", lab.HostIP.String(), "-x", "1", "--stats", "--timeout", "120s"}, opts...)
 	r := runPair(ctx, t, lab, g, bin, stock, ours, dir == ptOursToRxe)
 	stockRes, oursRC, oursOut, oursErr := r.stock, r.oursRC, r.oursOut, r.oursErr
 
@@ -174,26 +249,50 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 		who, out string
 		server   bool
 	}{{"roce-perftest", oursOut, dir == ptRxeToOurs}, {"ib_" + c.test, stockRes.Out, dir == ptOursToRxe}} {
-		if c.test == "read_lat" && side.server {
-			continue // read_lat's server measures nothing and prints no row
+		if (c.test == "read_lat" || c.test == "atomic_lat") && side.server {
+			continue // the read and atomic latency servers measure nothing and print no row
 		}
-		row, err := parsePTRow(side.out, lat)
+		rows, err := parsePTRows(side.out, lat)
 		if err != nil {
 			t.Errorf("%s: %v:\n%s", side.who, err, side.out)
 			continue
 		}
-		// The passive write/read server prints the client's report, so its row
-		// also proves the report exchange.
-		if row.bytes != c.size || row.iters != c.iters || !(row.value > 0) {
-			t.Errorf("%s: row %+v; want %d bytes, %d iterations, a positive figure", side.who, row, c.size, c.iters)
+		// The passive write/read/atomic server prints the client's (last) report,
+		// so its row also proves the report exchange.
+		passive := side.server && !c.has("-b") && !strings.HasPrefix(c.test, "send_") && !lat
+		want := max(c.rows, 1)
+		if passive {
+			want = 1
 		}
-		if side.who == "roce-perftest" && row.value > 0 {
-			res.usec = row.value
-			if !lat {
-				res.usec = float64(c.size) / (row.value * (1 << 20)) * 1e6
+		if len(rows) != want {
+			t.Errorf("%s: %d rows, want %d:\n%s", side.who, len(rows), want, side.out)
+			continue
+		}
+		for i, row := range rows {
+			size, iters := c.size, c.iters*max(c.qps, 1)
+			if c.rows > 1 {
+				size = 2 << i
+				if passive {
+					size = 2 << (c.rows - 1)
+				}
 			}
+			if c.timed {
+				iters = row.iters // what the sample counted
+			}
+			if row.bytes != size || row.iters != iters || row.iters < 1 || !(row.value > 0) {
+				t.Errorf("%s: row %+v; want %d bytes, %d iterations, a positive figure", side.who, row, size, iters)
+			}
+			if side.who == "roce-perftest" && row.value > 0 && i == 0 {
+				res.usec = row.value
+				if !lat {
+					res.usec = float64(size) / (row.value * (1 << 20)) * 1e6
+				}
+			}
+			t.Logf("%s: %s", side.who, row.line)
 		}
-		t.Logf("%s: %s", side.who, row.line)
+	}
+	if c.atomic() && !strings.Contains(oursErr, "executed exactly once") {
+		t.Errorf("roce-perftest did not check the atomics:\n%s", oursErr)
 	}
 	res.oursStats = checkOursStats(t, "roce-perftest", oursErr)
 	after, err := g.Counters(ctx)

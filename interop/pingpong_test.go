@@ -192,7 +192,7 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	defer captureRun(t, lab, c.name()+"-"+dirShort(dir), ourIP.WithZone(""))()
 	stock := fmt.Sprintf("ibv_%s_pingpong -d rxe0 -g %d -n %d -s %d -c", c.mode, stockGID, c.iters, c.size)
 	ours := []string{c.mode, "-d", ourAddr, "-g", ourGID, "-n", strconv.Itoa(c.iters),
-		"-s", strconv.Itoa(c.size), "-c", "-stats", "-timeout", "60s"}
+		"-s", strconv.Itoa(c.size), "-c", "--stats", "--timeout", "60s"}
 	if c.qps > 0 {
 		stock += fmt.Sprintf(" -q %d", c.qps)
 		ours = append(ours, "-q", strconv.Itoa(c.qps))
@@ -204,7 +204,7 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	if c.loss {
 		// netem may drop rxe's ACK of our very last send after which the stock
 		// client exits: bound that one wait (the stock side still validates all).
-		ours = append(ours, "-loss", "0.02", "-seed", "1", "-last-ack-wait", "3s")
+		ours = append(ours, "--loss", "0.02", "--seed", "1", "--last-ack-wait", "3s")
 	}
 
 	r := runPair(ctx, t, lab, g, bin, stock, ours, dir == oursToRxe)

@@ -1,53 +1,80 @@
 // Command roce-perftest runs the perftest benchmarks (ib_write_bw, ib_read_bw,
-// ib_send_bw, ib_write_lat, ib_read_lat, ib_send_lat) on goroce: it speaks perftest's
-// TCP exchange and its RoCEv2 traffic, so either side can be the stock perftest tool
-// (checked against perftest 4.5-0.17, version 6.06, in interop/).
+// ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat,
+// ib_atomic_lat) on goroce: it speaks perftest's TCP exchange and its RoCEv2
+// traffic, so either side can be the stock perftest tool (checked against
+// perftest 4.5-0.17, version 6.06, in interop/).
 //
 // Usage:
 //
-//	roce-perftest TEST -d ADDR [flags]           serve (wait for a client)
-//	roce-perftest TEST -d ADDR [flags] SERVER    connect to SERVER
+//	roce-perftest TEST [OPTIONS]           serve (wait for a client)
+//	roce-perftest TEST [OPTIONS] SERVER    connect to SERVER
 //
-// TEST is write_bw, read_bw, send_bw, write_lat, read_lat or send_lat, always over one
-// RC QP. The flags are perftest's where they make sense:
+// TEST is write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat, send_lat or
+// atomic_lat (an ib_ prefix is accepted). The command line is perftest's: options
+// and operands in any order, short options bundled or with attached values
+// (-n10), long options with = or a separate value (--size=64, --iters 20). The
+// options perftest has and goroce implements:
 //
-//	-p PORT    TCP port of the exchange (18515)
-//	-d ADDR    local IP address the device binds (UDP 4791); perftest's -d names a device
-//	-s SIZE    message size (65536 for the bw tests, 2 for the lat tests)
-//	-n ITERS   iterations (5000 for the bw tests, 1000 for the lat tests)
-//	-m MTU     path MTU, 256..4096 (default: the port's active MTU); the lower of both
-//	           sides' is used, as perftest does
-//	-x INDEX   local GID index (default: the device's RoCEv2 GID, 1 for IPv4)
-//	-q NUM     number of QPs: only 1
-//	-t DEPTH   send queue depth of the bw tests (128)
-//	-r DEPTH   receives posted at a time in send_bw and send_lat (512)
-//	-F         accepted and ignored (perftest: do not fail on CPU frequency checks)
+//	-d, --ib-dev      local IP address, or network interface, the device binds;
+//	                  perftest's -d names an RDMA device. Without it each side
+//	                  binds the address of its TCP connection.
+//	-i, --ib-port     1 (a goroce device has one port)
+//	-p, --port        TCP port of the exchange (18515)
+//	-s, --size        message size, with perftest's K and M suffixes
+//	-n, --iters       iterations (5000 for write_bw, else 1000)
+//	-a, --all         every size from 2 to 2^23 (send over UD: to the MTU)
+//	-D, --duration    run for this many seconds; -f, --margin: the unmeasured
+//	                  seconds at each end (D/4)
+//	-q, --qp          number of QPs (bw tests)
+//	-b, --bidirectional  both ways at once (bw tests)
+//	-c, --connection  RC, UC (send, write) or UD (send)
+//	-A, --atomic_type FETCH_AND_ADD (default) or CMP_AND_SWAP
+//	-o, --outs        outstanding READs/atomics
+//	-m, --mtu         path MTU; the lower of both sides' is used
+//	-x, --gid-index   local GID index (default: the device's RoCEv2 GID)
+//	-t, --tx-depth, -r, --rx-depth, -u, --qp-timeout, --tclass
+//	--run_infinitely  a row every -D seconds until interrupted (bw tests)
+//	--report_gbits, --report-both, -N, --noPeak, -U, -H, --output
+//	-V, --version, -h, --help
 //
-// and some of its own: -timeout (give up after this long), -roce-port, -linger, and
-// -stats (print the engine's counters to stderr at exit, as one "stats: name=value ..."
-// line).
+// Accepted and ignored, because they change nothing here: -F, -e, -Q, -I, -S,
+// --odp, --use_hugepages, --use_old_post_send, --perform_warm_up, --mr_per_qp,
+// --cpu_util, --latency_gap, --flow_label, --retry_count, --wait_destroy and
+// --pkey_index 0. goroce always sleeps on the completion channel (no busy
+// polling), asks for a completion of every WR and posts one WR per call.
+// Refused with a one-line reason: rdma_cm (-R, -z, -T), multicast, dual port,
+// raw Ethernet, XRC/DC/SRD, SRQs, post lists, rate limits, hardware counters,
+// JSON output and CPU cycle reports.
 //
-// The exchange is the one of perftest's "ethernet" method (no -R): the version strings
-// (goroce says 6.27, so a newer perftest skips its raw parameter struct), page and
-// cache-line sizes, the MTU, one 108-byte record per QP, and 108-byte hand-shakes as
-// barriers in the places perftest 6.06 has them (two after the QP is connected, and
-// for the write and read latency tests one before the record). In the bw tests for
-// RDMA WRITE and READ the server is passive: it advertises a buffer and waits for the
-// client's final hand-shake, then prints the client's report. In send_bw the server
-// posts receives and counts their completions. In write_lat both sides write to each
-// other in turn and wait for the last byte of their buffer to change; the server
-// writes first. In send_lat they answer each SEND with one; the client sends first.
-// In read_lat the client reads the server's buffer one READ at a time; the server
-// only waits for the closing exchange.
+// goroce's own options: --roce-port (RoCEv2 UDP port, both sides must agree),
+// --timeout (give up after this long; with --run_infinitely, the end of the run),
+// --linger, and --stats (print the engine's counters to stderr at exit, as one
+// "stats: name=value ..." line).
 //
-// Not supported: more than one QP (-q), UC, UD and XRC (-c), rdma_cm (-R), all sizes
-// in one run (-a), bidirectional runs (-b), duration runs (-D), and perftest 6.28 and
-// newer's raw parameter struct, which goroce avoids by advertising version 6.27.
+// The exchange is the one of perftest's "ethernet" method: the version strings
+// (goroce says 6.27, so a newer perftest skips its raw parameter struct), page
+// and cache-line sizes, the MTU, one 108-byte record per QP, and 108-byte
+// hand-shakes as barriers in the places and order each perftest main has them
+// (the peer keeps the records of its last hand-shake per QP). Without -b the
+// write, read and atomic bw servers are passive: the client's RDMA goes
+// straight to the advertised buffer, and the server prints the client's report.
+// ib_send_bw's receiver posts -r receives per QP before a hand-shake and
+// counts their completions. write_lat writes back and forth, polling the last
+// byte; read_lat and atomic_lat post one READ or atomic at a time; send_lat
+// answers each SEND with one.
 //
-// Like perftest it prints one results row under a header: bytes, iterations and the
-// bandwidth in MB/sec (2^20 bytes) with the message rate, or the latency statistics in
-// usec (as perftest: half a round trip for write_lat and send_lat, a whole one for
-// read_lat, the two largest samples dropped). It never busy-spins on a CPU: it sleeps
-// on the completion channel, and in write_lat it polls its buffer with short sleeps. It
-// exits 1 on any failure: an exchange error, a completion error or the timeout.
+// The atomic tests check that every atomic was executed exactly once. As the
+// requester, each WR fetches into a word of its own: consecutive visits of one
+// slot of the peer's buffer must fetch consecutive values (FETCH_AND_ADD adds
+// 1; CMP_AND_SWAP compares and swaps 0, so a non-zero slot never changes). As
+// the target, the adds found in the buffer must equal the atomic requests the
+// engine executed, and CMP_AND_SWAP must have changed nothing.
+//
+// It prints perftest's banner (the dashed table), the address lines with the
+// GID in perftest's decimal colon form, the header and one results row per size
+// (MB/sec of 2^20 bytes, or Gb/sec, and Mpps; or the latency statistics in
+// usec, computed as perftest does: half a round trip for write_lat and
+// send_lat, a whole one for read_lat and atomic_lat, the two largest samples
+// dropped). It exits 1 on any failure: an exchange error, a completion error, a
+// failed atomic check or the timeout.
 package main

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"fmt"
 	"io"
 	"math"
 	"net"
@@ -25,17 +24,41 @@ func TestParseArgs(t *testing.T) {
 		want func(*config) bool
 	}{
 		{"bw server defaults", []string{"write_bw", "-d", "127.0.0.1"}, func(c *config) bool {
-			return c.server == "" && c.size == 65536 && c.iters == 5000 && c.mtu == 0 && c.TCPPort == 18515 && c.gidIndex == -1 && c.txDepth == 128
+			return c.server == "" && c.size == 65536 && c.iters == 5000 && c.mtu == 0 && c.TCPPort == 18515 && c.gidIndex == -1 &&
+				c.txDepth == 128 && c.numQPs == 1 && c.conn == connRC && c.qpTimeout == 14
 		}},
-		{"lat defaults", []string{"write_lat", "-d", "127.0.0.1"}, func(c *config) bool { return c.size == 2 && c.iters == 1000 }},
-		{"client with perftest flags", []string{"send_bw", "-d", "198.18.0.1", "-x", "1", "-n", "200", "-s", "64", "-F", "-q", "1", "-m", "4096", "-p", "1234", "198.18.0.11"}, func(c *config) bool {
-			return c.server == "198.18.0.11" && c.gidIndex == 1 && c.iters == 200 && c.size == 64 && c.mtu == 4096 && c.TCPPort == 1234
+		{"lat defaults", []string{"write_lat", "-d", "127.0.0.1"}, func(c *config) bool { return c.size == 2 && c.iters == 1000 && c.txDepth == 1 }},
+		{"atomic defaults", []string{"atomic_bw"}, func(c *config) bool { return c.size == 8 && c.iters == 1000 && !c.atomicCAS }},
+		{"ib_ prefix", []string{"ib_read_bw"}, func(c *config) bool { return c.test == test{read, false} }},
+		// perftest's own command lines, as users type them.
+		{"client with perftest flags", []string{"send_bw", "-d", "198.18.0.1", "-x", "1", "-n", "200", "-s", "64", "-F", "-m", "4096", "-p", "1234", "198.18.0.11"}, func(c *config) bool {
+			return c.server == "198.18.0.11" && c.gidIndex == 1 && c.iters == 200 && c.size == 64 && c.mtu == 4096 && c.TCPPort == 1234 && c.rxDepth == 200
 		}},
-		{"read_bw", []string{"read_bw", "-d", "::1", "-s", "1"}, func(c *config) bool { return c.test == readBW && c.size == 1 }},
+		{"flags after the host", []string{"write_bw", "127.0.0.1", "-d", "127.0.0.2", "-n", "10"}, func(c *config) bool {
+			return c.server == "127.0.0.1" && c.Addr.String() == "127.0.0.2" && c.iters == 10 && c.txDepth == 10
+		}},
+		{"attached and long", []string{"read_bw", "-n10", "--size=4K", "--ib-dev=lo", "--iters", "20", "-i", "1", "127.0.0.1"}, func(c *config) bool {
+			return c.iters == 20 && c.size == 4096 && c.Addr.String() == "127.0.0.1"
+		}},
+		{"-s with M", []string{"write_bw", "-s", "1M"}, func(c *config) bool { return c.size == 1<<20 && c.cqMod == 1 }},
+		{"-a", []string{"write_bw", "-a", "-n", "5"}, func(c *config) bool { return c.all && c.size == maxSize }},
+		{"-q 4 -b", []string{"send_bw", "-q", "4", "-b", "-n", "100"}, func(c *config) bool { return c.numQPs == 4 && c.duplex }},
+		{"-D", []string{"write_bw", "-D", "4"}, func(c *config) bool { return c.duration == 4 && c.margin == 1 && c.noPeak }},
+		{"-D -f", []string{"send_lat", "-D", "10", "-f", "2"}, func(c *config) bool { return c.duration == 10 && c.margin == 2 }},
+		{"atomic CAS", []string{"atomic_lat", "-A", "CMP_AND_SWAP"}, func(c *config) bool { return c.atomicCAS }},
+		{"--atomic_type=FETCH_AND_ADD", []string{"atomic_bw", "--atomic_type=FETCH_AND_ADD", "-o", "4"}, func(c *config) bool { return !c.atomicCAS && c.outReads == 4 }},
+		{"UD", []string{"send_bw", "-c", "UD", "-n", "50"}, func(c *config) bool { return c.conn == connUD && c.rxDepth == 50 }},
+		{"UC", []string{"write_bw", "--connection=UC"}, func(c *config) bool { return c.conn == connUC }},
+		{"report options", []string{"write_bw", "--report_gbits", "--run_infinitely", "-b", "--report-both"}, func(c *config) bool {
+			return c.reportGbits && c.runInf && c.duplex && c.reportBoth && c.noPeak
+		}},
+		{"accepted and ignored", []string{"send_lat", "-F", "-e", "-Q", "10", "-I", "64", "-S", "3", "--odp", "--cpu_util", "-N"}, func(c *config) bool { return c.noPeak }},
+		{"odd rx depth rounds up", []string{"send_bw", "-r", "7"}, func(c *config) bool { return c.rxDepth == 8 }},
+		{"-- before the host", []string{"write_lat", "--", "127.0.0.1"}, func(c *config) bool { return c.server == "127.0.0.1" }},
 	}
 	for _, tt := range ok {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := parseArgs(tt.args, io.Discard)
+			c, _, err := parseArgs(tt.args)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,27 +70,67 @@ func TestParseArgs(t *testing.T) {
 	bad := []struct {
 		name string
 		args []string
+		msg  string
 	}{
-		{"no test", nil},
-		{"unknown test", []string{"atomic_bw", "-d", "127.0.0.1"}},
-		{"no -d", []string{"write_bw"}},
-		{"device name instead of address", []string{"write_bw", "-d", "rxe0"}},
-		{"bad mtu", []string{"write_bw", "-d", "127.0.0.1", "-m", "1500"}},
-		{"negative size", []string{"write_bw", "-d", "127.0.0.1", "-s", "-1"}},
-		{"size above perftest's max", []string{"write_bw", "-d", "127.0.0.1", "-s", "8388609"}},
-		{"negative iters", []string{"write_bw", "-d", "127.0.0.1", "-n", "-5"}},
-		{"two QPs", []string{"write_bw", "-d", "127.0.0.1", "-q", "2"}},
-		{"zero tx depth", []string{"write_bw", "-d", "127.0.0.1", "-t", "0"}},
-		{"bad port", []string{"write_bw", "-d", "127.0.0.1", "-p", "70000"}},
-		{"two servers", []string{"write_bw", "-d", "127.0.0.1", "a", "b"}},
-		{"unknown flag", []string{"write_bw", "-d", "127.0.0.1", "-R"}},
+		{"no test", nil, "missing TEST"},
+		{"unknown test", []string{"rawbw"}, "unknown TEST"},
+		{"device that is no interface", []string{"write_bw", "-d", "rxe0"}, "-d rxe0: not an IP address or a network interface"},
+		{"bad mtu", []string{"write_bw", "-m", "1500"}, "-m 1500"},
+		{"size above perftest's max", []string{"write_bw", "-s", "8388609"}, "-s 8388609"},
+		{"too few iters", []string{"write_bw", "-n", "4"}, "-n 4"},
+		{"atomic size", []string{"atomic_bw", "-s", "16"}, "atomic tests is 8"},
+		{"UC read", []string{"read_bw", "-c", "UC"}, "UC has no RDMA_Read"},
+		{"UD write", []string{"write_bw", "-c", "UD"}, "UD only SENDs"},
+		{"XRC", []string{"send_bw", "-c", "XRC"}, "XRC QPs are not supported"},
+		{"-q on lat", []string{"write_lat", "-q", "2"}, "several QPs only in the bw tests"},
+		{"-b on lat", []string{"send_lat", "-b"}, "bidirectional only in the bw tests"},
+		{"-A on write", []string{"write_bw", "-A", "CMP_AND_SWAP"}, "only the atomic tests"},
+		{"bad atomic type", []string{"atomic_bw", "-A", "SWAP"}, "CMP_AND_SWAP or FETCH_AND_ADD"},
+		{"-D with -a", []string{"write_bw", "-a", "-D", "3"}, "-D: not with -a"},
+		{"margin too large", []string{"write_bw", "-D", "4", "-f", "2"}, "twice the margin"},
+		{"rx depth on write", []string{"write_bw", "-r", "4"}, "rx depth of 1"},
+		{"rdma_cm", []string{"write_bw", "-R"}, "-R: rdma_cm QPs are not supported yet"},
+		{"multicast", []string{"send_bw", "-g"}, "-g: multicast is not supported"},
+		{"raw ethernet", []string{"send_bw", "--source_mac", "00:11:22:33:44:55"}, "-B: raw Ethernet"},
+		{"tos", []string{"write_bw", "-T", "3"}, "-T: the type of service"},
+		{"pkey", []string{"write_bw", "--pkey_index=1"}, "--pkey_index 1"},
+		{"unknown option", []string{"write_bw", "--frob"}, "unknown option: --frob"},
+		{"two servers", []string{"write_bw", "a", "b"}, "too many arguments"},
+		{"run_infinitely on lat", []string{"write_lat", "--run_infinitely"}, "only in the bw tests"},
+		{"output mismatch", []string{"write_lat", "--output=bandwidth"}, "does not fit write_lat"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
-			if c, err := parseArgs(tt.args, io.Discard); err == nil {
-				t.Errorf("parseArgs(%q) = %+v, want an error", tt.args, c)
+			c, _, err := parseArgs(tt.args)
+			if err == nil {
+				t.Fatalf("parseArgs(%q) = %+v, want an error", tt.args, c)
+			}
+			if !strings.Contains(err.Error(), tt.msg) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q, want one line with %q", err, tt.msg)
 			}
 		})
+	}
+}
+
+// TestRunMessages: a mistake is one line on stderr; the usage only with -h;
+// -V and --version print the version.
+func TestRunMessages(t *testing.T) {
+	var out, errb bytes.Buffer
+	if rc := run([]string{"write_bw", "-R"}, &out, &errb); rc != 1 || out.Len() != 0 || strings.Count(errb.String(), "\n") != 1 {
+		t.Errorf("bad option: exit %d, stdout %q, stderr %q", rc, out.String(), errb.String())
+	}
+	for _, args := range [][]string{{"-h"}, {"write_bw", "--help"}} {
+		out.Reset()
+		errb.Reset()
+		if rc := run(args, &out, &errb); rc != 0 || errb.Len() != 0 || !strings.Contains(out.String(), "--run_infinitely") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, rc, out.String(), errb.String())
+		}
+	}
+	for _, args := range [][]string{{"-V"}, {"write_bw", "--version"}, {"-version"}} {
+		out.Reset()
+		if rc := run(args, &out, &errb); rc != 0 || !strings.HasPrefix(out.String(), "roce-perftest ") {
+			t.Errorf("%q: exit %d, stdout %q", args, rc, out.String())
+		}
 	}
 }
 
@@ -79,6 +142,32 @@ func TestParseVersion(t *testing.T) {
 		if got := parseVersion(tt.in); got != tt.want {
 			t.Errorf("parseVersion(%q) = %v, want %v", tt.in, got, tt.want)
 		}
+	}
+}
+
+func TestCHex(t *testing.T) {
+	for _, tt := range []struct {
+		v     uint64
+		width int
+		want  string
+	}{{0, 4, "0000"}, {0x1e, 6, "0x001e"}, {0xc74fee, 6, "0xc74fee"}, {0x10ca, 8, "0x0010ca"}, {0x55c13b372000, 16, "0x0055c13b372000"}, {0x80, 4, "0x80"}} {
+		if got := cHex(tt.v, tt.width); got != tt.want {
+			t.Errorf("cHex(%#x, %d) = %q, want %q", tt.v, tt.width, got, tt.want)
+		}
+	}
+}
+
+// TestPrintDest pins the address lines against the ones stock ib_read_bw printed
+// in the lab.
+func TestPrintDest(t *testing.T) {
+	var b bytes.Buffer
+	s := &session{c: &config{test: test{read, false}}, out: &b}
+	gid := [16]byte{10: 255, 11: 255, 12: 198, 13: 18, 15: 11}
+	s.printDest("local", oob.PerftestDest{QPN: 0x1f, PSN: 0x5648dc, OutReads: 0x80, RKey: 0x1023, VAddr: 0x55ebed3e4000, GID: gid})
+	want := " local address: LID 0000 QPN 0x001f PSN 0x5648dc OUT 0x80 RKey 0x001023 VAddr 0x0055ebed3e4000\n" +
+		" GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:11\n"
+	if b.String() != want {
+		t.Errorf("got\n%q\nwant\n%q", b.String(), want)
 	}
 }
 
@@ -131,6 +220,47 @@ func TestXchgReports(t *testing.T) {
 	}
 }
 
+// TestPrintLat pins perftest's latency statistics: round trips halved (or not, for
+// READ), the two largest dropped (the first of them shown as t_max, as perftest
+// does), the median of an even count averaged, the deviation from integer
+// differences.
+func TestPrintLat(t *testing.T) {
+	at := func(us ...int) []int64 {
+		var ts []int64
+		for _, u := range us {
+			ts = append(ts, int64(u)*1000)
+		}
+		return ts
+	}
+	for _, tt := range []struct {
+		name   string
+		posted []int64
+		verb   verb
+		want   []string // t_min t_max t_typical t_avg t_stdev 99% 99.9%
+	}{
+		// Gaps 10, 10, 30, 20, 1000, 500, halved: 5 5 10 15 | 250 500.
+		{"halved, tail dropped", at(0, 10, 20, 50, 70, 1070, 1570), write,
+			[]string{"5.00", "250.00", "7.50", "8.75", "3.71", "250.00", "250.00"}},
+		{"read: whole round trip", at(0, 10, 20, 50, 70, 1070, 1570), read,
+			[]string{"10.00", "500.00", "15.00", "17.50", "7.84", "500.00", "500.00"}},
+		{"odd count", at(0, 4, 8, 14, 1014, 2014), atomic,
+			[]string{"4.00", "1000.00", "4.00", "4.67", "0.58", "1000.00", "1000.00"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var b bytes.Buffer
+			s := &session{c: &config{test: test{tt.verb, true}}, out: &b}
+			s.printLat(64, len(tt.posted), tt.posted)
+			f := strings.Fields(b.String())
+			if len(f) != 9 || f[0] != "64" || f[1] != strconv.Itoa(len(tt.posted)) {
+				t.Fatalf("row %q", b.String())
+			}
+			if got := f[2:]; !slices.Equal(got, tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 // freeTCPPort and freeUDPPort return ports that were free a moment ago.
 func freeTCPPort(t *testing.T) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -150,84 +280,131 @@ func freeUDPPort(t *testing.T) int {
 	return c.LocalAddr().(*net.UDPAddr).Port
 }
 
-// row returns the bytes, iterations and figure of the results row, zeros if none.
-func row(t *testing.T, who, out string, lat bool) (int, int, float64) {
-	t.Helper()
-	header := bwHeader
+// rows returns every results row under the first header of out: bytes,
+// iterations and the figure (BW average, or t_avg).
+func rows(out string, lat bool) [][3]float64 {
+	_, rest, ok := strings.Cut(out, "#bytes")
+	if !ok {
+		return nil
+	}
 	col := 3
 	if lat {
-		header, col = latHeader, 5
+		col = 5
 	}
-	_, rest, ok := strings.Cut(out, header+"\n")
-	if !ok {
-		return 0, 0, 0
+	var got [][3]float64
+	for _, line := range strings.Split(rest, "\n")[1:] {
+		f := strings.Fields(line)
+		if lat && len(f) == 4 {
+			col = 2 // a -D row: t_avg, then tps
+		}
+		if len(f) <= col {
+			break
+		}
+		b, err1 := strconv.ParseFloat(f[0], 64)
+		n, err2 := strconv.ParseFloat(f[1], 64)
+		v, err3 := strconv.ParseFloat(f[col], 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			break
+		}
+		got = append(got, [3]float64{b, n, v})
 	}
-	line, _, _ := strings.Cut(rest, "\n")
-	f := strings.Fields(line)
-	if len(f) <= col {
-		t.Fatalf("%s: short row %q", who, line)
-	}
-	b, _ := strconv.Atoi(f[0])
-	n, _ := strconv.Atoi(f[1])
-	v, _ := strconv.ParseFloat(f[col], 64)
-	return b, n, v
+	return got
 }
 
-// TestLoopback runs our server and our client of every test against each other over
-// loopback UDP (127.0.0.1 and 127.0.0.2) and checks both results rows.
+// pair runs our server and our client of one test against each other over
+// loopback UDP (127.0.0.1 and 127.0.0.2) and returns both exits and outputs.
+func pair(t *testing.T, args []string, timeout string) (src, crc int, sout, serr, cout, cerr string) {
+	t.Helper()
+	common := append([]string{"-p", strconv.Itoa(freeTCPPort(t)), "--roce-port", strconv.Itoa(freeUDPPort(t)),
+		"--timeout", timeout, "--linger", "50ms", "--stats"}, args...)
+	var srvOut, srvErr bytes.Buffer
+	srvRC := make(chan int, 1)
+	go func() { srvRC <- run(append([]string{"-d", "127.0.0.1"}, common...), &srvOut, &srvErr) }()
+	var cliOut, cliErr bytes.Buffer
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		cliOut.Reset()
+		cliErr.Reset()
+		crc = run(append(append([]string{"-d", "127.0.0.2"}, common...), "127.0.0.1"), &cliOut, &cliErr)
+		if crc == 0 || !strings.Contains(cliErr.String(), "couldn't connect") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case src = <-srvRC:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("server did not exit; client exit %d:\n%s%s", crc, cliOut.String(), cliErr.String())
+	}
+	return src, crc, srvOut.String(), srvErr.String(), cliOut.String(), cliErr.String()
+}
+
+// TestLoopback runs our server and our client of every test, transport and
+// option against each other and checks both results tables and counters.
 func TestLoopback(t *testing.T) {
 	for _, tt := range []struct {
-		test       test
+		args       []string
 		size, iter int
+		rows       int  // results rows each side prints (-a: one per size; a passive server prints the last)
+		quietSrv   bool // the server prints no row (read_lat, atomic_lat)
+		atomics    bool // both sides check the atomics
 	}{
-		{writeBW, 64, 300}, {writeBW, 65536, 50},
-		{readBW, 64, 300}, {readBW, 65536, 50},
-		{sendBW, 64, 300}, {sendBW, 65536, 50},
-		{writeLat, 2, 200}, {writeLat, 65536, 50},
-		{readLat, 64, 200}, {readLat, 65536, 50},
-		{sendLat, 64, 200}, {sendLat, 65536, 50},
+		{[]string{"write_bw", "-s", "64", "-n", "300"}, 64, 300, 1, false, false},
+		{[]string{"write_bw", "-s", "65536", "-n", "50"}, 65536, 50, 1, false, false},
+		{[]string{"read_bw", "-s", "64", "-n", "300"}, 64, 300, 1, false, false},
+		{[]string{"read_bw", "-s", "64K", "-n", "50"}, 65536, 50, 1, false, false},
+		{[]string{"send_bw", "-s", "64", "-n", "300"}, 64, 300, 1, false, false},
+		{[]string{"send_bw", "-s", "65536", "-n", "50"}, 65536, 50, 1, false, false},
+		{[]string{"atomic_bw", "-n", "300"}, 8, 300, 1, false, true},
+		{[]string{"atomic_bw", "-n", "300", "-A", "CMP_AND_SWAP"}, 8, 300, 1, false, true},
+		{[]string{"write_lat", "-s", "2", "-n", "200"}, 2, 200, 1, false, false},
+		{[]string{"write_lat", "-s", "65536", "-n", "50"}, 65536, 50, 1, false, false},
+		{[]string{"read_lat", "-s", "64", "-n", "200"}, 64, 200, 1, true, false},
+		{[]string{"send_lat", "-s", "64", "-n", "200"}, 64, 200, 1, false, false},
+		{[]string{"send_lat", "-s", "65536", "-n", "50"}, 65536, 50, 1, false, false},
+		{[]string{"atomic_lat", "-n", "200"}, 8, 200, 1, true, true},
+		{[]string{"atomic_lat", "-n", "200", "-A", "CMP_AND_SWAP"}, 8, 200, 1, true, true},
+		{[]string{"write_bw", "-q", "4", "-s", "4096", "-n", "100"}, 4096, 400, 1, false, false},
+		{[]string{"send_bw", "-q", "4", "-s", "4096", "-n", "100"}, 4096, 400, 1, false, false},
+		{[]string{"read_bw", "-q", "4", "-s", "4096", "-n", "100"}, 4096, 400, 1, false, false},
+		{[]string{"atomic_bw", "-q", "4", "-n", "100"}, 8, 400, 1, false, true},
+		{[]string{"write_bw", "-b", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
+		{[]string{"send_bw", "-b", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
+		{[]string{"read_bw", "-b", "-q", "2", "-s", "4096", "-n", "100"}, 4096, 200, 1, false, false},
+		{[]string{"write_bw", "-a", "-n", "5"}, 0, 5, 23, false, false},
+		{[]string{"send_lat", "-a", "-n", "5"}, 0, 5, 23, false, false},
+		{[]string{"send_bw", "-c", "UD", "-s", "1024", "-n", "100"}, 1024, 100, 1, false, false},
+		{[]string{"send_bw", "-c", "UD", "-a", "-n", "20"}, 0, 20, 12, false, false}, // to the MTU, 4096
+		{[]string{"send_lat", "-c", "UD", "-s", "512", "-n", "100"}, 512, 100, 1, false, false},
+		{[]string{"send_bw", "-c", "UC", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
+		{[]string{"write_bw", "-c", "UC", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
+		{[]string{"write_lat", "-c", "UC", "-s", "64", "-n", "100"}, 64, 100, 1, false, false},
+		{[]string{"write_bw", "--report_gbits", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
 	} {
-		t.Run(fmt.Sprintf("%s/s%d", tt.test, tt.size), func(t *testing.T) {
-			tcp, udp := freeTCPPort(t), freeUDPPort(t)
-			common := []string{"-p", strconv.Itoa(tcp), "-roce-port", strconv.Itoa(udp), "-s", strconv.Itoa(tt.size),
-				"-n", strconv.Itoa(tt.iter), "-timeout", "30s", "-linger", "50ms", "-stats"}
-			var srvOut, srvErr bytes.Buffer
-			srvRC := make(chan int, 1)
-			go func() {
-				srvRC <- run(append([]string{string(tt.test), "-d", "127.0.0.1"}, common...), &srvOut, &srvErr)
-			}()
-			var cliOut, cliErr bytes.Buffer
-			cargs := append([]string{string(tt.test), "-d", "127.0.0.2"}, common...)
-			var rc int
-			for deadline := time.Now().Add(10 * time.Second); ; {
-				cliOut.Reset()
-				cliErr.Reset()
-				rc = run(append(cargs, "127.0.0.1"), &cliOut, &cliErr)
-				if rc == 0 || !strings.Contains(cliErr.String(), "couldn't connect") || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			src, crc, sout, serr, cout, cerr := pair(t, tt.args, "60s")
+			if src != 0 || crc != 0 {
+				t.Fatalf("server exit %d:\n%s%s\nclient exit %d:\n%s%s", src, sout, serr, crc, cout, cerr)
 			}
-			if rc != 0 {
-				t.Errorf("client exit %d:\n%s%s", rc, cliOut.String(), cliErr.String())
-			}
-			select {
-			case src := <-srvRC:
-				if src != 0 {
-					t.Errorf("server exit %d:\n%s%s", src, srvOut.String(), srvErr.String())
-				}
-			case <-time.After(40 * time.Second):
-				t.Fatal("server did not exit")
-			}
-			if t.Failed() {
-				return
-			}
-			lat := !tt.test.bw()
-			for _, side := range []struct{ who, out, errs string }{{"client", cliOut.String(), cliErr.String()}, {"server", srvOut.String(), srvErr.String()}} {
-				// read_lat's server measures nothing, as perftest's.
-				if b, n, v := row(t, side.who, side.out, lat); !(tt.test == readLat && side.who == "server") &&
-					(b != tt.size || n != tt.iter || !(v > 0)) {
-					t.Errorf("%s row: %d bytes, %d iterations, figure %v; want %d, %d, > 0", side.who, b, n, v, tt.size, tt.iter)
+			lat := strings.HasSuffix(tt.args[0], "_lat")
+			for _, side := range []struct{ who, out, errs string }{{"client", cout, cerr}, {"server", sout, serr}} {
+				passive := side.who == "server" && tt.args[0] == "write_bw" && tt.rows > 1
+				if !(tt.quietSrv && side.who == "server") {
+					r := rows(side.out, lat)
+					if passive && len(r) == 1 && r[0][0] == maxSize {
+						continue // the passive server prints the client's last report
+					}
+					if len(r) != tt.rows {
+						t.Errorf("%s: %d rows, want %d:\n%s", side.who, len(r), tt.rows, side.out)
+					}
+					for i, row := range r {
+						size := tt.size
+						if size == 0 {
+							size = 2 << i
+						}
+						if int(row[0]) != size || int(row[1]) != tt.iter || !(row[2] > 0) {
+							t.Errorf("%s row %d: %v; want %d bytes, %d iterations, a positive figure", side.who, i, row, size, tt.iter)
+						}
+					}
 				}
 				for _, bad := range []string{"icrc_err", "malformed", "unknown_qp", "retry_exceeded", "tx_errors", "cq_overruns",
 					"bad_pkey", "bad_qkey", "bad_source"} {
@@ -235,29 +412,129 @@ func TestLoopback(t *testing.T) {
 						t.Errorf("%s counted %s: %s", side.who, bad, side.errs)
 					}
 				}
+				if tt.atomics && !strings.Contains(side.errs, "executed exactly once") {
+					t.Errorf("%s did not check the atomics:\n%s", side.who, side.errs)
+				}
+			}
+			if strings.Contains(strings.Join(tt.args, " "), "gbits") && !strings.Contains(cout, "BW average[Gb/sec]") {
+				t.Errorf("no Gb/sec header:\n%s", cout)
 			}
 		})
+	}
+}
+
+// TestBanner: the dashed table perftest prints before the addresses.
+func TestBanner(t *testing.T) {
+	_, crc, _, _, cout, cerr := pair(t, []string{"atomic_bw", "-n", "50", "-A", "CMP_AND_SWAP", "-x", "1"}, "30s")
+	if crc != 0 {
+		t.Fatalf("client exit %d: %s%s", crc, cout, cerr)
+	}
+	for _, want := range []string{
+		resultLine + "\n                    Atomic CMP_AND_SWAP BW Test\n",
+		" Dual-port       : OFF\t\tDevice         : 127.0.0.2\n",
+		" Number of qps   : 1\t\tTransport type : IB\n",
+		" Connection type : RC\t\tUsing SRQ      : OFF\n",
+		" TX depth        : 50\n",
+		" Link type       : Ethernet\n",
+		" GID index       : 1\n",
+		" Outstand reads  : ",
+		" rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n" + resultLine + "\n",
+		" local address: LID 0000 QPN 0x",
+		" GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:00:02\n",
+		" GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:00:01\n",
+	} {
+		if !strings.Contains(cout, want) {
+			t.Errorf("banner lacks %q:\n%s", want, cout)
+		}
+	}
+}
+
+// TestDuration: -D runs for its seconds, and both sides print a row of what the
+// sample counted.
+func TestDuration(t *testing.T) {
+	for _, args := range [][]string{
+		{"write_bw", "-D", "2", "-s", "4096"},
+		{"send_bw", "-D", "2", "-s", "4096"},
+		{"send_lat", "-D", "2", "-s", "64"},
+		{"write_lat", "-D", "2", "-s", "64"},
+		{"read_lat", "-D", "2", "-s", "64"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			start := time.Now()
+			src, crc, sout, serr, cout, cerr := pair(t, args, "30s")
+			if src != 0 || crc != 0 {
+				t.Fatalf("server exit %d:\n%s%s\nclient exit %d:\n%s%s", src, sout, serr, crc, cout, cerr)
+			}
+			if d := time.Since(start); d < 2*time.Second {
+				t.Errorf("a 2 s run took %v", d)
+			}
+			lat := strings.HasSuffix(args[0], "_lat")
+			if r := rows(cout, lat); len(r) != 1 || !(r[0][1] > 0) || !(r[0][2] > 0) {
+				t.Errorf("client rows %v:\n%s", r, cout)
+			}
+			if lat && !strings.Contains(cout, latDurHeader) {
+				t.Errorf("no duration header:\n%s", cout)
+			}
+		})
+	}
+}
+
+// TestRunInfinitely: the client prints a row every -D seconds until its
+// --timeout ends the run, which is not an error.
+func TestRunInfinitely(t *testing.T) {
+	_, crc, _, _, cout, cerr := pair(t, []string{"write_bw", "--run_infinitely", "-D", "1", "-s", "4096"}, "3500ms")
+	if crc != 0 {
+		t.Fatalf("client exit %d:\n%s%s", crc, cout, cerr)
+	}
+	if r := rows(cout, false); len(r) < 2 || !(r[0][2] > 0) {
+		t.Errorf("rows %v:\n%s", r, cout)
 	}
 }
 
 // TestClientNoServer fails, and says why, when nothing listens.
 func TestClientNoServer(t *testing.T) {
 	var out, errs bytes.Buffer
-	rc := run([]string{"write_bw", "-d", "127.0.0.2", "-p", strconv.Itoa(freeTCPPort(t)), "-roce-port",
-		strconv.Itoa(freeUDPPort(t)), "-timeout", "5s", "127.0.0.1"}, &out, &errs)
+	rc := run([]string{"write_bw", "-d", "127.0.0.2", "-p", strconv.Itoa(freeTCPPort(t)), "--roce-port",
+		strconv.Itoa(freeUDPPort(t)), "--timeout", "5s", "127.0.0.1"}, &out, &errs)
 	if rc == 0 || !strings.Contains(errs.String(), "couldn't connect") {
 		t.Errorf("exit %d, stderr %q; want 1 and couldn't connect", rc, errs.String())
 	}
 }
 
-// TestServerTimeout ends a server nobody connects to with -timeout.
+// TestServerTimeout ends a server nobody connects to with --timeout.
 func TestServerTimeout(t *testing.T) {
 	var out, errs bytes.Buffer
 	start := time.Now()
-	rc := run([]string{"send_bw", "-d", "127.0.0.1", "-p", strconv.Itoa(freeTCPPort(t)), "-roce-port",
-		strconv.Itoa(freeUDPPort(t)), "-timeout", "300ms"}, &out, &errs)
+	rc := run([]string{"send_bw", "-d", "127.0.0.1", "-p", strconv.Itoa(freeTCPPort(t)), "--roce-port",
+		strconv.Itoa(freeUDPPort(t)), "--timeout", "300ms"}, &out, &errs)
 	if rc == 0 || !strings.Contains(errs.String(), "no client") || time.Since(start) > 10*time.Second {
 		t.Errorf("exit %d after %v, stderr %q; want 1 with no client", rc, time.Since(start), errs.String())
+	}
+}
+
+// TestNoDevice: without -d each side binds the address of its TCP connection.
+func TestNoDevice(t *testing.T) {
+	tcp, udp := strconv.Itoa(freeTCPPort(t)), strconv.Itoa(freeUDPPort(t))
+	common := []string{"-p", tcp, "--roce-port", udp, "--timeout", "30s", "--linger", "50ms", "-n", "20", "-s", "64"}
+	var srvOut, srvErr bytes.Buffer
+	srvRC := make(chan int, 1)
+	go func() { srvRC <- run(append([]string{"send_bw"}, common...), &srvOut, &srvErr) }()
+	var out, errs bytes.Buffer
+	var rc int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out.Reset()
+		errs.Reset()
+		// The route to 127.0.0.3 leaves from 127.0.0.1; the server binds 127.0.0.3.
+		rc = run(append([]string{"send_bw", "127.0.0.3"}, common...), &out, &errs)
+		if rc == 0 || !strings.Contains(errs.String(), "couldn't connect") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if src := <-srvRC; rc != 0 || src != 0 {
+		t.Fatalf("client exit %d: %s%s\nserver exit %d: %s%s", rc, out.String(), errs.String(), src, srvOut.String(), srvErr.String())
+	}
+	if !strings.Contains(srvOut.String(), "Device         : 127.0.0.3") {
+		t.Errorf("server banner:\n%s", srvOut.String())
 	}
 }
 
@@ -281,48 +558,9 @@ func TestOldPeer(t *testing.T) {
 		io.Copy(io.Discard, c)
 	}()
 	var out, errs bytes.Buffer
-	rc := run([]string{"write_bw", "-d", "127.0.0.2", "-p", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), "-roce-port",
-		strconv.Itoa(freeUDPPort(t)), "-timeout", "5s", "127.0.0.1"}, &out, &errs)
+	rc := run([]string{"write_bw", "-d", "127.0.0.2", "-p", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), "--roce-port",
+		strconv.Itoa(freeUDPPort(t)), "--timeout", "5s", "127.0.0.1"}, &out, &errs)
 	if rc == 0 || !strings.Contains(errs.String(), "older than 5.70") {
 		t.Errorf("exit %d, stderr %q; want 1 and a version error", rc, errs.String())
-	}
-}
-
-// TestPrintLat pins perftest's latency statistics: round trips halved (or not, for
-// READ), the two largest dropped, the median of an even count averaged.
-func TestPrintLat(t *testing.T) {
-	base := time.Unix(0, 0)
-	at := func(us ...int) []time.Time {
-		var ts []time.Time
-		for _, u := range us {
-			ts = append(ts, base.Add(time.Duration(u)*time.Microsecond))
-		}
-		return ts
-	}
-	for _, tt := range []struct {
-		name   string
-		posted []time.Time
-		rtt    float64
-		want   []string // t_min t_max t_typical t_avg t_stdev 99% 99.9%
-	}{
-		// Gaps 10, 10, 30, 20, 1000, 500: 1000 and 500 dropped; 10 10 20 30 left.
-		{"halved, tail dropped", at(0, 10, 20, 50, 70, 1070, 1570), 2,
-			[]string{"5.00", "15.00", "7.50", "8.75", "4.15", "15.00", "15.00"}},
-		{"read: whole round trip", at(0, 10, 20, 50, 70, 1070, 1570), 1,
-			[]string{"10.00", "30.00", "15.00", "17.50", "8.29", "30.00", "30.00"}},
-		{"odd count", at(0, 4, 8, 14, 1014, 2014), 1,
-			[]string{"4.00", "6.00", "4.00", "4.67", "0.94", "6.00", "6.00"}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			var b bytes.Buffer
-			printLat(&b, 64, len(tt.posted), tt.posted, tt.rtt)
-			f := strings.Fields(b.String())
-			if len(f) != 9 || f[0] != "64" || f[1] != strconv.Itoa(len(tt.posted)) {
-				t.Fatalf("row %q", b.String())
-			}
-			if got := f[2:]; !slices.Equal(got, tt.want) {
-				t.Errorf("got %v, want %v", got, tt.want)
-			}
-		})
 	}
 }

@@ -23,47 +23,55 @@ const (
 	defCycleBuffer = 4096
 	// defCacheLine is perftest's cache line size before the exchange.
 	defCacheLine = 64
-	// maxSize is perftest's largest message (MAX_SIZE).
-	maxSize = 1 << 23
 	// minPeerVersion is the oldest perftest whose exchange perftest itself accepts.
 	minPeerVersion = 5.70
-	// minRNRTimer, qpTimeout, retryCnt and rnrRetry are perftest's QP attributes
-	// (MIN_RNR_TIMER, DEF_QP_TIME, and 7 for both retry counts).
+	// minRNRTimer, retryCnt and rnrRetry are perftest's QP attributes
+	// (MIN_RNR_TIMER, and 7 for both retry counts).
 	minRNRTimer = 12
-	qpTimeout   = 14
 	retryCnt    = 7
 	rnrRetry    = 7
 	// hopLimit is the GRH hop limit perftest sets.
 	hopLimit = 0xff
+	// qkey is perftest's Q_Key of UD QPs (DEF_QKEY).
+	qkey = 0x11111111
 )
 
 // session holds one run's verbs objects and exchange state, shaped like perftest's
 // pingpong_context and perftest_comm.
 type session struct {
-	c   *config
-	out io.Writer
-	dev *roce.Device
-	pd  *roce.PD
-	mr  *roce.MR
-	cq  *roce.CQ
-	qp  *roce.QP
-	// buf is perftest's buffer: the first half is where this side sends from (or
-	// reads into), the second half, from half on, is what it advertises to the peer.
-	buf  []byte
-	half int
-	gidx int
+	c      *config
+	out    io.Writer
+	errOut io.Writer
+	dev    *roce.Device
+	pd     *roce.PD
+	mr     *roce.MR
+	cq     *roce.CQ // send and receive completions both
+	qps    []*roce.QP
+	ahs    []*roce.AH // UD senders: one per QP
+	gidx   int
+
+	// buf is perftest's buffer: QP i sends from (or reads into) buf[i*bsize:],
+	// and advertises buf[(n+i)*bsize:] to the peer, n QPs in all. results holds,
+	// for the atomic tests, the value each atomic WR fetched, one 8-byte word
+	// per WR: the check that every atomic ran exactly once reads them.
+	buf     []byte
+	bsize   int
+	results []byte
+	initial []byte // the advertised regions before the test, for the atomic check
+	size    int    // the message size of the current run (changes with -a)
 
 	cycle, cacheLine int // after the exchange: the larger of both sides'
 	mtu              roce.MTU
 	peerVersion      string
+	outReads         int
 	conn             *oob.PerftestConn
-	local, remote    oob.PerftestDest
+	local, remote    []oob.PerftestDest
 	cli.Closers
 }
 
 // perftest runs one test from the device to the closing exchange.
 func perftest(ctx context.Context, c *config, out, errOut io.Writer) (err error) {
-	s := &session{c: c, out: out, cycle: defCycleBuffer, cacheLine: defCacheLine}
+	s := &session{c: c, out: out, errOut: errOut, cycle: defCycleBuffer, cacheLine: defCacheLine, size: c.size}
 	defer func() {
 		if c.Stats && s.dev != nil {
 			fmt.Fprintln(errOut, cli.Stats(s.dev))
@@ -72,18 +80,36 @@ func perftest(ctx context.Context, c *config, out, errOut io.Writer) (err error)
 			err = cerr
 		}
 	}()
-	if err := s.openDevice(); err != nil {
+	// With -d the device opens first, as perftest opens its device, so that a
+	// busy address fails before the peer is involved; without it the device
+	// binds the address of the TCP connection.
+	if c.Addr.IsValid() {
+		if err := s.openDevice(); err != nil {
+			return err
+		}
+	}
+	if c.server == "" && c.output == "" {
+		fmt.Fprint(out, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+	}
+	conn, err := c.Connect(ctx, c.server)
+	if err != nil {
 		return err
 	}
-	if err := s.dial(ctx); err != nil {
-		return err
+	s.Add(conn.Close)
+	s.conn = oob.NewPerftestConn(conn, c.server != "")
+	if s.dev == nil {
+		c.Resolve(conn)
+		if err := s.openDevice(); err != nil {
+			return err
+		}
 	}
 	if err := s.exchangeParams(ctx); err != nil {
 		return err
 	}
-	if err := s.createQP(); err != nil {
+	if err := s.createQPs(); err != nil {
 		return err
 	}
+	s.printBanner()
 	if err := s.exchangeDests(ctx); err != nil {
 		return err
 	}
@@ -94,13 +120,13 @@ func perftest(ctx context.Context, c *config, out, errOut io.Writer) (err error)
 	return nil
 }
 
-// openDevice opens the device and picks the GID; the buffer and QP wait for the
+// openDevice opens the device and picks the GID; the buffer and QPs wait for the
 // exchanged cycle buffer size, as perftest's ctx_init waits for check_sys_data.
 func (s *session) openDevice() error {
 	var err error
 	s.dev, err = roce.Open(s.c.Addr, roce.WithPort(uint16(s.c.RoCEPort)))
 	if err != nil {
-		return fmt.Errorf("couldn't open the device on %v: %w", s.c.Addr, err)
+		return cli.OpenError(err, s.c.Addr, s.c.RoCEPort, "-d", "--roce-port")
 	}
 	s.Add(s.dev.Close)
 	s.gidx = s.c.gidIndex
@@ -110,17 +136,6 @@ func (s *session) openDevice() error {
 	if _, err := s.dev.QueryGID(s.gidx); err != nil {
 		return fmt.Errorf("can't read sgid of index %d: %w", s.gidx, err)
 	}
-	return nil
-}
-
-// dial makes the TCP connection: to the server, or the first client that connects.
-func (s *session) dial(ctx context.Context) error {
-	conn, err := s.c.Connect(ctx, s.c.server)
-	if err != nil {
-		return err
-	}
-	s.Add(conn.Close)
-	s.conn = oob.NewPerftestConn(conn, s.c.server != "")
 	return nil
 }
 
@@ -146,7 +161,8 @@ func parseVersion(v string) float64 {
 	return f
 }
 
-// exchangeParams is exchange_versions, check_sys_data and check_mtu.
+// exchangeParams is exchange_versions, check_sys_data and check_mtu, then the UD
+// message size check.
 func (s *session) exchangeParams(ctx context.Context) error {
 	ctx, cancel := xctx(ctx)
 	defer cancel()
@@ -154,8 +170,7 @@ func (s *session) exchangeParams(ctx context.Context) error {
 	if s.peerVersion, err = s.conn.ExchangeVersion(ctx, oob.PerftestVersion); err != nil {
 		return fmt.Errorf("failed to exchange versions: %w", err)
 	}
-	peer := parseVersion(s.peerVersion)
-	if peer < minPeerVersion {
+	if parseVersion(s.peerVersion) < minPeerVersion {
 		return fmt.Errorf("peer perftest version %q: older than %.2f is not supported", s.peerVersion, minPeerVersion)
 	}
 	// check_sys_data (peer >= 5.32, always true here): each side takes the larger.
@@ -185,43 +200,76 @@ func (s *session) exchangeParams(ctx context.Context) error {
 		return fmt.Errorf("failed to exchange MTU: %w", err)
 	}
 	s.mtu = min(mine, roce.MTU(theirs))
-	fmt.Fprintf(s.out, " Test: %s, goroce perftest %s, peer %s, MTU %d, cycle buffer %d\n",
-		s.c.test, oob.PerftestVersion, s.peerVersion, s.mtu.Bytes(), s.cycle)
+	if s.c.conn == connUD && s.size > s.mtu.Bytes() {
+		if s.c.all || !s.c.set("size") {
+			fmt.Fprintf(s.errOut, " Max msg size in UD is MTU %d\n Changing to this MTU\n", s.mtu.Bytes())
+			s.size = s.mtu.Bytes()
+		} else {
+			return fmt.Errorf("-s %d: a UD message cannot be larger than the MTU (%d)", s.size, s.mtu.Bytes())
+		}
+	}
 	return nil
 }
 
 // inc is perftest's INC: size rounded up to the cache line.
 func (s *session) inc(size int) int { return (size + s.cacheLine - 1) / s.cacheLine * s.cacheLine }
 
-// createQP allocates the buffer (two halves of max(size, cycle buffer), as
-// perftest's alloc_ctx), registers it, and creates the CQ and an RC QP in INIT.
-func (s *session) createQP() error {
+// access is what the peer may do to the QPs and buffer (ctx_modify_qp_to_init,
+// create_single_mr).
+func (s *session) access() (qp, mr roce.Access) {
+	mr = roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead
+	switch s.c.test.verb {
+	case atomic:
+		return roce.AccessRemoteAtomic, mr | roce.AccessRemoteAtomic
+	case read:
+		return roce.AccessRemoteRead, mr
+	case write:
+		return roce.AccessRemoteWrite, mr
+	}
+	return roce.AccessRemoteWrite | roce.AccessLocalWrite, mr
+}
+
+// createQPs allocates the buffer (two regions of max(size, cycle buffer) per QP,
+// as perftest's alloc_ctx), registers it, creates the CQs and the QPs in INIT, and
+// fills in the local addresses (set_up_connection).
+func (s *session) createQPs() error {
 	c := s.c
-	s.half = s.inc(max(c.size, s.cycle))
-	s.buf = make([]byte, 2*s.half)
+	n := c.numQPs
+	s.bsize = s.inc(max(s.size, s.cycle))
+	if c.conn == connUD {
+		s.bsize = s.inc(max(s.size+udAddition, s.cycle))
+	}
+	s.buf = make([]byte, 2*n*s.bsize)
 	var err error
 	if s.pd, err = s.dev.AllocPD(); err != nil {
 		return err
 	}
 	s.Add(s.pd.Close)
-	access := roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead
-	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
+	qpAccess, mrAccess := s.access()
+	if c.test.verb == atomic {
+		// Every WR fetches into a word of its own, so that the fetched values can
+		// be checked once all have completed.
+		words := c.iters * n
+		if c.set("duration") || c.runInf {
+			words = 0 // the count is not known; the check uses counters then
+		}
+		s.buf = make([]byte, 2*n*s.bsize+8*words)
+		s.results = s.buf[2*n*s.bsize:]
+		// Known, distinct starting values in the advertised regions.
+		for i := n * s.bsize; i+8 <= 2*n*s.bsize; i += 8 {
+			binary.LittleEndian.PutUint64(s.buf[i:], uint64(i)<<20)
+		}
+		s.initial = append([]byte(nil), s.buf[n*s.bsize:2*n*s.bsize]...)
+	}
+	if s.mr, err = s.pd.RegMR(s.buf, mrAccess); err != nil {
 		return err
 	}
 	s.Add(s.mr.Close)
-	if s.cq, err = s.dev.CreateCQ(c.txDepth + c.rxDepth + 1); err != nil {
+	if s.cq, err = s.dev.CreateCQ(n * (c.txDepth + c.rxDepth + 1)); err != nil {
 		return err
 	}
 	s.Add(s.cq.Close)
-	attr := roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: roce.QPCap{MaxSendWR: uint32(c.txDepth), MaxSendSGE: 1, MaxRecvWR: uint32(c.rxDepth), MaxRecvSGE: 1}}
-	if s.qp, err = s.pd.CreateQP(attr); err != nil {
-		return fmt.Errorf("couldn't create QP: %w", err)
-	}
-	s.Add(s.qp.Close)
-	if err := s.qp.Init(&roce.ConnectAttr{AccessFlags: access}); err != nil {
-		return fmt.Errorf("failed to modify QP to INIT: %w", err)
-	}
+	qpType := []roce.QPType{connRC: roce.QPTypeRC, connUC: roce.QPTypeUC, connUD: roce.QPTypeUD}[c.conn]
 	gid, err := s.dev.QueryGID(s.gidx)
 	if err != nil {
 		return err
@@ -230,61 +278,101 @@ func (s *session) createQP() error {
 	if err != nil {
 		return err
 	}
-	// perftest advertises the device's max_qp_rd_atom for READ (ctx_set_out_reads)
-	// and its default of 1 otherwise.
-	outReads := 1
-	if c.test == readBW || c.test == readLat {
-		outReads = dattr.MaxQPRdAtom
+	// ctx_set_out_reads: the device's maximum for READ and atomic, 1 otherwise; -o
+	// sets it, within the device's.
+	s.outReads = 1
+	if c.test.verb == read || c.test.verb == atomic {
+		s.outReads = dattr.MaxQPRdAtom
+		if c.set("outs") {
+			s.outReads = min(c.outReads, dattr.MaxQPRdAtom)
+		}
 	}
-	s.local = oob.PerftestDest{OutReads: uint16(outReads), QPN: s.qp.QPN(), PSN: rand.Uint32() & 0xffffff,
-		RKey: s.mr.RKey(), VAddr: s.mr.Addr() + uint64(s.half), GID: gid}
-	s.printDest("local", s.local)
+	for i := range n {
+		attr := roce.QPInitAttr{Type: qpType, SendCQ: s.cq, RecvCQ: s.cq,
+			Cap: roce.QPCap{MaxSendWR: uint32(c.txDepth), MaxSendSGE: 1, MaxRecvWR: uint32(c.rxDepth), MaxRecvSGE: 1}}
+		qp, err := s.pd.CreateQP(attr)
+		if err != nil {
+			return fmt.Errorf("couldn't create QP %d: %w", i, err)
+		}
+		s.qps = append(s.qps, qp)
+		s.Add(qp.Close)
+		if err := qp.Init(&roce.ConnectAttr{AccessFlags: qpAccess, QKey: qkey}); err != nil {
+			return fmt.Errorf("failed to %w", err)
+		}
+		s.local = append(s.local, oob.PerftestDest{OutReads: uint16(s.outReads), QPN: qp.QPN(), PSN: rand.Uint32() & 0xffffff,
+			RKey: s.mr.RKey(), VAddr: s.mr.Addr() + uint64(s.advertised(i)), GID: gid})
+	}
+	s.remote = make([]oob.PerftestDest, n)
 	return nil
 }
 
-func (s *session) printDest(side string, d oob.PerftestDest) {
-	fmt.Fprintf(s.out, " %s address: LID %#04x QPN %#06x PSN %#06x OUT %#04x RKey %#08x VAddr %#016x GID %v\n",
-		side, d.LID, d.QPN, d.PSN, d.OutReads, d.RKey, d.VAddr, netip.AddrFrom16(d.GID).Unmap())
-}
+// sendRegion and advertised are the offsets in buf of QP i's two regions.
+func (s *session) sendRegion(i int) int { return i * s.bsize }
+func (s *session) advertised(i int) int { return (s.c.numQPs + i) * s.bsize }
 
-// handShake is ctx_hand_shake: one record each way, also used as a barrier.
-func (s *session) handShake(ctx context.Context) error {
-	r, err := s.conn.HandShake(ctx, s.local)
+// handShake is ctx_hand_shake for QP i: its record each way. perftest also uses
+// it as a barrier, sending QP 0's record.
+func (s *session) handShake(ctx context.Context, i int) error {
+	r, err := s.conn.HandShake(ctx, s.local[i])
 	if err != nil {
 		return fmt.Errorf("failed to exchange data between server and client: %w", err)
 	}
-	s.remote = r
+	s.remote[i] = r
 	return nil
 }
 
-// exchangeDests swaps the QP records, connects the QP and passes the barrier that
-// follows, in the order and number perftest uses for the test.
+// barrier is a hand-shake on QP 0 bounded like every exchange step.
+func (s *session) barrier(ctx context.Context) error {
+	x, cancel := xctx(ctx)
+	defer cancel()
+	return s.handShake(x, 0)
+}
+
+// exchangeDests swaps the QP records, connects the QPs and passes the
+// barriers around that, in the order and number the test's perftest main uses:
+// the peer keeps the records of its last hand-shake per QP, so the order
+// matters, not only the count.
 func (s *session) exchangeDests(ctx context.Context) error {
 	x, cancel := xctx(ctx)
 	defer cancel()
-	if s.c.test == writeLat || s.c.test == readLat {
-		// write_lat and read_lat hand-shake once more before the per-QP one.
-		if err := s.handShake(x); err != nil {
+	n := s.c.numQPs
+	t := s.c.test
+	if t.lat && t.verb != send {
+		// write_lat, read_lat and atomic_lat hand-shake once before the records.
+		if err := s.handShake(x, 0); err != nil {
 			return err
 		}
 	}
-	if err := s.handShake(x); err != nil {
-		return err
+	for i := range n {
+		if err := s.handShake(x, i); err != nil {
+			return err
+		}
 	}
-	s.printDest("remote", s.remote)
-	if isV4(s.local.GID) != isV4(s.remote.GID) {
+	if isV4(s.local[0].GID) != isV4(s.remote[0].GID) {
 		return fmt.Errorf("found incompatibility issue with GID types: local %v, remote %v",
-			netip.AddrFrom16(s.local.GID), netip.AddrFrom16(s.remote.GID))
+			netip.AddrFrom16(s.local[0].GID), netip.AddrFrom16(s.remote[0].GID))
 	}
 	if err := s.connect(); err != nil {
 		return err
 	}
-	// The hand-shakes after RTR/RTS: once through, the peer's QP is ready too.
-	// perftest 4.5-0.17 (version 6.06) makes two here (three records each way
-	// before the first RDMA packet of ib_write_bw, in the recorded exchange);
-	// making both after connect is right wherever the peer places its second one.
-	for range 2 {
-		if err := s.handShake(x); err != nil {
+	if t.verb == send {
+		// send_bw and send_lat hand-shake right after connecting.
+		if err := s.handShake(x, 0); err != nil {
+			return err
+		}
+	}
+	for i := range n {
+		s.printDest("local", s.local[i])
+	}
+	for i := range n {
+		if err := s.handShake(x, i); err != nil {
+			return err
+		}
+		s.printDest("remote", s.remote[i])
+	}
+	if t.verb != send {
+		// "An additional handshake is required after moving qp to RTR."
+		if err := s.handShake(x, 0); err != nil {
 			return err
 		}
 	}
@@ -293,24 +381,36 @@ func (s *session) exchangeDests(ctx context.Context) error {
 
 func isV4(gid [16]byte) bool { return netip.AddrFrom16(gid).Is4In6() }
 
-// connect moves the QP to RTR and RTS with perftest's attributes (ctx_connect).
+// connect moves every QP to RTS with perftest's attributes (ctx_connect) and, for
+// UD, makes the address handles.
 func (s *session) connect() error {
-	r := s.remote
-	if r.QPN == 0 {
-		return fmt.Errorf("remote QP number 0")
-	}
 	dattr, err := s.dev.Query()
 	if err != nil {
 		return err
 	}
-	a := roce.ConnectAttr{
-		AV:      roce.AddressVector{DGID: netip.AddrFrom16(r.GID), SGIDIndex: uint8(s.gidx), HopLimit: hopLimit, IsGlobal: true},
-		PathMTU: s.mtu, DestQPN: r.QPN, RQPSN: r.PSN, MaxDestRDAtomic: uint8(s.local.OutReads), MinRNRTimer: minRNRTimer,
-		SQPSN: s.local.PSN, Timeout: qpTimeout, RetryCnt: retryCnt, RNRRetry: rnrRetry,
-		// max_rd_atomic is what the peer allows us, within what our device can issue.
-		MaxRDAtomic: uint8(min(int(r.OutReads), dattr.MaxQPInitRdAtom))}
-	if err := s.qp.Connect(&a); err != nil {
-		return fmt.Errorf("failed to %w", err)
+	for i, qp := range s.qps {
+		r := s.remote[i]
+		if r.QPN == 0 {
+			return fmt.Errorf("remote QP %d: QP number 0", i)
+		}
+		a := roce.ConnectAttr{
+			AV: roce.AddressVector{DGID: netip.AddrFrom16(r.GID).Unmap(), SGIDIndex: uint8(s.gidx), HopLimit: hopLimit,
+				TrafficClass: uint8(s.c.trafficClass), IsGlobal: true},
+			PathMTU: s.mtu, DestQPN: r.QPN, RQPSN: r.PSN, MaxDestRDAtomic: uint8(s.local[i].OutReads), MinRNRTimer: minRNRTimer,
+			SQPSN: s.local[i].PSN, Timeout: uint8(s.c.qpTimeout), RetryCnt: retryCnt, RNRRetry: rnrRetry,
+			// max_rd_atomic is what the peer allows us, within what our device can issue.
+			MaxRDAtomic: uint8(min(int(r.OutReads), dattr.MaxQPInitRdAtom))}
+		if err := qp.Connect(&a); err != nil {
+			return fmt.Errorf("QP %d: failed to %w", i, err)
+		}
+		if s.c.conn == connUD {
+			ah, err := s.pd.CreateAH(a.AV)
+			if err != nil {
+				return fmt.Errorf("failed to create AH: %w", err)
+			}
+			s.ahs = append(s.ahs, ah)
+			s.Add(ah.Close)
+		}
 	}
 	return nil
 }
@@ -322,10 +422,10 @@ func (s *session) closeConnection(ctx context.Context) error {
 	return s.closeAfter(x, x)
 }
 
-// closeAfter is closeConnection with the hand-shake bounded by wait: the read_lat
+// closeAfter is closeConnection with the hand-shake bounded by wait: a passive
 // server's hand-shake returns only once the client has run the whole test.
 func (s *session) closeAfter(wait, x context.Context) error {
-	if err := s.handShake(wait); err != nil {
+	if err := s.handShake(wait, 0); err != nil {
 		return fmt.Errorf("failed to close connection between server and client: %w", err)
 	}
 	if err := s.conn.Done(x); err != nil {
@@ -337,7 +437,7 @@ func (s *session) closeAfter(wait, x context.Context) error {
 // bwReport is perftest's struct bw_report_data, as much of it as it exchanges.
 type bwReport struct {
 	size, iters         uint64
-	peak, avg, msgRatep float64 // MB/sec (2^20 bytes), MB/sec, Mpps
+	peak, avg, msgRatep float64 // in the report's unit (MB/sec of 2^20 bytes, or Gb/sec), and Mpps
 }
 
 // xchgReports is xchg_bw_reports for a peer of version 5.33 or newer: size, iters,
@@ -357,4 +457,13 @@ func (s *session) xchgReports(ctx context.Context, mine bwReport) (bwReport, err
 	}
 	return bwReport{size: in[0], iters: in[1], peak: math.Float64frombits(in[2]),
 		avg: math.Float64frombits(in[3]), msgRatep: math.Float64frombits(in[4])}, nil
+}
+
+// deviceName is what the banner shows as the device: -d as given, else the
+// address the device binds.
+func (s *session) deviceName() string {
+	if s.c.Device != "" {
+		return s.c.Device
+	}
+	return s.c.Addr.String()
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -39,56 +39,50 @@ type config struct {
 	lastAckWait time.Duration
 }
 
-func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "usage: roce-pingpong rc|uc|ud|srq -d ADDR [flags] [SERVER]\n")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-}
-
-// parseArgs parses MODE, the flags and the optional SERVER.
-func parseArgs(args []string, stderr io.Writer) (*config, error) {
-	c := &config{gidIndex: -1}
-	fs := flag.NewFlagSet("roce-pingpong", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c.Register(fs)
-	fs.IntVar(&c.size, "s", 0, "message `size` (default 4096; ud 2048)")
-	fs.IntVar(&c.mtu, "m", 1024, "path `MTU` in bytes: 256, 512, 1024, 2048 or 4096")
-	fs.IntVar(&c.rxDepth, "r", 500, "receives posted at a time")
-	fs.IntVar(&c.iters, "n", 1000, "number of exchanges")
-	fs.IntVar(&c.sl, "l", 0, "service level (accepted, unused on RoCEv2)")
-	fs.BoolVar(&c.events, "e", false, "sleep on completion events (always done)")
-	fs.IntVar(&c.gidIndex, "g", -1, "local GID `index` (default: the device's RoCEv2 GID)")
-	fs.IntVar(&c.numQP, "q", 16, "srq: number of QPs")
-	fs.BoolVar(&c.validate, "c", false, "validate received buffers")
-	fs.Float64Var(&c.loss, "loss", 0, "drop this share of the datagrams we send (0..1)")
-	fs.Int64Var(&c.seed, "seed", 0, "seed of -loss (0: from the clock)")
-	fs.StringVar(&c.pcap, "pcap", "", "write our RoCEv2 datagrams to this pcap `file`")
-	fs.DurationVar(&c.lastAckWait, "last-ack-wait", 0, "once every receive has completed, wait at most this long for the last sends' ACKs (0: forever, as the stock tools); a peer that exited after its last receive can never ACK a retransmission")
-	if len(args) == 0 {
-		usage(stderr, fs)
-		return nil, fmt.Errorf("missing MODE")
+// parseArgs parses the command line: MODE, the options and the optional SERVER, in
+// any order, as the stock tools' getopt_long does.
+func parseArgs(args []string) (*config, *cli.Options, error) {
+	c := &config{mtu: 1024, rxDepth: 500, iters: 1000, gidIndex: -1, numQP: 16}
+	o := cli.NewOptions("roce-pingpong")
+	c.Register(o)
+	o.FlagLong(&c.size, "size", 's', "message size (default 4096; ud 2048)", "SIZE")
+	o.FlagLong(&c.mtu, "mtu", 'm', "path MTU in bytes: 256, 512, 1024, 2048 or 4096 (not ud)", "MTU")
+	o.FlagLong(&c.rxDepth, "rx-depth", 'r', "receives posted at a time", "DEPTH")
+	o.FlagLong(&c.iters, "iters", 'n', "number of exchanges (srq: in total over all QPs)", "ITERS")
+	o.FlagLong(&c.sl, "sl", 'l', "service level (accepted; RoCEv2 without VLANs has no use for it)", "SL")
+	o.FlagLong(&c.events, "events", 'e', "sleep on completion events (always done)")
+	o.FlagLong(&c.gidIndex, "gid-idx", 'g', "local GID index (default: the device's RoCEv2 GID)", "INDEX")
+	o.FlagLong(&c.numQP, "num-qp", 'q', "srq: number of QPs", "NUM")
+	o.FlagLong(&c.validate, "chk", 'c', "validate received buffers")
+	var ignored, ts, dm bool
+	// On-demand paging (-o, -O, -P), the new post-send API (-N) and the
+	// unprotected-CC opt-in (-U) change nothing here: Go memory is always
+	// resident, there is one post-send API, and there is no congestion control.
+	o.FlagLong(&ignored, "odp", 'o', "accepted and ignored (on-demand paging)")
+	o.FlagLong(&ignored, "iodp", 'O', "accepted and ignored (implicit on-demand paging)")
+	o.FlagLong(&ignored, "prefetch", 'P', "accepted and ignored (prefetch of on-demand pages)")
+	o.FlagLong(&ignored, "new_send", 'N', "accepted and ignored (the new post-send API)")
+	o.FlagLong(&ignored, "allow-cc-unprotected", 'U', "accepted and ignored")
+	o.FlagLong(&ts, "ts", 't', "completion timestamps (not supported)")
+	o.FlagLong(&dm, "dm", 'j', "device memory (not supported)")
+	o.FlagLong(&c.loss, "loss", 0, "drop this share of the datagrams we send (0..1)", "P")
+	o.FlagLong(&c.seed, "seed", 0, "seed of --loss (0: from the clock)", "SEED")
+	o.FlagLong(&c.pcap, "pcap", 0, "write our RoCEv2 datagrams to this pcap file", "FILE")
+	o.FlagLong(&c.lastAckWait, "last-ack-wait", 0, "once every receive has completed, wait at most this long for the last sends' ACKs (0: forever, as the stock tools)", "DURATION")
+	ops, err := o.Parse(args)
+	if err != nil {
+		return nil, o, err
 	}
-	c.mode = args[0]
+	if c.mode, c.server, err = cli.Operands(ops, "MODE (rc, uc, ud or srq)"); err != nil {
+		return nil, o, err
+	}
 	switch c.mode {
 	case "rc", "uc", "ud", "srq":
-	case "-h", "-help", "--help":
-		usage(stderr, fs)
-		return nil, fmt.Errorf("help requested")
 	default:
-		usage(stderr, fs)
-		return nil, fmt.Errorf("unknown MODE %q (rc, uc, ud, srq)", c.mode)
+		return nil, o, fmt.Errorf("unknown MODE %q (rc, uc, ud or srq)", c.mode)
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		usage(stderr, fs)
-		return nil, err
-	}
-	var err error
-	if c.server, err = cli.Server(fs); err != nil {
-		usage(stderr, fs)
-		return nil, err
-	}
-	if err := c.Check(); err != nil {
-		return nil, err
+	if err := c.Check(c.server); err != nil {
+		return nil, o, err
 	}
 	if c.size == 0 {
 		c.size = 4096
@@ -97,25 +91,29 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 		}
 	}
 	switch {
+	case ts:
+		return nil, o, fmt.Errorf("-t: completion timestamps are not supported")
+	case dm:
+		return nil, o, fmt.Errorf("-j: device memory is not supported")
 	case c.size < 1:
-		return nil, fmt.Errorf("-s %d: size must be positive", c.size)
+		return nil, o, fmt.Errorf("-s %d: size must be positive", c.size)
 	case roce.MTUFromBytes(c.mtu) == 0:
-		return nil, fmt.Errorf("-m %d: MTU must be 256, 512, 1024, 2048 or 4096", c.mtu)
+		return nil, o, fmt.Errorf("-m %d: MTU must be 256, 512, 1024, 2048 or 4096", c.mtu)
 	case c.rxDepth < 1:
-		return nil, fmt.Errorf("-r %d: rx depth must be positive", c.rxDepth)
+		return nil, o, fmt.Errorf("-r %d: rx depth must be positive", c.rxDepth)
 	case c.iters < 1:
-		return nil, fmt.Errorf("-n %d: iterations must be positive", c.iters)
+		return nil, o, fmt.Errorf("-n %d: iterations must be positive", c.iters)
 	case c.mode == "srq" && (c.numQP < 1 || c.numQP > oob.SRQRecords):
-		return nil, fmt.Errorf("-q %d: between 1 and %d QPs", c.numQP, oob.SRQRecords)
+		return nil, o, fmt.Errorf("-q %d: between 1 and %d QPs", c.numQP, oob.SRQRecords)
 	case c.mode == "srq" && c.rxDepth <= c.numQP:
-		return nil, fmt.Errorf("-r %d: srq needs more receives than QPs (%d)", c.rxDepth, c.numQP)
+		return nil, o, fmt.Errorf("-r %d: srq needs more receives than QPs (%d)", c.rxDepth, c.numQP)
 	case c.loss < 0 || c.loss >= 1:
-		return nil, fmt.Errorf("-loss %v: must be in [0, 1)", c.loss)
+		return nil, o, fmt.Errorf("--loss %v: must be in [0, 1)", c.loss)
 	}
 	if c.mode != "srq" {
 		c.numQP = 1
 	}
-	return c, nil
+	return c, o, nil
 }
 
 // run is main without the exit, for tests.
@@ -124,9 +122,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		version.Print(stdout, "roce-pingpong")
 		return 0
 	}
-	c, err := parseArgs(args, stderr)
+	c, o, err := parseArgs(args)
+	if errors.Is(err, cli.ErrHelp) {
+		o.PrintUsage(stdout, "rc|uc|ud|srq [OPTIONS] [SERVER]",
+			"ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong and ibv_srq_pingpong on goroce: without SERVER",
+			"it waits for a client, with SERVER it connects to it. Options and operands may come in any order.")
+		return 0
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "roce-pingpong: %v\n", err)
+		fmt.Fprintf(stderr, "roce-pingpong: %v (see --help)\n", err)
 		return 1
 	}
 	ctx, cancel := c.Context()

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"regexp"
 	"strings"
@@ -19,18 +18,41 @@ func TestParseArgs(t *testing.T) {
 		want func(*config) bool
 	}{
 		{"rc server defaults", []string{"rc", "-d", "127.0.0.1"}, func(c *config) bool {
-			return c.server == "" && c.size == 4096 && c.mtu == 1024 && c.iters == 1000 && c.rxDepth == 500 && c.TCPPort == 18515 && c.numQP == 1
+			return c.server == "" && c.size == 4096 && c.mtu == 1024 && c.iters == 1000 && c.rxDepth == 500 && c.TCPPort == 18515 &&
+				c.numQP == 1 && c.Addr.String() == "127.0.0.1" && c.IBPort == 1 && c.RoCEPort == 4791
 		}},
 		{"ud default size", []string{"ud", "-d", "127.0.0.1"}, func(c *config) bool { return c.size == 2048 }},
 		{"client with flags", []string{"rc", "-d", "198.18.0.1", "-g", "1", "-n", "200", "-s", "1", "-c", "-p", "1234", "198.18.0.11"}, func(c *config) bool {
 			return c.server == "198.18.0.11" && c.gidIndex == 1 && c.iters == 200 && c.size == 1 && c.validate && c.TCPPort == 1234
 		}},
-		{"srq keeps -q", []string{"srq", "-d", "::1", "-q", "4"}, func(c *config) bool { return c.numQP == 4 }},
+		// The invocations of issue 14, as a user of ibv_rc_pingpong types them.
+		{"flags after the host", []string{"rc", "127.0.0.1", "-d", "127.0.0.2", "-n", "10"}, func(c *config) bool {
+			return c.server == "127.0.0.1" && c.Addr.String() == "127.0.0.2" && c.iters == 10
+		}},
+		{"attached argument", []string{"rc", "-n10", "127.0.0.1"}, func(c *config) bool { return c.iters == 10 && c.server == "127.0.0.1" }},
+		{"long options with =", []string{"rc", "--ib-dev=127.0.0.2", "--size=64", "--iters=7", "127.0.0.1"}, func(c *config) bool {
+			return c.Addr.String() == "127.0.0.2" && c.size == 64 && c.iters == 7
+		}},
+		{"long options with a separate argument", []string{"uc", "--ib-dev", "127.0.0.2", "--size", "64", "--mtu", "2048", "--rx-depth", "9", "--gid-idx", "1", "127.0.0.1"}, func(c *config) bool {
+			return c.Addr.String() == "127.0.0.2" && c.size == 64 && c.mtu == 2048 && c.rxDepth == 9 && c.gidIndex == 1
+		}},
+		{"-i 1", []string{"rc", "-d", "127.0.0.2", "-i", "1", "127.0.0.1"}, func(c *config) bool { return c.IBPort == 1 }},
+		{"--ib-port=1", []string{"rc", "--ib-port=1"}, func(c *config) bool { return c.IBPort == 1 }},
+		{"bundled short options", []string{"rc", "-ec", "-n5"}, func(c *config) bool { return c.events && c.validate && c.iters == 5 }},
+		{"-d names an interface", []string{"rc", "-d", "lo", "127.0.0.1"}, func(c *config) bool { return c.Addr.String() == "127.0.0.1" }},
+		{"no -d: resolved from the TCP connection later", []string{"rc", "127.0.0.1"}, func(c *config) bool { return !c.Addr.IsValid() && c.Device == "" }},
+		{"options before the mode", []string{"-n", "3", "srq", "-q", "4"}, func(c *config) bool { return c.mode == "srq" && c.iters == 3 && c.numQP == 4 }},
+		{"srq --num-qp", []string{"srq", "--num-qp=4"}, func(c *config) bool { return c.numQP == 4 }},
 		{"rc ignores -q", []string{"rc", "-d", "::1", "-q", "4"}, func(c *config) bool { return c.numQP == 1 }},
+		{"odp and friends accepted", []string{"rc", "-oOPNU", "--odp"}, func(c *config) bool { return c.mode == "rc" }},
+		{"-- ends the options", []string{"rc", "--", "127.0.0.1"}, func(c *config) bool { return c.server == "127.0.0.1" }},
+		{"goroce's long options", []string{"rc", "--loss=0.1", "--seed", "3", "--stats", "--timeout=2s", "--roce-port", "5000"}, func(c *config) bool {
+			return c.loss == 0.1 && c.seed == 3 && c.Stats && c.Timeout == 2*time.Second && c.RoCEPort == 5000
+		}},
 	}
 	for _, tt := range ok {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := parseArgs(tt.args, io.Discard)
+			c, _, err := parseArgs(tt.args)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -42,26 +64,54 @@ func TestParseArgs(t *testing.T) {
 	bad := []struct {
 		name string
 		args []string
+		msg  string // in the one-line error
 	}{
-		{"no mode", nil},
-		{"unknown mode", []string{"xrc", "-d", "127.0.0.1"}},
-		{"no -d", []string{"rc"}},
-		{"device name instead of address", []string{"rc", "-d", "rxe0"}},
-		{"bad mtu", []string{"rc", "-d", "127.0.0.1", "-m", "1500"}},
-		{"zero size", []string{"rc", "-d", "127.0.0.1", "-s", "-1"}},
-		{"zero iters", []string{"rc", "-d", "127.0.0.1", "-n", "0"}},
-		{"too many QPs", []string{"srq", "-d", "127.0.0.1", "-q", "257"}},
-		{"rx depth below QPs", []string{"srq", "-d", "127.0.0.1", "-q", "16", "-r", "16"}},
-		{"two servers", []string{"rc", "-d", "127.0.0.1", "a", "b"}},
-		{"loss 1", []string{"rc", "-d", "127.0.0.1", "-loss", "1"}},
-		{"unknown flag", []string{"rc", "-d", "127.0.0.1", "-x"}},
+		{"no mode", nil, "missing MODE"},
+		{"unknown mode", []string{"xrc", "-d", "127.0.0.1"}, "unknown MODE"},
+		{"device name that is no interface", []string{"rc", "-d", "rxe0"}, "-d rxe0: not an IP address or a network interface"},
+		{"bad mtu", []string{"rc", "-m", "1500"}, "-m 1500"},
+		{"negative size", []string{"rc", "-s", "-1"}, "-s -1"},
+		{"zero iters", []string{"rc", "-n", "0"}, "-n 0"},
+		{"not a number", []string{"rc", "-n", "ten"}, `invalid value "ten" for -n`},
+		{"missing value", []string{"rc", "-n"}, "-n needs a value"},
+		{"too many QPs", []string{"srq", "-q", "257"}, "-q 257"},
+		{"rx depth below QPs", []string{"srq", "-q", "16", "-r", "16"}, "-r 16"},
+		{"two servers", []string{"rc", "a", "b"}, "too many arguments"},
+		{"loss 1", []string{"rc", "--loss", "1"}, "--loss 1"},
+		{"unknown option", []string{"rc", "-x"}, "unknown option: -x"},
+		{"unknown long option", []string{"rc", "--frobnicate"}, "unknown option: --frobnicate"},
+		{"port 2", []string{"rc", "-i", "2"}, "-i 2: a goroce device has port 1 only"},
+		{"timestamps", []string{"rc", "-t"}, "-t: completion timestamps are not supported"},
+		{"device memory", []string{"rc", "--dm"}, "-j: device memory is not supported"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
-			if c, err := parseArgs(tt.args, io.Discard); err == nil {
-				t.Errorf("parseArgs(%q) = %+v, want an error", tt.args, c)
+			c, _, err := parseArgs(tt.args)
+			if err == nil {
+				t.Fatalf("parseArgs(%q) = %+v, want an error", tt.args, c)
+			}
+			if !strings.Contains(err.Error(), tt.msg) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q, want one line with %q", err, tt.msg)
 			}
 		})
+	}
+}
+
+// TestRunMessages: a mistake is one line on stderr and exit 1; the usage comes
+// only with -h, on stdout, exit 0.
+func TestRunMessages(t *testing.T) {
+	var out, errb bytes.Buffer
+	if rc := run([]string{"rc", "-x"}, &out, &errb); rc != 1 || out.Len() != 0 || strings.Count(errb.String(), "\n") != 1 {
+		t.Errorf("bad option: exit %d, stdout %q, stderr %q", rc, out.String(), errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if rc := run([]string{"-h"}, &out, &errb); rc != 0 || errb.Len() != 0 || !strings.Contains(out.String(), "--ib-dev") {
+		t.Errorf("-h: exit %d, stdout %q, stderr %q", rc, out.String(), errb.String())
+	}
+	out.Reset()
+	if rc := run([]string{"--version"}, &out, &errb); rc != 0 || !strings.HasPrefix(out.String(), "roce-pingpong ") {
+		t.Errorf("--version: exit %d, stdout %q", rc, out.String())
 	}
 }
 
@@ -88,7 +138,7 @@ func TestLoopback(t *testing.T) {
 		{"rc", []string{"-s", "65536", "-m", "4096"}},
 		// Linger past a few retransmission timeouts (67 ms each): the peer may
 		// have lost our last ACK.
-		{"rc", []string{"-s", "4096", "-loss", "0.05", "-seed", "7", "-linger", "500ms"}},
+		{"rc", []string{"-s", "4096", "--loss", "0.05", "--seed", "7", "--linger", "500ms"}},
 		{"ud", []string{"-s", "1024"}},
 		{"srq", []string{"-q", "4", "-s", "64"}},
 	}
@@ -96,7 +146,7 @@ func TestLoopback(t *testing.T) {
 		t.Run(fmt.Sprintf("%s%v", tt.mode, tt.extra), func(t *testing.T) {
 			tcp := fmt.Sprint(freeTCPPort(t))
 			roce := fmt.Sprint(20000 + (time.Now().Nanosecond()/1000+i*101)%20000)
-			common := append([]string{"-n", "50", "-c", "-p", tcp, "-roce-port", roce, "-timeout", "30s", "-linger", "50ms"}, tt.extra...)
+			common := append([]string{"-n", "50", "-c", "-p", tcp, "--roce-port", roce, "--timeout", "30s", "--linger", "50ms"}, tt.extra...)
 			var wg sync.WaitGroup
 			var srvOut, srvErr bytes.Buffer
 			var srvRC int

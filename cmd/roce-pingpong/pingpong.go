@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"time"
@@ -66,10 +67,26 @@ func runPingpong(ctx context.Context, c *config, out, errOut io.Writer) (err err
 			err = cerr
 		}
 	}()
-	if err := s.open(); err != nil {
+	// With -d the device opens first, as the stock tools open theirs, so that a
+	// busy address fails before the peer is involved; without it the device
+	// binds the address the TCP connection uses.
+	if c.Addr.IsValid() {
+		if err := s.open(); err != nil {
+			return err
+		}
+	}
+	conn, err := c.Connect(ctx, c.server)
+	if err != nil {
 		return err
 	}
-	if err := s.exchange(ctx); err != nil {
+	defer conn.Close()
+	if s.dev == nil {
+		c.Resolve(conn)
+		if err := s.open(); err != nil {
+			return err
+		}
+	}
+	if err := s.exchange(ctx, conn); err != nil {
 		return err
 	}
 	if err := s.loop(ctx); err != nil {
@@ -96,7 +113,7 @@ func (s *session) open() error {
 	if c.loss > 0 {
 		u, lerr := link.ListenUDP(netip.AddrPortFrom(c.Addr, uint16(c.RoCEPort)), link.Config{})
 		if lerr != nil {
-			return fmt.Errorf("couldn't open the device on %v: %w", c.Addr, lerr)
+			return cli.OpenError(lerr, c.Addr, c.RoCEPort, "-d", "--roce-port")
 		}
 		seed := c.seed
 		if seed == 0 {
@@ -107,7 +124,7 @@ func (s *session) open() error {
 		s.dev, err = roce.Open(c.Addr, opts...)
 	}
 	if err != nil {
-		return fmt.Errorf("couldn't open the device on %v: %w", c.Addr, err)
+		return cli.OpenError(err, c.Addr, c.RoCEPort, "-d", "--roce-port")
 	}
 	s.Add(s.dev.Close)
 
@@ -270,7 +287,7 @@ func (s *session) postSend(qp int) error {
 
 // exchange swaps addresses over TCP with the peer and connects the QPs: as client
 // after the answer, as server before answering (pp_server_exch_dest).
-func (s *session) exchange(ctx context.Context) error {
+func (s *session) exchange(ctx context.Context, conn net.Conn) error {
 	records := 1
 	if s.c.mode == "srq" {
 		records = oob.SRQRecords
@@ -282,11 +299,7 @@ func (s *session) exchange(ctx context.Context) error {
 		xctx, cancel = context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
 	}
-	conn, err := s.c.Connect(ctx, s.c.server)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
+	var err error
 	if s.c.server != "" {
 		if s.remote, err = oob.ClientExchange(xctx, conn, s.local, records); err != nil {
 			return fmt.Errorf("couldn't read/write remote address: %w", err)

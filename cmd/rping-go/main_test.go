@@ -234,3 +234,32 @@ func TestClientFailedStatus(t *testing.T) {
 		t.Errorf("other failure: exit %d, %q", code, b.String())
 	}
 }
+
+// TestAddressTaken: rping-go -c -a 127.0.0.1 while another process (roced)
+// serves 127.0.0.1 fails with one line that gives the rule and the fix in
+// rping-go's own options (-I 127.0.0.x), as does a server on a held address.
+func TestAddressTaken(t *testing.T) {
+	held, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	port := fmt.Sprint(held.LocalAddr().(*net.UDPAddr).Port)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-c", "-a", "127.0.0.1", "-C", "1", "--udp-port", port}, "-I 127.0.0.x"},
+		{[]string{"-s", "-a", "127.0.0.1", "--udp-port", port}, "-a 127.0.0.x"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(ctx, tt.args, &out, &errb)
+		msg := errb.String()
+		if code != 1 || !strings.Contains(msg, tt.want) || !strings.Contains(msg, "one process serves one address") ||
+			strings.Count(msg, "\n") != 1 {
+			t.Errorf("%q: exit %d, stderr %q", tt.args, code, msg)
+		}
+	}
+}

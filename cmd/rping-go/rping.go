@@ -17,17 +17,6 @@ import (
 	"github.com/goroce/goroce/roce"
 )
 
-// resolveSource returns the address the kernel would send to dst from (no
-// packet is sent), as rdma_resolve_addr picks a source.
-func resolveSource(dst netip.Addr, udpPort int) (netip.Addr, error) {
-	c, err := net.Dial("udp", netip.AddrPortFrom(dst, uint16(udpPort)).String())
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
-}
-
 func parseAddr(s string) (netip.Addr, error) {
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a.Unmap(), nil
@@ -183,12 +172,12 @@ func runClient(ctx context.Context, o *options, ro rping.Options) error {
 		if src, err = parseAddr(o.src); err != nil {
 			return err
 		}
-	} else if src, err = resolveSource(dst, o.udpPort); err != nil {
+	} else if src, err = cli.RouteSource(dst, o.udpPort); err != nil {
 		return fmt.Errorf("rdma_resolve_addr: %w", err)
 	}
 	e, err := openDevice(src, o, ro)
 	if err != nil {
-		return err
+		return cli.OpenError(err, src, o.udpPort, "-I", "--udp-port")
 	}
 	defer e.close()
 	return rping.Client(ctx, e.dev, e.mgr, netip.AddrPortFrom(src, 0), netip.AddrPortFrom(dst, uint16(o.port)), ro)
@@ -205,7 +194,7 @@ func runServer(ctx context.Context, o *options, ro rping.Options) error {
 	}
 	e, err := openDevice(addr, o, ro)
 	if err != nil {
-		return err
+		return cli.OpenError(err, addr, o.udpPort, "-a", "--udp-port")
 	}
 	defer e.close()
 	l, err := e.mgr.Listen(netip.AddrPortFrom(addr, uint16(o.port)))

@@ -1,14 +1,15 @@
 // Package cli is what goroce's counterparts of the stock rdma tools
-// (cmd/roce-pingpong, cmd/roce-perftest) share, so that they behave alike: the
-// device and run flags, the out-of-band TCP connection, teardown in reverse
-// order of creation, and the counter line that -stats prints and the interop
-// tests parse.
+// (cmd/roce-pingpong, cmd/roce-perftest, cmd/rping-go) share, so that they
+// behave alike: a getopt_long command line (Options), the device and run
+// options, what -d means and which address a device binds without it, the
+// message when another process holds that address, the out-of-band TCP
+// connection, teardown in reverse order of creation, and the counter line
+// that --stats prints and the interop tests parse.
 package cli
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/netip"
@@ -22,53 +23,82 @@ import (
 	"github.com/goroce/goroce/roce"
 )
 
-// Flags are the flags every tool has.
+// Flags are the options every tool has: the stock tools' -d, -i and -p, and
+// goroce's own long options.
 type Flags struct {
-	Addr     netip.Addr    // -d: the local address the device binds (the stock tools' -d rxe0)
-	TCPPort  int           // -p: the out-of-band exchange
-	RoCEPort int           // -roce-port: both sides must agree
-	Timeout  time.Duration // -timeout: 0 is never
-	Linger   time.Duration // -linger: see Hold
-	Stats    bool          // -stats: print Stats to stderr at exit
+	Device   string        // -d, --ib-dev: an IP address or an interface ("" with none given)
+	IBPort   int           // -i, --ib-port: the device has port 1 only
+	TCPPort  int           // -p, --port: the out-of-band exchange
+	RoCEPort int           // --roce-port: both sides must agree
+	Timeout  time.Duration // --timeout: 0 is never
+	Linger   time.Duration // --linger: see Hold
+	Stats    bool          // --stats: print Stats to stderr at exit
 
-	addr string
+	// Addr is the address the device binds, once resolved: from -d by Check,
+	// or later from the TCP connection (see Resolve).
+	Addr netip.Addr
 }
 
-// Register adds -d, -p, -roce-port, -timeout, -linger and -stats to fs.
-func (f *Flags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.addr, "d", "", "local IP `address` the device binds (required)")
-	fs.IntVar(&f.TCPPort, "p", oob.DefaultPort, "TCP `port` of the out-of-band exchange")
-	fs.IntVar(&f.RoCEPort, "roce-port", 4791, "UDP port of RoCEv2 (both sides must agree)")
-	fs.DurationVar(&f.Timeout, "timeout", 0, "fail after this long (0: never)")
-	fs.DurationVar(&f.Linger, "linger", 500*time.Millisecond, "keep answering retransmissions this long after the last completion")
-	fs.BoolVar(&f.Stats, "stats", false, "print the device's counters to stderr at exit")
+// Register adds -d/--ib-dev, -i/--ib-port, -p/--port, --roce-port,
+// --timeout, --linger and --stats to o.
+func (f *Flags) Register(o *Options) {
+	f.IBPort, f.TCPPort, f.RoCEPort, f.Linger = 1, oob.DefaultPort, 4791, 500*time.Millisecond
+	o.FlagLong(&f.Device, "ib-dev", 'd', "local IP address or network interface the device binds (default: the address the TCP connection uses)", "ADDR|IFACE")
+	o.FlagLong(&f.IBPort, "ib-port", 'i', "port of the device (only 1)", "PORT")
+	o.FlagLong(&f.TCPPort, "port", 'p', "TCP port of the out-of-band exchange", "PORT")
+	o.FlagLong(&f.RoCEPort, "roce-port", 0, "UDP port of RoCEv2 (both sides must agree)", "PORT")
+	o.FlagLong(&f.Timeout, "timeout", 0, "fail after this long (0: never)", "DURATION")
+	o.FlagLong(&f.Linger, "linger", 0, "keep answering retransmissions this long after the last completion", "DURATION")
+	o.FlagLong(&f.Stats, "stats", 0, "print the device's counters to stderr at exit")
 }
 
-// Check validates the flags after fs.Parse and sets Addr.
-func (f *Flags) Check() error {
-	var err error
-	if f.Addr, err = netip.ParseAddr(f.addr); err != nil {
-		return fmt.Errorf("-d: need the local IP address the device binds: %v", err)
-	}
+// Check validates the options after Parse and resolves -d into Addr, with
+// peer (the server the tool connects to; empty to serve) to choose among an
+// interface's addresses.
+func (f *Flags) Check(peer string) error {
 	switch {
+	case f.IBPort != 1:
+		return fmt.Errorf("-i %d: a goroce device has port 1 only", f.IBPort)
 	case f.TCPPort < 1 || f.TCPPort > 65535:
 		return fmt.Errorf("-p %d: not a TCP port", f.TCPPort)
 	case f.RoCEPort < 1 || f.RoCEPort > 65535:
-		return fmt.Errorf("-roce-port %d: not a UDP port", f.RoCEPort)
+		return fmt.Errorf("--roce-port %d: not a UDP port", f.RoCEPort)
+	case f.Timeout < 0 || f.Linger < 0:
+		return fmt.Errorf("--timeout and --linger cannot be negative")
 	}
-	return nil
+	if f.Device == "" {
+		return nil
+	}
+	p, _ := netip.ParseAddr(peer)
+	var err error
+	f.Addr, err = LocalAddr("-d", f.Device, p)
+	return err
 }
 
-// Server returns the optional SERVER argument left after fs.Parse: empty to
-// serve, else the host to connect to.
-func Server(fs *flag.FlagSet) (string, error) {
-	switch fs.NArg() {
-	case 0:
-		return "", nil
-	case 1:
-		return fs.Arg(0), nil
+// Resolve sets Addr, when -d did not, to the local address of the TCP
+// connection conn: the address the peer reached this side at (server) or the
+// one the route to the server chose (client), as rdma_cm binds.
+func (f *Flags) Resolve(conn net.Conn) {
+	if f.Addr.IsValid() {
+		return
 	}
-	return "", fmt.Errorf("too many arguments: %q", fs.Args())
+	if ap, err := netip.ParseAddrPort(conn.LocalAddr().String()); err == nil {
+		f.Addr = ap.Addr().Unmap()
+	}
+}
+
+// Operands splits the operands of a tool whose synopsis is "WHAT [SERVER]":
+// what names the test or mode, and server is empty to serve.
+func Operands(ops []string, what string) (first, server string, err error) {
+	switch len(ops) {
+	case 0:
+		return "", "", fmt.Errorf("missing %s", what)
+	case 1:
+		return ops[0], "", nil
+	case 2:
+		return ops[0], ops[1], nil
+	}
+	return "", "", fmt.Errorf("too many arguments: %q (one %s and at most one server)", ops, what)
 }
 
 // Context is the context of one run: cancelled by SIGINT or SIGTERM, and
