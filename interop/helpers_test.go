@@ -30,7 +30,8 @@ func containsConnectFailure(out string) bool {
 // returned function stops it, checks that every RoCEv2 datagram we (address
 // ours) sent left from a per-QP source port as rxe derives them (never 4791,
 // see checkSourcePorts), and keeps the file (dumped to the log) only when t
-// failed.
+// failed, or always with GOROCE_KEEP_CAPTURES=1 (to refresh the traces in
+// testdata).
 func captureRun(t *testing.T, lab *labtest.Lab, name string, ours netip.Addr) func() {
 	pcap := filepath.Join(lab.Dir, "run", "pcap", strings.ReplaceAll(name, "/", "_")+".pcap")
 	os.MkdirAll(filepath.Dir(pcap), 0o755)
@@ -42,10 +43,13 @@ func captureRun(t *testing.T, lab *labtest.Lab, name string, ours netip.Addr) fu
 	return func() {
 		capture.Stop()
 		checkSourcePorts(t, pcap, ours)
-		if t.Failed() {
+		switch {
+		case t.Failed():
 			t.Logf("capture kept: %s", pcap)
 			logDump(t, pcap)
-		} else {
+		case os.Getenv("GOROCE_KEEP_CAPTURES") == "1":
+			t.Logf("capture kept (GOROCE_KEEP_CAPTURES=1): %s", pcap)
+		default:
 			os.Remove(pcap)
 		}
 	}

@@ -359,12 +359,12 @@ func parseStats(stderr string) map[string]uint64 {
 	return m
 }
 
-// logDump prints the capture of a failed run through cmd/rocedump -tsv, when the
+// logDump prints the capture of a failed run through cmd/rocedump --tsv, when the
 // module has it.
 func logDump(t *testing.T, pcap string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "run", "github.com/goroce/goroce/cmd/rocedump", "-tsv", pcap).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "go", "run", "github.com/goroce/goroce/cmd/rocedump", "--tsv", "-r", pcap).CombinedOutput()
 	if err != nil {
 		t.Logf("rocedump: %v", err)
 	}
@@ -372,5 +372,5 @@ func logDump(t *testing.T, pcap string) {
 	if len(lines) > 80 {
 		lines = append(lines[:80], fmt.Sprintf("... %d more lines", len(lines)-80))
 	}
-	t.Logf("rocedump -tsv %s:\n%s", pcap, strings.Join(lines, "\n"))
+	t.Logf("rocedump --tsv -r %s:\n%s", pcap, strings.Join(lines, "\n"))
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -17,7 +18,7 @@ import (
 // gopacket's 8-bit layers.LinkType truncates, so they are read from the
 // file here.
 type source struct {
-	next func() (data []byte, link uint32, err error)
+	next func() (data []byte, link uint32, ts time.Time, err error)
 }
 
 // open detects pcap or pcapng by the file's magic number.
@@ -39,12 +40,12 @@ func open(r io.Reader) (*source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &source{next: func() ([]byte, uint32, error) {
+		return &source{next: func() ([]byte, uint32, time.Time, error) {
 			d, ci, err := ng.ReadPacketData()
 			if err != nil {
-				return nil, 0, err
+				return nil, 0, time.Time{}, err
 			}
-			return d, tap.linkType(section, &ci), nil
+			return d, tap.linkType(section, &ci), ci.Timestamp, nil
 		}}, nil
 	case "a1b2c3d4", "d4c3b2a1", "a1b23c4d", "4d3cb2a1": // pcap, µs or ns, either byte order
 		var link uint32
@@ -59,9 +60,9 @@ func open(r io.Reader) (*source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &source{next: func() ([]byte, uint32, error) {
-			d, _, err := pr.ReadPacketData()
-			return d, link, err
+		return &source{next: func() ([]byte, uint32, time.Time, error) {
+			d, ci, err := pr.ReadPacketData()
+			return d, link, ci.Timestamp, err
 		}}, nil
 	}
 	return nil, fmt.Errorf("not a pcap or pcapng file (magic %x)", magic)

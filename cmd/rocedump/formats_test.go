@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"hash/crc32"
 	"io"
@@ -67,7 +68,7 @@ func cols(line string) string {
 	if len(f) != len(columns) {
 		return line
 	}
-	f[0], f[21] = "", ""
+	f[0], f[21], f[23] = "", "", ""
 	return strings.Join(f, "\t")
 }
 
@@ -123,7 +124,7 @@ func TestLinkTypes(t *testing.T) {
 	ip4, ip6 := eth4[14:], eth6[14:]
 	ref4 := oneLine(t, writePcap(t, linkEthernet, eth4))
 	ref6 := oneLine(t, writePcap(t, linkEthernet, eth6))
-	if !strings.HasSuffix(ref6, "\t1") || !strings.Contains(ref6, "fd00::11") {
+	if strings.Split(ref6, "\t")[22] != "1" || !strings.Contains(ref6, "fd00::11") {
 		t.Fatalf("IPv6 reference %q", ref6)
 	}
 	sll := func(proto uint16) []byte {
@@ -175,25 +176,10 @@ func TestLinkTypes(t *testing.T) {
 func TestICRCOverHeadersOnTraces(t *testing.T) {
 	n := 0
 	for _, path := range traces(t) {
-		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		src, err := open(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			data, link, err := src.next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+		eachFrame(t, path, func(data []byte, link uint32) {
 			d, err := extract(link, data)
 			if err != nil || d.err != nil {
-				continue
+				return
 			}
 			want := binary.LittleEndian.Uint32(d.payload[len(d.payload)-4:])
 			if got := bth.ICRC(&d.env, d.payload); got != want {
@@ -206,8 +192,7 @@ func TestICRCOverHeadersOnTraces(t *testing.T) {
 				t.Fatalf("%s: refICRC %#x, trailer %#x", path, got, want)
 			}
 			n++
-		}
-		f.Close()
+		})
 	}
 	if n < 1000 {
 		t.Errorf("only %d packets", n)
@@ -380,7 +365,7 @@ func TestPcapngInterfaces(t *testing.T) {
 				r = tc.wrap(r)
 			}
 			var out bytes.Buffer
-			st, err := dump(&out, r, true)
+			st, err := dumpTo(&out, r, &options{tsv: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -439,7 +424,7 @@ func TestUnsupportedLinkType(t *testing.T) {
 				t.Fatal(err)
 			}
 			var stdout, stderr bytes.Buffer
-			code := run(path, true, &stdout, &stderr)
+			code := run(context.Background(), []string{"--tsv", "-r", path}, nil, &stdout, &stderr)
 			want := strings.ReplaceAll(tc.stderr, "FILE", path)
 			if code != tc.code || stderr.String() != want || strings.Count(stdout.String(), "\n") != tc.lines {
 				t.Errorf("exit %d, stderr %q, stdout %q; want exit %d, stderr %q, %d lines", code, stderr.String(), stdout.String(), tc.code, want, tc.lines)
@@ -447,7 +432,7 @@ func TestUnsupportedLinkType(t *testing.T) {
 		})
 	}
 	var stderr bytes.Buffer
-	if code := run(filepath.Join(dir, "missing"), true, io.Discard, &stderr); code != 1 || !strings.HasPrefix(stderr.String(), "rocedump: ") {
+	if code := run(context.Background(), []string{"-r", filepath.Join(dir, "missing")}, nil, io.Discard, &stderr); code != 1 || !strings.HasPrefix(stderr.String(), "rocedump: ") {
 		t.Errorf("missing file: exit %d, %q", code, stderr.String())
 	}
 }

@@ -2,61 +2,145 @@ package main
 
 import (
 	"bufio"
-	"encoding/binary"
-	"encoding/hex"
-	"flag"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"os"
+	"os/signal"
 	"slices"
-	"strconv"
-	"strings"
+	"syscall"
+	"time"
 
-	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/internal/version"
 )
 
 func main() {
-	tsv := flag.Bool("tsv", false, "print tab-separated columns with a header line")
-	showVersion := flag.Bool("version", false, "print the version and exit")
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: rocedump [-tsv] FILE.pcap|FILE.pcapng\n")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	if *showVersion {
-		version.Print(os.Stdout, "rocedump")
-		return
-	}
-	if flag.NArg() != 1 {
-		flag.Usage()
-		os.Exit(2)
-	}
-	os.Exit(run(flag.Arg(0), *tsv, os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-// run dumps the file at path and returns the exit status: 1 if the file
-// cannot be read, or if it has frames but none of a link type rocedump
-// decodes. Frames of unsupported link types are never skipped silently: one
-// warning per link type goes to stderr.
-func run(path string, tsv bool, stdout, stderr io.Writer) int {
-	f, err := os.Open(path)
-	if err != nil {
-		fmt.Fprintln(stderr, "rocedump:", err)
-		return 1
+// options is the parsed command line.
+type options struct {
+	read    string // -r FILE, "-" for stdin
+	iface   string // -i IFACE: live capture
+	count   int    // -c N: stop after N packets (0: no limit)
+	tsv     bool
+	number  bool // -#: frame numbers
+	tstamps int  // how many -t: 0 time of day, 1 none, 2 epoch, 3 delta, 4 date and time, 5 since the first
+	filter  filter
+}
+
+const synopsis = "[-t...] [-#] [-c COUNT] [--tsv] (-r FILE | -r - | -i IFACE) [FILTER]"
+
+// parseArgs parses the tcpdump-style command line.
+func parseArgs(args []string) (*options, *cli.Options, error) {
+	o := &options{}
+	set := cli.NewOptions("rocedump")
+	set.FlagLong(&o.read, "read", 'r', "read packets from this pcap or pcapng FILE (- for stdin)", "FILE")
+	set.FlagLong(&o.iface, "interface", 'i', "capture live on this interface (needs root or CAP_NET_RAW)", "IFACE")
+	set.FlagLong(&o.count, "count", 'c', "stop after COUNT packets", "COUNT")
+	set.FlagLong(&o.number, "number", '#', "print the frame number first (as tshark numbers frames)")
+	set.FlagLong(&o.tsv, "tsv", 0, "tab-separated columns with a header line, for scripts")
+	tflag := set.Counter('t', "no timestamp; -tt seconds since the epoch; -ttt the delta from the previous packet; -tttt date and time; -ttttt the delta from the first packet")
+	// -tsv, the single-dash spelling of earlier versions, still works.
+	for i, a := range args {
+		if a == "-tsv" {
+			args = slices.Clone(args)
+			args[i] = "--tsv"
+		}
 	}
-	defer f.Close()
+	ops, err := set.Parse(args)
+	if err != nil {
+		return nil, set, err
+	}
+	o.tstamps = *tflag
+	// rocedump FILE, the usage of earlier versions: a first operand that is a
+	// file, with neither -r nor -i.
+	if o.read == "" && o.iface == "" && len(ops) > 0 {
+		if st, err := os.Stat(ops[0]); err == nil && st.Mode().IsRegular() {
+			o.read, ops = ops[0], ops[1:]
+		}
+	}
+	switch {
+	case o.read == "" && o.iface == "":
+		return nil, set, fmt.Errorf("nothing to read: give -r FILE, -r - or -i IFACE")
+	case o.read != "" && o.iface != "":
+		return nil, set, fmt.Errorf("-r and -i: read a file or capture live, not both")
+	case o.count < 0:
+		return nil, set, fmt.Errorf("-c %d: the count cannot be negative", o.count)
+	case o.tstamps > 5:
+		return nil, set, fmt.Errorf("-t given %d times: at most -ttttt", o.tstamps)
+	}
+	if o.filter, err = parseFilter(ops); err != nil {
+		return nil, set, err
+	}
+	return o, set, nil
+}
+
+// run is main with injectable I/O; it returns the exit status: 1 if the input
+// cannot be read, or has frames but none of a link type rocedump decodes
+// (frames of unsupported link types are never skipped silently: one warning per
+// link type goes to stderr), and 2 for a bad command line, as tcpdump.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if version.Requested(args) {
+		version.Print(stdout, "rocedump")
+		return 0
+	}
+	o, set, err := parseArgs(args)
+	if errors.Is(err, cli.ErrHelp) {
+		set.PrintUsage(stdout, synopsis, filterHelp)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rocedump: %v (see --help)\n", err)
+		return 2
+	}
 	w := bufio.NewWriter(stdout)
-	st, err := dump(w, f, tsv)
-	if ferr := w.Flush(); err == nil {
+	defer w.Flush()
+	p := &printer{w: w, opts: o}
+	if o.iface != "" {
+		return capture(ctx, p, stderr)
+	}
+	return readFile(p, stdin, stderr)
+}
+
+// filterHelp is the FILTER part of --help.
+const filterHelp = `tcpdump for RoCEv2: one line per RoCEv2 packet (UDP port 4791), with every BTH and
+extension header field, IB CM messages decoded (tshark's names), and whether the ICRC verifies.
+
+FILTER is an expression: qpn N, psn N or psn N-M, op NAME (RC_SEND_ONLY, send_only, ...),
+a class (send, write, read, read_request, read_response, atomic, atomic_ack, ack, nak, cnp,
+cm, request, response, rc, uc, ud), joined by and, or, not and parentheses.`
+
+// readFile dumps -r's file or stdin.
+func readFile(p *printer, stdin io.Reader, stderr io.Writer) int {
+	name := p.opts.read
+	var r io.Reader = stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintln(stderr, "rocedump:", err)
+			return 1
+		}
+		defer f.Close()
+		r = f
+	} else {
+		name = "stdin"
+	}
+	st, err := dump(p, r)
+	if ferr := p.w.Flush(); err == nil {
 		err = ferr
 	}
 	skipped := 0
 	for _, link := range slices.Sorted(maps.Keys(st.unsupported)) {
 		n := st.unsupported[link]
 		skipped += n
-		fmt.Fprintf(stderr, "rocedump: %s: link type %d not supported; %d %s skipped\n", path, link, n, plural(n, "frame"))
+		fmt.Fprintf(stderr, "rocedump: %s: link type %d not supported; %d %s skipped\n", name, link, n, plural(n, "frame"))
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "rocedump:", err)
@@ -68,6 +152,31 @@ func run(path string, tsv bool, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// capture dumps -i's live traffic until ^C, SIGTERM or -c packets.
+func capture(ctx context.Context, p *printer, stderr io.Writer) int {
+	l, err := openLive(p.opts.iface)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocedump:", err)
+		return 1
+	}
+	defer l.Close()
+	fmt.Fprintf(stderr, "rocedump: listening on %s for UDP port %d\n", p.opts.iface, rocePort)
+	for no := 1; ; no++ {
+		d, ts, err := l.next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0
+			}
+			fmt.Fprintln(stderr, "rocedump:", err)
+			return 1
+		}
+		if p.print(no, ts, &d) && p.done() {
+			return 0
+		}
+		p.w.Flush()
+	}
+}
+
 func plural(n int, s string) string {
 	if n == 1 {
 		return s
@@ -75,32 +184,26 @@ func plural(n int, s string) string {
 	return s + "s"
 }
 
-// columns are the -tsv columns, in order.
-var columns = []string{"frame", "src", "dst", "sport", "dport", "opcode", "opname", "dqp", "psn", "ackreq", "se",
-	"pad", "pkey", "syndrome", "msn", "qkey", "srcqp", "va", "rkey", "dmalen", "imm", "icrc", "icrc_ok"}
-
 // stats is what dump read besides the lines it printed.
 type stats struct {
 	frames      int            // records in the file
 	unsupported map[uint32]int // frames by link type extract does not decode
 }
 
-// dump reads a pcap or pcapng stream from r and writes one line per RoCEv2
-// packet to w; frames are numbered by their record in the file, as tshark
-// does. It returns an error only when the file itself cannot be read; a
-// file cut short mid-record ends the dump with an error after the lines
-// already printed.
-func dump(w io.Writer, r io.Reader, tsv bool) (stats, error) {
+// dump reads a pcap or pcapng stream from r and prints one line per RoCEv2
+// packet that passes the filter, up to -c; frames are numbered by their record
+// in the file, as tshark does. It returns an error only when the file itself
+// cannot be read; a file cut short mid-record ends the dump with an error after
+// the lines already printed.
+func dump(p *printer, r io.Reader) (stats, error) {
 	st := stats{unsupported: map[uint32]int{}}
 	src, err := open(r)
 	if err != nil {
 		return st, err
 	}
-	if tsv {
-		fmt.Fprintln(w, strings.Join(columns, "\t"))
-	}
+	p.header()
 	for no := 1; ; no++ {
-		data, link, err := src.next()
+		data, link, ts, err := src.next()
 		if err == io.EOF {
 			return st, nil
 		}
@@ -115,179 +218,37 @@ func dump(w io.Writer, r io.Reader, tsv bool) (stats, error) {
 		if err != nil {
 			continue
 		}
-		if tsv {
-			writeTSV(w, no, &d)
-		} else {
-			writeHuman(w, no, &d)
+		if p.print(no, ts, &d) && p.done() {
+			return st, nil
 		}
 	}
 }
 
-// icrcOK checks the trailer against the capture's IP/UDP header.
-func icrcOK(d *datagram) bool {
-	if len(d.payload) < bth.BTHLen+bth.ICRCLen {
-		return false
+// timestamp formats ts as the -t options ask, with a trailing space ("" for -t).
+func (p *printer) timestamp(ts time.Time) string {
+	if p.first.IsZero() {
+		p.first, p.prev = ts, ts
 	}
-	return binary.LittleEndian.Uint32(d.payload[len(d.payload)-bth.ICRCLen:]) == icrc(d)
-}
-
-func hex0x(v uint64, digits int) string {
-	s := strconv.FormatUint(v, 16)
-	if len(s) < digits {
-		s = strings.Repeat("0", digits-len(s)) + s
-	}
-	return "0x" + s
-}
-
-func b01(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
-func writeTSV(w io.Writer, no int, d *datagram) {
-	col := make([]string, len(columns))
-	col[0] = strconv.Itoa(no)
-	col[1], col[2] = d.env.Src.String(), d.env.Dst.String()
-	col[3], col[4] = strconv.Itoa(int(d.env.SrcPort)), strconv.Itoa(int(d.env.DstPort))
-	p, err := bth.Parse(d.payload)
-	if d.err != nil {
-		err = d.err
-	}
-	if err != nil {
-		if len(d.payload) > 0 {
-			col[5] = strconv.Itoa(int(d.payload[0]))
+	defer func() { p.prev = ts }()
+	delta := func(d time.Duration) string {
+		if d < 0 {
+			d = 0
 		}
-		col[6] = "malformed: " + err.Error()
-		col[22] = "0"
-		fmt.Fprintln(w, strings.Join(col, "\t"))
-		return
+		h, m := d/time.Hour, d%time.Hour/time.Minute
+		s, us := d%time.Minute/time.Second, d%time.Second/time.Microsecond
+		return fmt.Sprintf("%02d:%02d:%02d.%06d ", h, m, s, us)
 	}
-	op := p.Opcode()
-	col[5], col[6] = strconv.Itoa(int(op)), op.String()
-	col[7] = hex0x(uint64(p.DestQP()), 6)
-	col[8] = strconv.Itoa(int(p.PSN()))
-	col[9], col[10] = b01(p.AckReq()), b01(p.SE())
-	col[11] = strconv.Itoa(p.PadCount())
-	col[12] = strconv.Itoa(int(p.PKey()))
-	if op.HasAETH() {
-		a := p.AETH()
-		col[13], col[14] = strconv.Itoa(int(a.Syndrome)), strconv.Itoa(int(a.MSN))
+	switch p.opts.tstamps {
+	case 1:
+		return ""
+	case 2:
+		return fmt.Sprintf("%d.%06d ", ts.Unix(), ts.Nanosecond()/1000)
+	case 3:
+		return delta(ts.Sub(p.prev))
+	case 4:
+		return ts.Format("2006-01-02 15:04:05.000000 ")
+	case 5:
+		return delta(ts.Sub(p.first))
 	}
-	if op.HasDETH() {
-		dt := p.DETH()
-		col[15], col[16] = hex0x(uint64(dt.QKey), 8), strconv.Itoa(int(dt.SrcQP))
-	}
-	switch {
-	case op.HasRETH():
-		r := p.RETH()
-		col[17], col[18], col[19] = hex0x(r.VA, 16), hex0x(uint64(r.RKey), 8), strconv.FormatUint(uint64(r.DMALen), 10)
-	case op.HasAtomicETH():
-		a := p.AtomicETH()
-		col[17], col[18] = hex0x(a.VA, 16), hex0x(uint64(a.RKey), 8)
-	}
-	if op.HasImm() {
-		col[20] = strconv.FormatUint(uint64(p.Imm()), 10)
-	}
-	col[21] = "0x" + hex.EncodeToString(d.payload[len(d.payload)-bth.ICRCLen:])
-	col[22] = b01(icrcOK(d))
-	fmt.Fprintln(w, strings.Join(col, "\t"))
-}
-
-func writeHuman(w io.Writer, no int, d *datagram) {
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "%d %v:%d > %v:%d ", no, d.env.Src, d.env.SrcPort, d.env.Dst, d.env.DstPort)
-	p, err := bth.Parse(d.payload)
-	if d.err != nil {
-		err = d.err
-	}
-	if err != nil {
-		fmt.Fprintf(&sb, "malformed RoCE (%d bytes): %v", len(d.payload), err)
-		fmt.Fprintln(w, sb.String())
-		return
-	}
-	op := p.Opcode()
-	fmt.Fprintf(&sb, "%v qp %#06x psn %d", op, p.DestQP(), p.PSN())
-	if p.AckReq() {
-		sb.WriteString(" ackreq")
-	}
-	if p.SE() {
-		sb.WriteString(" se")
-	}
-	if p.FECN() {
-		sb.WriteString(" fecn")
-	}
-	if p.BECN() {
-		sb.WriteString(" becn")
-	}
-	if p.PKey() != 0xFFFF {
-		fmt.Fprintf(&sb, " pkey %#04x", p.PKey())
-	}
-	if op.HasDETH() {
-		dt := p.DETH()
-		fmt.Fprintf(&sb, " qkey %#x srcqp %#x", dt.QKey, dt.SrcQP)
-	}
-	if op.HasRETH() {
-		r := p.RETH()
-		fmt.Fprintf(&sb, " va %#x rkey %#x len %d", r.VA, r.RKey, r.DMALen)
-	}
-	if op.HasAtomicETH() {
-		a := p.AtomicETH()
-		fmt.Fprintf(&sb, " va %#x rkey %#x swap/add %#x compare %#x", a.VA, a.RKey, a.SwapAdd, a.Compare)
-	}
-	if op.HasAETH() {
-		a := p.AETH()
-		switch {
-		case a.IsACK():
-			sb.WriteString(" ACK")
-			if a.Credit() != bth.CreditInvalid {
-				fmt.Fprintf(&sb, " credit %d", a.Credit())
-			}
-		case a.IsRNRNAK():
-			fmt.Fprintf(&sb, " RNR-NAK %v", bth.RNRTimerDuration(a.RNRTimer()))
-		case a.IsNAK():
-			fmt.Fprintf(&sb, " NAK %s", nakName(a.NAKCode()))
-		default:
-			fmt.Fprintf(&sb, " syndrome %#02x", a.Syndrome)
-		}
-		fmt.Fprintf(&sb, " msn %d", a.MSN)
-	}
-	if op.HasAtomicAckETH() {
-		fmt.Fprintf(&sb, " orig %#x", p.AtomicAckETH().Orig)
-	}
-	if op.HasImm() {
-		fmt.Fprintf(&sb, " imm %#08x", p.Imm())
-	}
-	if op.HasIETH() {
-		fmt.Fprintf(&sb, " inv-rkey %#x", p.IETH())
-	}
-	if op.HasPayload() {
-		fmt.Fprintf(&sb, " len %d", len(p.Payload()))
-		if p.PadCount() > 0 {
-			fmt.Fprintf(&sb, " pad %d", p.PadCount())
-		}
-	}
-	if icrcOK(d) {
-		sb.WriteString(" icrc ok")
-	} else {
-		fmt.Fprintf(&sb, " icrc BAD (%#08x, computed %#08x)", p.ICRC(), icrc(d))
-	}
-	fmt.Fprintln(w, sb.String())
-}
-
-func nakName(code uint8) string {
-	switch code {
-	case bth.NAKPSNSeqErr:
-		return "psn-seq-err"
-	case bth.NAKInvalidRequest:
-		return "invalid-request"
-	case bth.NAKRemoteAccess:
-		return "remote-access-err"
-	case bth.NAKRemoteOpErr:
-		return "remote-op-err"
-	case bth.NAKInvalidRDRequest:
-		return "invalid-rd-request"
-	}
-	return "code-" + strconv.Itoa(int(code))
+	return ts.Format("15:04:05.000000 ")
 }

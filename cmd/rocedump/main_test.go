@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -29,16 +31,17 @@ func traces(t *testing.T) []string {
 	return m
 }
 
-// summary reads tshark's decode: RoCE rows by frame number.
-func summary(t *testing.T, pcap string) map[string]map[string]string {
+// table reads a tab-separated file whose first line, after a "#", names the
+// columns (tshark's decodes in testdata/traces): one map per row.
+func table(t *testing.T, path string) []map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(strings.TrimSuffix(pcap, ".pcap") + ".summary.txt")
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	cols := strings.Split(strings.TrimPrefix(lines[0], "#"), "\t")
-	rows := map[string]map[string]string{}
+	var rows []map[string]string
 	for _, l := range lines[1:] {
 		f := strings.Split(l, "\t")
 		row := map[string]string{}
@@ -47,6 +50,16 @@ func summary(t *testing.T, pcap string) map[string]map[string]string {
 				row[c] = f[i]
 			}
 		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// summary reads tshark's decode: RoCE rows by frame number.
+func summary(t *testing.T, pcap string) map[string]map[string]string {
+	t.Helper()
+	rows := map[string]map[string]string{}
+	for _, row := range table(t, strings.TrimSuffix(pcap, ".pcap")+".summary.txt") {
 		if row["proto"] == "RRoCE" {
 			rows[row["no"]] = row
 		}
@@ -54,10 +67,43 @@ func summary(t *testing.T, pcap string) map[string]map[string]string {
 	return rows
 }
 
+// eachFrame calls f with every record of the capture at path and its link type.
+func eachFrame(t *testing.T, path string, f func(data []byte, link uint32)) {
+	t.Helper()
+	file, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	src, err := open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		data, link, _, err := src.next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(data, link)
+	}
+}
+
+// dumpTo dumps the capture r with opts to w.
+func dumpTo(w io.Writer, r io.Reader, opts *options) (stats, error) {
+	p := &printer{w: bufio.NewWriter(w), opts: opts}
+	st, err := dump(p, r)
+	p.w.Flush()
+	return st, err
+}
+
+// runDump dumps data without timestamps, human or --tsv.
 func runDump(t *testing.T, data []byte, tsv bool) (lines []string, err error) {
 	t.Helper()
 	var out bytes.Buffer
-	_, err = dump(&out, bytes.NewReader(data), tsv)
+	_, err = dumpTo(&out, bytes.NewReader(data), &options{tsv: tsv, tstamps: 1})
 	s := strings.TrimRight(out.String(), "\n")
 	if s == "" {
 		return nil, err
@@ -299,8 +345,9 @@ func FuzzExtract(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var out bytes.Buffer
-		writeTSV(&out, 1, &d)
-		writeHuman(&out, 1, &d)
+		p := &printer{w: bufio.NewWriter(io.Discard), opts: &options{}}
+		p.print(1, time.Unix(1, 0), &d)
+		p.opts.tsv = true
+		p.print(1, time.Unix(1, 0), &d)
 	})
 }
