@@ -219,7 +219,7 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 			newResponderCollector(&d.pingpong, &d.rping, &d.events), d.health)
 		ep := endpoints{reg: reg, ready: &d.ready, health: d.health.check, log: d.log}
 		if cfg.debug == "" && debugHere(cfg.metrics) {
-			ep.debug = newDebugMux(d.debugQPs, d.log)
+			ep.debug = d.debugMux()
 		}
 		d.http = d.newHTTPServer(newMux(ep))
 	}
@@ -227,7 +227,7 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 		if d.debugLn, err = net.Listen("tcp", cfg.debug); err != nil {
 			return nil, fmt.Errorf("-debug %s: %w", cfg.debug, unwrapOp(err))
 		}
-		d.debugHTTP = d.newHTTPServer(newDebugMux(d.debugQPs, d.log))
+		d.debugHTTP = d.newHTTPServer(d.debugMux())
 	}
 
 	for _, s := range d.devs {
