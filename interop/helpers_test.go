@@ -42,7 +42,9 @@ func captureRun(t *testing.T, lab *labtest.Lab, name string, ours netip.Addr) fu
 	}
 	return func() {
 		capture.Stop()
-		checkSourcePorts(t, pcap, ours)
+		if ours.IsValid() { // no address: the run has no datagram of ours
+			checkSourcePorts(t, pcap, ours)
+		}
 		switch {
 		case t.Failed():
 			t.Logf("capture kept: %s", pcap)
