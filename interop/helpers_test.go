@@ -45,15 +45,22 @@ func captureRun(t *testing.T, lab *labtest.Lab, name string, ours netip.Addr) fu
 		if ours.IsValid() { // no address: the run has no datagram of ours
 			checkSourcePorts(t, pcap, ours)
 		}
-		switch {
-		case t.Failed():
-			t.Logf("capture kept: %s", pcap)
-			logDump(t, pcap)
-		case os.Getenv("GOROCE_KEEP_CAPTURES") == "1":
-			t.Logf("capture kept (GOROCE_KEEP_CAPTURES=1): %s", pcap)
-		default:
-			os.Remove(pcap)
-		}
+		finishCapture(t, pcap)
+	}
+}
+
+// finishCapture keeps a run's capture, dumped to the log, when t failed, or
+// always with GOROCE_KEEP_CAPTURES=1 (to refresh the traces in testdata), and
+// removes it otherwise.
+func finishCapture(t *testing.T, pcap string) {
+	switch {
+	case t.Failed():
+		t.Logf("capture kept: %s", pcap)
+		logDump(t, pcap)
+	case os.Getenv("GOROCE_KEEP_CAPTURES") == "1":
+		t.Logf("capture kept (GOROCE_KEEP_CAPTURES=1): %s", pcap)
+	default:
+		os.Remove(pcap)
 	}
 }
 

@@ -163,12 +163,7 @@ func rpingCapture(t *testing.T, lab *labtest.Lab, name string) func() {
 	}
 	return func() {
 		c.Stop()
-		if t.Failed() {
-			t.Logf("capture kept: %s", pcap)
-			logDump(t, pcap)
-		} else {
-			os.Remove(pcap)
-		}
+		finishCapture(t, pcap)
 	}
 }
 
