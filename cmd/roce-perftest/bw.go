@@ -458,16 +458,10 @@ func (s *session) sendServer(ctx context.Context, posted []int) (bwReport, error
 			}
 		}
 		for _, w := range wc[:got] {
-			if err := s.checkRecv(w, rcnt); err != nil {
+			if err := s.recvDone(w, rcnt, posted); err != nil {
 				return bwReport{}, err
 			}
 			rcnt++
-			q := int(w.WRID >> 32)
-			if timed || posted[q] < c.iters {
-				if err := s.postRecvs(q, 1, posted); err != nil {
-					return bwReport{}, err
-				}
-			}
 		}
 		k.count(now, got)
 		if c.runInf && now.Sub(lastRow) >= time.Duration(c.duration)*time.Second {
@@ -479,6 +473,19 @@ func (s *session) sendServer(ctx context.Context, posted []int) (bwReport, error
 		return s.bwReportOf(s.size, k.samples, timing{posted: []int64{0}, completed: []int64{int64(k.sampleEnd.Sub(k.sampleStart))}}, true), nil
 	}
 	return s.bwReportOf(s.size, total, timing{posted: []int64{0}, completed: []int64{int64(time.Since(first))}}, true), nil
+}
+
+// recvDone takes receive completion w, the n-th of the run: it checks it and
+// gives its QP the receive back while more messages are due (all the time in
+// a run by time).
+func (s *session) recvDone(w roce.WC, n int, posted []int) error {
+	if err := s.checkRecv(w, n); err != nil {
+		return err
+	}
+	if q := int(w.WRID >> 32); s.timed() || posted[q] < s.c.iters {
+		return s.postRecvs(q, 1, posted)
+	}
+	return nil
 }
 
 // checkRecv checks a receive completion of a send test.
@@ -548,16 +555,10 @@ func (s *session) sendBi(ctx context.Context, posted []int) (bwReport, error) {
 				sends++
 				continue
 			}
-			if err := s.checkRecv(w, totR); err != nil {
+			if err := s.recvDone(w, totR, posted); err != nil {
 				return bwReport{}, err
 			}
 			totR++
-			q := int(w.WRID >> 32)
-			if timed || posted[q] < c.iters {
-				if err := s.postRecvs(q, 1, posted); err != nil {
-					return bwReport{}, err
-				}
-			}
 			if !sending {
 				sending, start = true, now
 				k = newClock(timed, c.duration, c.margin)

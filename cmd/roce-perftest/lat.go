@@ -17,6 +17,15 @@ var errPhaseEnd = errors.New("duration over")
 // over UD: to the MTU; atomic_lat has no -a).
 func (s *session) latSizes() []int { return s.sizes() }
 
+// latIters is whether the run goes by time (-D), and how many iterations it
+// makes otherwise (0 in a run by time).
+func (s *session) latIters() (bool, int) {
+	if s.timed() {
+		return true, 0
+	}
+	return false, s.c.iters
+}
+
 // latReport prints the row of one latency run.
 func (s *session) latReport(size int, posted []int64, k *clock) {
 	if k.timed {
@@ -51,11 +60,7 @@ func (s *session) writeLatRun(ctx context.Context) ([]int64, *clock, error) {
 	size := s.size
 	sendLast := size - 1                   // post_buf
 	pollLast := s.advertised(0) + size - 1 // poll_buf
-	timed := s.timed()
-	iters := c.iters
-	if timed {
-		iters = 0
-	}
+	timed, iters := s.latIters()
 	posted := make([]int64, 0, iters)
 	start := time.Now()
 	k := newClock(timed, c.duration, c.margin)
@@ -192,11 +197,7 @@ func (s *session) readLat(ctx context.Context) error {
 
 func (s *session) readLatRun(ctx context.Context) ([]int64, *clock, error) {
 	c := s.c
-	timed := s.timed()
-	iters := c.iters
-	if timed {
-		iters = 0
-	}
+	timed, iters := s.latIters()
 	posted := make([]int64, 0, iters)
 	start := time.Now()
 	k := newClock(timed, c.duration, c.margin)
@@ -254,11 +255,7 @@ func (s *session) sendLat(ctx context.Context) error {
 func (s *session) sendLatRun(ctx context.Context, posted []int) ([]int64, *clock, error) {
 	c := s.c
 	client := c.server != ""
-	timed := s.timed()
-	iters := c.iters
-	if timed {
-		iters = 0
-	}
+	timed, iters := s.latIters()
 	times := make([]int64, 0, iters)
 	start := time.Now()
 	k := newClock(false, 0, 0)
