@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -380,6 +381,9 @@ func TestIPv4IDZeroOnWire(t *testing.T) {
 
 	a := listen(t, "127.0.0.1:0", Config{})
 	b := listen(t, "127.0.0.2:0", Config{})
+	// lo carries every other test's traffic too: without a filter the
+	// capture socket's queue overflows on a busy machine and drops ours.
+	filterUDPDstPort(t, fd, b.LocalAddr().Port())
 	// A RoCE-shaped payload whose ICRC assumes ID 0 + DF, as the engine will.
 	payload := make([]byte, 12+8+4)
 	payload[0] = 0x64 // UD SEND ONLY
@@ -460,6 +464,45 @@ func capture(t *testing.T, fd int, payload []byte, n int) [][]byte {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// filterUDPDstPort attaches a classic BPF filter to an AF_PACKET socket
+// (SOCK_DGRAM, so data starts at the IPv4 header) that keeps only unfragmented
+// IPv4 UDP datagrams to port.
+func filterUDPDstPort(t *testing.T, fd int, port uint16) {
+	t.Helper()
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 0, Size: 1},                       // version/IHL
+		bpf.ALUOpConstant{Op: bpf.ALUOpShiftRight, Val: 4},      // version
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 4, SkipTrue: 7}, // not IPv4: drop
+		bpf.LoadAbsolute{Off: 9, Size: 1},                       // protocol
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 5},
+		bpf.LoadAbsolute{Off: 6, Size: 2}, // flags/fragment offset
+		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1fff, SkipTrue: 3},
+		bpf.LoadMemShift{Off: 0}, // X = IHL*4
+		bpf.LoadIndirect{Off: 2, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(port), SkipTrue: 1},
+		bpf.RetConstant{Val: 0},
+		bpf.RetConstant{Val: 0xFFFF},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := make([]unix.SockFilter, len(prog))
+	for i, ins := range prog {
+		raw[i] = unix.SockFilter{Code: ins.Op, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(raw)), Filter: &raw[0]}
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog); err != nil {
+		t.Fatalf("attach BPF filter: %v", err)
+	}
+	// Drain what queued before the filter was attached.
+	buf := make([]byte, 1<<16)
+	for {
+		if _, _, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT); err != nil {
+			return
+		}
+	}
+}
 
 // ipv4Header builds the IPv4+UDP headers Linux should send for a datagram.
 func ipv4Header(src, dst netip.AddrPort, payloadLen int, id, flags uint16) []byte {
