@@ -120,6 +120,12 @@ func TestTryItOnOneMachine(t *testing.T) {
 				t.Fatalf("%s: %v\n%s", line, err, out)
 			}
 		case strings.HasPrefix(line, "kill %"):
+			// The rule the section states, with roced up: a client on roced's
+			// address fails and names the option that picks another.
+			out, err := inNS("rping-go -c -a 127.0.0.1 -C 1").CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "-I 127.0.0.x") || strings.Count(string(out), "\n") != 1 {
+				t.Errorf("rping-go -c -a 127.0.0.1 next to roced: %v %q", err, out)
+			}
 			var n int
 			if _, err := fmt.Sscanf(line, "kill %%%d", &n); err != nil || n < 1 || n > len(jobs) {
 				t.Fatalf("%q: no such job", line)
