@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
 	"github.com/goroce/goroce/cm/rping"
+	"github.com/goroce/goroce/internal/cli"
+	"github.com/pborman/getopt/v2"
 )
 
 // Size limits of rping (rping.c RPING_MIN_BUFSIZE, RPING_BUFSIZE).
@@ -32,78 +35,61 @@ type options struct {
 	stats      bool // --stats: the engine's counters on stderr at exit; ours
 }
 
-// parseOpts parses args the way rping's getopt loop does: grouped flags
-// (-vVd), attached or separate arguments (-p7174, -p 7174). It prints what
-// rping prints for bad input and returns the exit status (EINVAL = 22) when
-// the program must stop.
+// role is -s or -c: the last one given wins, as in rping's getopt loop.
+type role struct {
+	o *options
+	v int
+}
+
+func (r role) Set(string, getopt.Option) error { r.o.server = r.v; return nil }
+func (r role) String() string                  { return strconv.Itoa(r.v) }
+
+// parseOpts parses args with rping's getopt string "a:I:Pp:C:S:t:scvVdq" (and
+// rping-go's --udp-port and --stats): grouped flags (-vVd), attached or
+// separate arguments (-p7174, -p 7174), options after operands, which rping
+// ignores. Numbers are read as rping's atoi reads them. It prints what rping
+// prints for bad input (the usage, on stdout) and returns the exit status
+// (EINVAL = 22) when the program must stop.
 func parseOpts(args []string, stdout, stderr io.Writer) (options, int, bool) {
 	o := options{server: -1, port: 7174, size: 64, udpPort: 4791}
-	withArg := "aIpCSt"
-	bools := "PscvVdq"
+	set := cli.NewOptions("rping-go")
+	var addr, src, port, count, size, tos string
+	for _, f := range []struct {
+		p     *string
+		short rune
+		help  string
+	}{{&addr, 'a', "address"}, {&src, 'I', "source address to bind to for client"}, {&port, 'p', "port"},
+		{&count, 'C', "ping count times"}, {&size, 'S', "ping data size"}, {&tos, 't', "type of service"}} {
+		set.Flag(f.p, f.short, f.help, "ARG")
+	}
+	set.Flag(role{&o, 1}, 's', "server side").SetFlag()
+	set.Flag(role{&o, 0}, 'c', "client side").SetFlag()
+	var selfQP bool
+	set.Flag(&o.persistent, 'P', "persistent server mode allowing multiple connections")
+	set.Flag(&o.verbose, 'v', "display ping data to stdout")
+	set.Flag(&o.validate, 'V', "validate ping data")
+	set.Flag(&o.debug, 'd', "debug printfs")
+	set.Flag(&selfQP, 'q', "use self-created, self-modified QP (rping-go always does)")
+	set.FlagLong(&o.udpPort, "udp-port", 0, "RoCEv2 UDP port (rping-go only)", "N")
+	set.FlagLong(&o.stats, "stats", 0, "print the engine's counters to stderr at exit (rping-go only)")
+	if _, err := set.Parse(args); err != nil {
+		if !errors.Is(err, cli.ErrHelp) {
+			fmt.Fprintf(stderr, "%v\n", err)
+		}
+		usage(stdout)
+		return o, 22, false
+	}
+	if o.udpPort <= 0 || o.udpPort > 65535 {
+		fmt.Fprintf(stderr, "invalid --udp-port %d\n", o.udpPort)
+		return o, 22, false
+	}
 	bad := false
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			break
-		}
-		if a == "--stats" {
-			o.stats = true
-			continue
-		}
-		if strings.HasPrefix(a, "--udp-port") {
-			v := strings.TrimPrefix(strings.TrimPrefix(a, "--udp-port"), "=")
-			if v == "" && i+1 < len(args) {
-				i++
-				v = args[i]
-			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 || n > 65535 {
-				fmt.Fprintf(stderr, "invalid --udp-port %q\n", v)
-				return o, 22, false
-			}
-			o.udpPort = n
-			continue
-		}
-		if len(a) < 2 || a[0] != '-' {
-			continue // getopt leaves non-options; rping ignores them
-		}
-		for j := 1; j < len(a); j++ {
-			c := a[j]
-			if strings.IndexByte(withArg, c) >= 0 {
-				var v string
-				if j+1 < len(a) {
-					v = a[j+1:]
-				} else if i+1 < len(args) {
-					i++
-					v = args[i]
-				} else {
-					usage(stdout)
-					return o, 22, false
-				}
-				if !o.setArg(c, v, stderr) {
-					bad = true
-				}
-				break
-			}
-			if strings.IndexByte(bools, c) < 0 {
-				usage(stdout)
-				return o, 22, false
-			}
-			switch c {
-			case 'P':
-				o.persistent = true
-			case 's':
-				o.server = 1
-			case 'c':
-				o.server = 0
-			case 'v':
-				o.verbose = true
-			case 'V':
-				o.validate = true
-			case 'd':
-				o.debug = true
-			case 'q': // rping's self-created QP: we always create our own
-			}
+	for _, a := range []struct {
+		c byte
+		v string
+	}{{'a', addr}, {'I', src}, {'p', port}, {'C', count}, {'S', size}, {'t', tos}} {
+		if set.IsSet(rune(a.c)) && !o.setArg(a.c, a.v, stderr) {
+			bad = true
 		}
 	}
 	if bad {
