@@ -35,7 +35,7 @@ func TestParseOpts(t *testing.T) {
 		{[]string{"operand", "-c", "-a", "1.2.3.4", "-C5x"}, true, func(o options) bool { return o.server == 0 && o.addr == "1.2.3.4" && o.count == 5 }},
 		{[]string{"-s", "-c"}, true, func(o options) bool { return o.server == 0 }}, // the last role wins
 		{[]string{"-c", "-s", "-a", "::1"}, true, func(o options) bool { return o.server == 1 && o.addr == "::1" }},
-		{[]string{"-c", "-a"}, false, nil},             // -a needs a value
+		{[]string{"-c", "-a"}, false, nil}, // -a needs a value
 		{[]string{"-c", "--udp-port", "0"}, false, nil},
 		{[]string{"-v"}, false, nil},             // neither -s nor -c
 		{[]string{"-c", "-S", "25"}, false, nil}, // below RPING_MIN_BUFSIZE
