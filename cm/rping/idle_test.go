@@ -49,7 +49,11 @@ func TestServerEndsWhenClientVanishes(t *testing.T) {
 			clientDone <- Client(context.Background(), devA, mgrA, netip.AddrPort{}, netip.MustParseAddrPort("10.0.0.2:7174"), Options{})
 		}()
 		<-pings.pinged // the run is under way
-		// The client vanishes: its CM stops (no DREQ leaves) and its device closes.
+		// The client vanishes as a kill -9 makes it vanish: its wire goes
+		// silent at once, so nothing it does afterwards (no DREQ, no NAK from
+		// a cleanup that deregisters its buffers) reaches the server; then its
+		// CM and device are torn down.
+		p.wireA.Close()
 		mgrA.Close()
 		devA.Close()
 		<-clientDone

@@ -90,6 +90,7 @@ func (s *syncBuf) String() string {
 type pair struct {
 	devA, devB *roce.Device
 	mgrA, mgrB *cm.Manager
+	wireA      link.Link // A's end of the wire: closing it silences A at once
 }
 
 func newPair(t *testing.T) *pair {
@@ -106,7 +107,7 @@ func newPair(t *testing.T) *pair {
 		da.Close()
 		t.Fatal(err)
 	}
-	p := &pair{devA: da, devB: db, mgrA: cm.NewManager(ca, cm.ManagerConfig{}), mgrB: cm.NewManager(cb, cm.ManagerConfig{})}
+	p := &pair{devA: da, devB: db, mgrA: cm.NewManager(ca, cm.ManagerConfig{}), mgrB: cm.NewManager(cb, cm.ManagerConfig{}), wireA: la}
 	t.Cleanup(func() { p.mgrA.Close(); p.mgrB.Close(); da.Close(); db.Close() })
 	return p
 }
