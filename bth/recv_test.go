@@ -96,7 +96,7 @@ func TestSourcePorts(t *testing.T) {
 func TestPutGRH(t *testing.T) {
 	var g [bth.GRHLen]byte
 	src, dst := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
-	bth.PutGRH(&g, netip.AddrFrom16(src.As16()), dst, 0x28, 100)
+	bth.PutGRH(&g, bth.GRHFields{Src: netip.AddrFrom16(src.As16()), Dst: dst, TrafficClass: 0x28}, 100)
 	h := g[20:]
 	for i := range 20 {
 		if g[i] != 0 {
@@ -115,9 +115,18 @@ func TestPutGRH(t *testing.T) {
 		t.Errorf("IPv4 header checksum does not verify: % x", h)
 	}
 	s6, d6 := netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")
-	bth.PutGRH(&g, s6, d6, 0x28, 100)
+	bth.PutGRH(&g, bth.GRHFields{Src: s6, Dst: d6, TrafficClass: 0x28}, 100)
 	if binary.BigEndian.Uint32(g[0:]) != 6<<28|0x28<<20 || binary.BigEndian.Uint16(g[4:]) != 108 || g[6] != 17 || g[7] != 64 ||
 		netip.AddrFrom16([16]byte(g[8:24])) != s6 || netip.AddrFrom16([16]byte(g[24:40])) != d6 {
 		t.Fatalf("IPv6 header % x", g)
+	}
+	// The hop limit and flow label as received.
+	bth.PutGRH(&g, bth.GRHFields{Src: s6, Dst: d6, TrafficClass: 0xb9, HopLimit: 3, FlowLabel: 0xabcde}, 100)
+	if binary.BigEndian.Uint32(g[0:]) != 6<<28|0xb9<<20|0xabcde || g[7] != 3 {
+		t.Fatalf("IPv6 header % x", g[:8])
+	}
+	bth.PutGRH(&g, bth.GRHFields{Src: src, Dst: dst, TrafficClass: 0x69, HopLimit: 7}, 100)
+	if g[21] != 0x69 || g[28] != 7 {
+		t.Fatalf("IPv4 header % x", g[20:])
 	}
 }

@@ -82,17 +82,26 @@ func newSide(t testing.TB, d *Device, typ QPType, bufLen int, s *SRQ, pd *PD) *s
 // ibv_rc_pingpong does after exchanging LID:QPN:PSN:GID.
 func connectRC(t testing.TB, a, b *side, mtu MTU) {
 	t.Helper()
-	for _, p := range [][2]*side{{a, b}, {b, a}} {
-		l, r := p[0], p[1]
+	connectRCWith(t, a, b, mtu,
+		AddressVector{DGID: b.dev.Addr(), SGIDIndex: uint8(a.dev.GIDIndex()), HopLimit: 64, IsGlobal: true},
+		AddressVector{DGID: a.dev.Addr(), SGIDIndex: uint8(b.dev.GIDIndex()), HopLimit: 64, IsGlobal: true})
+}
+
+// connectRCWith is connectRC with the paths a→b and b→a given.
+func connectRCWith(t testing.TB, a, b *side, mtu MTU, avAB, avBA AddressVector) {
+	t.Helper()
+	for _, p := range []struct {
+		l, r *side
+		av   AddressVector
+	}{{a, b, avAB}, {b, a, avBA}} {
+		l, r := p.l, p.r
 		noErr(t, l.qp.Modify(&QPAttr{State: QPSInit, PKeyIndex: 0, PortNum: 1, AccessFlags: testAccess},
 			QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags))
 		noErr(t, l.qp.Modify(&QPAttr{State: QPSRTR, PathMTU: mtu, DestQPN: r.qp.QPN(), RQPSN: 0x1000 + r.qp.QPN(),
-			MaxDestRDAtomic: 16, MinRNRTimer: 12,
-			AV: AddressVector{DGID: r.dev.Addr(), SGIDIndex: uint8(l.dev.GIDIndex()), HopLimit: 64, IsGlobal: true}},
+			MaxDestRDAtomic: 16, MinRNRTimer: 12, AV: p.av},
 			QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRDAtomic|QPAttrMinRNRTimer))
 	}
-	for _, p := range [][2]*side{{a, b}, {b, a}} {
-		l := p[0]
+	for _, l := range []*side{a, b} {
 		noErr(t, l.qp.Modify(&QPAttr{State: QPSRTS, SQPSN: 0x1000 + l.qp.QPN(), Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRDAtomic: 16},
 			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRDAtomic))
 	}

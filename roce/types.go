@@ -126,12 +126,20 @@ type AddressVector struct {
 	// SGIDIndex is the index of the local GID the packets leave from
 	// (grh.sgid_index): Device.GIDIndex().
 	SGIDIndex uint8
-	// HopLimit is the IP TTL or hop limit (grh.hop_limit).
+	// HopLimit is the IP TTL or hop limit (grh.hop_limit) every packet sent
+	// under this AV carries; 0 leaves it to the kernel (its default TTL, or the
+	// link's multicast TTL for a group). Linux's RoCE stack replaces a unicast
+	// AV's hop limit with the route's (64 where ibv_rc_pingpong asks 1); goroce
+	// sends what the AV says.
 	HopLimit uint8
-	// TrafficClass is the IP traffic class, DSCP and ECN (grh.traffic_class).
+	// TrafficClass is the IP traffic class, DSCP and ECN (grh.traffic_class):
+	// the IPv4 TOS byte or IPv6 traffic class of every packet sent under this
+	// AV, as rxe sends it.
 	TrafficClass uint8
-	// FlowLabel is the IPv6 flow label, 20 bits (grh.flow_label); a connected QP
-	// derives its UDP source port from it when it is not 0, as rxe does.
+	// FlowLabel is the IPv6 flow label, 20 bits (grh.flow_label), put in every
+	// IPv6 packet sent under this AV (rxe sends 0; 0 here leaves it to the
+	// kernel); a connected QP also derives its UDP source port from it when it
+	// is not 0, as rxe does.
 	FlowLabel uint32
 	// SrcPort is the UDP source port; 0 derives it as rxe does
 	// (rdma_get_udp_sport). It has no field in C.

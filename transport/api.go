@@ -142,7 +142,9 @@ func MTUFromBytes(n int) MTU {
 }
 
 // AddressVector says how to reach a peer (the rxe_av analogue): an RC QP
-// copies it at RTR, a UD send WR carries one per WR.
+// copies it at RTR, a UD send WR carries one per WR. Every packet sent under
+// it carries its TrafficClass, HopLimit (0: the link's default) and, over
+// IPv6, FlowLabel (0: the kernel's choice) in the IP header.
 type AddressVector struct {
 	DGID         netip.Addr // peer IP (IPv4 or IPv6)
 	SGIDIndex    uint8

@@ -277,7 +277,8 @@ func (e *Engine) readLoop(recv link.ReceiveFunc, batch int) {
 				continue
 			}
 			s := q.sh
-			if !s.enqueue(rxItem{buf: bufs[i], n: len(b), src: msgs[i].Addr, local: msgs[i].Local, tos: msgs[i].TOS, qp: q}) {
+			if !s.enqueue(rxItem{buf: bufs[i], n: len(b), src: msgs[i].Addr, local: msgs[i].Local,
+				tos: msgs[i].TOS, ttl: msgs[i].TTL, flow: msgs[i].FlowLabel, qp: q}) {
 				e.stats.RxQueueDrops.Add(1)
 				continue
 			}

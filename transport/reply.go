@@ -105,7 +105,7 @@ func (q *QP) flushAck() {
 func (q *QP) putAck(syndrome uint8, p bth.PSN, msn uint32) {
 	f := bth.Fields{Opcode: bth.RCAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
 		AETH: bth.AETH{Syndrome: syndrome, MSN: msn}}
-	q.emit(&f, nil, q.attr.AV.DGID)
+	q.emit(&f, nil, &q.attr.AV)
 }
 
 func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
@@ -113,7 +113,7 @@ func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
 	f := bth.Fields{Opcode: bth.RCAtomicAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
 		AETH:      bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn},
 		AtomicAck: bth.AtomicAckETH{Orig: orig}}
-	q.emit(&f, nil, q.attr.AV.DGID)
+	q.emit(&f, nil, &q.attr.AV)
 }
 
 // readReply is a READ response in progress (rxe's resp.res in
@@ -168,7 +168,7 @@ func (q *QP) replyRead(now time.Time, limit int) int {
 		f := bth.Fields{PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: r.next,
 			AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn}}
 		f.Opcode, _ = bth.MessageOpcode(bth.TransportRC, bth.OpReadResponse, r.next == r.first, r.next == r.last)
-		q.emit(&f, chunk, q.attr.AV.DGID)
+		q.emit(&f, chunk, &q.attr.AV)
 		used++
 		r.va += uint64(len(chunk))
 		r.rem -= uint32(len(chunk))

@@ -253,7 +253,7 @@ func (q *QP) scatter(sgl []srq.SGE, off uint32, data []byte) cq.Status {
 // that the message is fully sent; ok is false when w failed locally.
 func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 	f := bth.Fields{PKey: 0xFFFF, PSN: q.req.psn, DestQP: q.attr.DestQPN}
-	dst := q.attr.AV.DGID
+	av := &q.attr.AV
 	var payload []byte
 	var n uint32
 	consumed := 1
@@ -268,7 +268,7 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 		f.DETH = bth.DETH{QKey: qkey, SrcQP: q.qpn}
 		f.DestQP = w.wr.RemoteQPN
 		f.SE = w.wr.Flags&SendSolicited != 0
-		dst = w.av.DGID
+		av = &w.av
 		n = w.length
 		done = true
 	default:
@@ -315,7 +315,7 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 			return false, false
 		}
 	}
-	q.emit(&f, payload, dst)
+	q.emit(&f, payload, av)
 	if q.req.psn.Before(q.req.maxPSN) {
 		q.e.stats.Retransmits.Add(1)
 		q.cnt.retransmits.Add(1)

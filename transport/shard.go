@@ -34,19 +34,25 @@ type rxItem struct {
 	n     int
 	src   netip.AddrPort
 	local netip.Addr
-	tos   uint8
+	tos   uint8  // IPv4 TOS or IPv6 traffic class as received
+	ttl   uint8  // IPv4 TTL or IPv6 hop limit as received (0: not reported)
+	flow  uint32 // IPv6 flow label as received
 	qp    *QP
 }
 
 // txPacket is one entry of a slice's output list: a packet a state machine
-// built (headers and payload, ICRC not yet written) and the QP that sent it
-// and where to. The shard writes the ICRC and sends the list when the slice
-// ends; a QP's packets of one turn are contiguous in it.
+// built (headers and payload, ICRC not yet written), the QP that sent it,
+// where to, and the IP header fields of the address vector it was sent
+// under. The shard writes the ICRC and sends the list when the slice ends; a
+// QP's packets of one turn are contiguous in it.
 type txPacket struct {
-	buf *[link.MaxDatagram]byte
-	n   int
-	q   *QP
-	dst netip.Addr
+	buf  *[link.MaxDatagram]byte
+	n    int
+	q    *QP
+	dst  netip.Addr
+	tos  uint8  // traffic class: IPv4 TOS or IPv6 traffic class
+	ttl  uint8  // hop limit: IPv4 TTL or IPv6 hop limit (0: the link's default)
+	flow uint32 // IPv6 flow label (0: the kernel's choice)
 }
 
 // shard is one engine goroutine and the QPs it owns.
@@ -279,13 +285,18 @@ func (s *shard) touch(q *QP) {
 	}
 }
 
-// emit appends a packet built from f and payload, sent by q to dst, to its
-// shard's output list. It is how the requester, responder and completer send:
-// they never write to the Link themselves.
-func (q *QP) emit(f *bth.Fields, payload []byte, dst netip.Addr) {
+// emit appends a packet built from f and payload, sent by q under address
+// vector av, to its shard's output list. It is how the requester, responder
+// and completer send: they never write to the Link themselves. Every packet
+// carries av's traffic class, hop limit and (IPv6) flow label in its IP
+// header, as the GRH of an IB packet carries them: an RC or UC QP's path
+// for everything it sends (requests, ACKs, READ responses), a UD WR's
+// address handle for its datagram.
+func (q *QP) emit(f *bth.Fields, payload []byte, av *AddressVector) {
 	buf := link.GetBuffer()
 	pkt := bth.Append(buf[:0], f, payload)
-	q.sh.out = append(q.sh.out, txPacket{buf: buf, n: len(pkt), q: q, dst: dst})
+	q.sh.out = append(q.sh.out, txPacket{buf: buf, n: len(pkt), q: q, dst: av.DGID,
+		tos: av.TrafficClass, ttl: av.HopLimit, flow: av.FlowLabel})
 	q.cnt.txPackets.Add(1)
 }
 
@@ -302,7 +313,8 @@ func (s *shard) flush() {
 			pkt := p.buf[:p.n]
 			env := bth.Envelope{Src: e.localAddr, Dst: p.dst, DF: true, SrcPort: p.q.srcPort(), DstPort: e.port}
 			bth.PutICRC(&env, pkt)
-			s.tx = append(s.tx, link.Message{Buf: pkt, Addr: netip.AddrPortFrom(p.dst, e.port), SrcPort: p.q.wport})
+			s.tx = append(s.tx, link.Message{Buf: pkt, Addr: netip.AddrPortFrom(p.dst, e.port), SrcPort: p.q.wport,
+				TOS: p.tos, TTL: p.ttl, FlowLabel: p.flow})
 			class := classOf(bth.Opcode(pkt[0]))
 			e.stats.SentPackets[class].Add(1)
 			e.stats.SentBytes[class].Add(uint64(len(pkt)))

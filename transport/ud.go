@@ -27,7 +27,8 @@ func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
 	if !dst.IsValid() {
 		dst = q.e.localAddr
 	}
-	bth.PutGRH(&grh, it.src.Addr(), dst, it.tos, len(pkt.Bytes()))
+	bth.PutGRH(&grh, bth.GRHFields{Src: it.src.Addr(), Dst: dst, TrafficClass: it.tos, HopLimit: it.ttl, FlowLabel: it.flow},
+		len(pkt.Bytes()))
 	st := q.scatter(q.resp.wr.SGL, 0, grh[:])
 	if st == cq.Success {
 		st = q.scatter(q.resp.wr.SGL, bth.GRHLen, data)

@@ -25,11 +25,14 @@ const (
 	rdAtomic    = 1
 )
 
-// AV is pp_connect_ctx's address vector towards remote: hop limit 1, and a GRH
-// (is_global) when the GID's interface ID, its low 8 bytes, is not zero.
+// AV is pp_connect_ctx's address vector towards remote, with a GRH (is_global)
+// when the GID's interface ID, its low 8 bytes, is not zero. The stock tools ask
+// for hop limit 1, but on RoCE the kernel replaces a unicast AV's hop limit with
+// the route's (ib_resolve_unicast_gid_dmac), so their packets leave with TTL 64;
+// goroce sends the hop limit the AV names, so the recipe names 64.
 func AV(remote oob.Dest, sgidIndex int) roce.AddressVector {
 	var ifid [8]byte
-	return roce.AddressVector{DGID: netip.AddrFrom16(remote.GID).Unmap(), SGIDIndex: uint8(sgidIndex), HopLimit: 1,
+	return roce.AddressVector{DGID: netip.AddrFrom16(remote.GID).Unmap(), SGIDIndex: uint8(sgidIndex), HopLimit: 64,
 		IsGlobal: [8]byte(remote.GID[8:]) != ifid}
 }
 

@@ -22,7 +22,7 @@ func TestConnectAttr(t *testing.T) {
 			r := oob.Dest{QPN: 0x11, PSN: 0xabcdef, GID: netip.MustParseAddr(tt.gid).As16()}
 			a := ConnectAttr(0x123456, r, 1, roce.MTU1024)
 			want := roce.ConnectAttr{QKey: QKey,
-				AV:      roce.AddressVector{DGID: netip.MustParseAddr(tt.gid).Unmap(), SGIDIndex: 1, HopLimit: 1, IsGlobal: tt.global},
+				AV:      roce.AddressVector{DGID: netip.MustParseAddr(tt.gid).Unmap(), SGIDIndex: 1, HopLimit: 64, IsGlobal: tt.global},
 				PathMTU: roce.MTU1024, DestQPN: 0x11, RQPSN: 0xabcdef, MaxDestRDAtomic: 1, MinRNRTimer: 12,
 				SQPSN: 0x123456, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRDAtomic: 1}
 			if a != want {

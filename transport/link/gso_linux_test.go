@@ -378,9 +378,9 @@ func TestGSOSegmentIDsOnWire(t *testing.T) {
 	vethPair(nsA, nsB, "gva", "gvb", []string{"10.201.0.1/24", "fd00:201::1/64"}, []string{"10.201.0.2/24", "fd00:201::2/64"})
 	for _, fam := range []struct{ a, b string }{{"10.201.0.1:4791", "10.201.0.2:4791"}, {"[fd00:201::1]:4791", "[fd00:201::2]:4791"}} {
 		t.Run(fam.a, func(t *testing.T) {
-			nsA.in(t, func() error { return ethtoolFeature("gva", "tx-udp-segmentation", false) })
-			a, b := nsA.listen(t, fam.a, Config{}), nsB.listen(t, fam.b, Config{})
-			sn := nsA.sniff(t, a.Interface())
+			nsA.In(t, func() error { return ethtoolFeature("gva", "tx-udp-segmentation", false) })
+			a, b := listenIn(nsA, t, fam.a, Config{}), listenIn(nsB, t, fam.b, Config{})
+			sn := sniffIn(nsA, t, a.Interface())
 			const n, seg = 60, 1200 // super-datagrams of 54 and 6
 			tr := newTrain(a.LocalAddr(), b.LocalAddr(), seg, n, 700)
 			for round := 0; round < 2; round++ { // IDs restart with every super-datagram
@@ -411,7 +411,7 @@ func TestGSOSegmentIDsOnWire(t *testing.T) {
 				}
 			}
 			// Control: with the offload on, the veth carries the super-datagram whole.
-			nsA.in(t, func() error { return ethtoolFeature("gva", "tx-udp-segmentation", true) })
+			nsA.In(t, func() error { return ethtoolFeature("gva", "tx-udp-segmentation", true) })
 			if _, err := a.WriteBatch([]Message{tr.msg(b.LocalAddr())}); err != nil {
 				t.Fatal(err)
 			}

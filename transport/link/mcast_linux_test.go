@@ -90,7 +90,7 @@ func TestMulticastAcrossVeth(t *testing.T) {
 	} {
 		t.Run(tt.group, func(t *testing.T) {
 			group := netip.MustParseAddr(tt.group)
-			a, b := nsA.listen(t, tt.a, Config{MulticastTTL: 5}), nsB.listen(t, tt.b, Config{})
+			a, b := listenIn(nsA, t, tt.a, Config{MulticastTTL: 5}), listenIn(nsB, t, tt.b, Config{})
 			fa, errA := a.JoinGroup(group)
 			fb, errB := b.JoinGroup(group)
 			if errA != nil || errB != nil {

@@ -8,106 +8,32 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/nettest"
 )
 
-// needRoot skips a test that needs root (network namespaces, AF_PACKET), or
-// fails it under CI, where every test must run.
-func needRoot(t *testing.T, why string) {
-	t.Helper()
-	if unix.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s needs root, and CI=true runs every test", why)
-	}
-	t.Skipf("%s needs root", why)
-}
+// needRoot, netns and vethPair are the shared test helpers of
+// internal/nettest.
+var needRoot = nettest.NeedRoot
 
-var netnsSeq atomic.Uint32
+type netns = nettest.Netns
 
-// netns is a network namespace a test created; it is deleted at cleanup.
-type netns struct {
-	t    *testing.T
-	name string
-}
+func newNetns(t *testing.T) *netns { return nettest.NewNetns(t) }
 
-// newNetns creates a network namespace with lo up.
-func newNetns(t *testing.T) *netns {
-	t.Helper()
-	needRoot(t, "a test network namespace")
-	if _, err := exec.LookPath("ip"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("iproute2's ip is needed for a test network namespace: %v", err)
-		}
-		t.Skipf("iproute2's ip is needed for a test network namespace: %v", err)
-	}
-	ns := &netns{t: t, name: fmt.Sprintf("goroce-link-%d-%d", os.Getpid(), netnsSeq.Add(1))}
-	ns.ip("netns", "add", ns.name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns.name).Run() })
-	ns.ip("-n", ns.name, "link", "set", "lo", "up")
-	// No duplicate address detection on the namespace's devices: their IPv6
-	// (the link-local address too) works as soon as they are up.
-	ns.in(t, func() error {
-		for _, conf := range []string{"all", "default"} {
-			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+conf+"/accept_dad", []byte("0"), 0); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return ns
-}
-
-// ip runs iproute2 and fails the test on error.
-func (ns *netns) ip(args ...string) {
-	ns.t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		ns.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-}
-
-// in runs f on a goroutine whose thread has entered the namespace: sockets
-// f opens belong to it (and stay usable from any goroutine). The thread is
-// never returned to the runtime's pool, so no other goroutine runs there.
-// An error from f fails the test.
-func (ns *netns) in(t *testing.T, f func() error) {
-	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		fd, err := os.Open(filepath.Join("/run/netns", ns.name))
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer fd.Close()
-		if err := unix.Setns(int(fd.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", ns.name, err)
-			return
-		}
-		errc <- f()
-	}()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
+func vethPair(ns, peer *netns, a, b string, addrsA, addrsB []string) {
+	nettest.VethPair(ns, peer, a, b, addrsA, addrsB)
 }
 
 // listen opens a UDP link in the namespace, closed at t's cleanup.
-func (ns *netns) listen(t *testing.T, addr string, cfg Config) *UDP {
+func listenIn(ns *netns, t *testing.T, addr string, cfg Config) *UDP {
 	t.Helper()
 	var u *UDP
-	ns.in(t, func() (err error) {
+	ns.In(t, func() (err error) {
 		u, err = ListenUDP(netip.MustParseAddrPort(addr), cfg)
 		return err
 	})
@@ -116,51 +42,14 @@ func (ns *netns) listen(t *testing.T, addr string, cfg Config) *UDP {
 }
 
 // sniff opens a sniffer on interface ifindex of the namespace.
-func (ns *netns) sniff(t *testing.T, ifindex int) *sniffer {
+func sniffIn(ns *netns, t *testing.T, ifindex int) *sniffer {
 	t.Helper()
 	var s *sniffer
-	ns.in(t, func() (err error) {
+	ns.In(t, func() (err error) {
 		s, err = openSniffer(t, ifindex)
 		return err
 	})
 	return s
-}
-
-// vethPair links two namespaces with a veth pair (names a in ns, b in
-// peer), brings both up and gives them the addresses (CIDR notation).
-func vethPair(ns, peer *netns, a, b string, addrsA, addrsB []string) {
-	ns.t.Helper()
-	ns.ip("link", "add", a, "netns", ns.name, "type", "veth", "peer", "name", b, "netns", peer.name)
-	for _, c := range []struct {
-		ns    *netns
-		dev   string
-		addrs []string
-	}{{ns, a, addrsA}, {peer, b, addrsB}} {
-		for _, ad := range c.addrs {
-			args := []string{"-n", c.ns.name, "addr", "add", ad, "dev", c.dev}
-			if strings.Contains(ad, ":") {
-				args = append(args, "nodad") // usable at once
-			}
-			c.ns.ip(args...)
-		}
-		c.ns.ip("-n", c.ns.name, "link", "set", c.dev, "up")
-	}
-	ns.waitUp(a)
-	peer.waitUp(b)
-}
-
-// waitUp waits until dev's operational state is UP: until the kernel's link
-// watcher has seen the carrier (it may take a second), the device drops
-// what is sent through it.
-func (ns *netns) waitUp(dev string) {
-	ns.t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		out, err := exec.Command("ip", "-n", ns.name, "-o", "link", "show", "dev", dev).Output()
-		if err == nil && bytes.Contains(out, []byte(" state UP ")) {
-			return
-		}
-	}
-	ns.t.Fatalf("%s in %s did not come up", dev, ns.name)
 }
 
 // ethtoolFeature switches a netdev feature by its ethtool name (like

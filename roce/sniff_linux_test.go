@@ -1,0 +1,195 @@
+//go:build linux
+
+package roce
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/nettest"
+)
+
+var needRoot = nettest.NeedRoot
+
+// wirePacket is one RoCEv2 datagram as an AF_PACKET socket saw it on an
+// interface: the IP header fields the kernel sent and the BTH.
+type wirePacket struct {
+	src, dst netip.Addr
+	tos, ttl uint8  // IPv4 TOS / IPv6 traffic class; TTL / hop limit
+	flow     uint32 // IPv6 flow label
+	dport    uint16
+	opcode   bth.Opcode
+	destQP   uint32
+}
+
+// sniffer captures the UDP datagrams to or from port on one interface until
+// stopped.
+type sniffer struct {
+	fd       int
+	port     uint16
+	done     chan struct{}
+	stopping atomic.Bool
+	mu       sync.Mutex
+	pkts     []wirePacket
+}
+
+// sniff starts capturing on the interface named ifname (an AF_PACKET socket,
+// which needs root).
+func sniff(t *testing.T, ifname string, port uint16) *sniffer {
+	t.Helper()
+	needRoot(t, "an AF_PACKET capture")
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ethPAll = 0x0003
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(ethPAll)))
+	if err != nil {
+		t.Fatalf("AF_PACKET socket: %v", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(ethPAll), Ifindex: ifi.Index}); err != nil {
+		unix.Close(fd)
+		t.Fatalf("bind AF_PACKET to %s: %v", ifname, err)
+	}
+	// Only this port's datagrams reach the socket: other traffic on lo must
+	// not fill its buffer and push ours out.
+	prog, err := portFilter(port)
+	if err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, prog); err != nil {
+		unix.Close(fd)
+		t.Fatalf("SO_ATTACH_FILTER: %v", err)
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+	tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	s := &sniffer{fd: fd, port: port, done: make(chan struct{})}
+	go s.run()
+	return s
+}
+
+func (s *sniffer) run() {
+	defer close(s.done)
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := unix.Recvfrom(s.fd, buf, 0)
+		if err != nil {
+			if errors.Is(err, unix.EAGAIN) && s.stopping.Load() {
+				return // read dry after stop (the filter passes only this port)
+			}
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		// lo shows every datagram twice (outgoing and incoming): keep one.
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			continue
+		}
+		if p, ok := parseWire(buf[:n], s.port); ok {
+			s.mu.Lock()
+			s.pkts = append(s.pkts, p)
+			s.mu.Unlock()
+		}
+	}
+}
+
+// stop ends the capture once the socket is read dry and returns what it saw.
+func (s *sniffer) stop() []wirePacket {
+	s.stopping.Store(true)
+	<-s.done
+	unix.Close(s.fd)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pkts
+}
+
+// parseWire decodes an IPv4 or IPv6 UDP datagram to or from port that holds a
+// BTH.
+func parseWire(b []byte, port uint16) (wirePacket, bool) {
+	var p wirePacket
+	var udp []byte
+	switch {
+	case len(b) >= 20 && b[0]>>4 == 4:
+		ihl := int(b[0]&0x0F) * 4
+		if b[9] != unix.IPPROTO_UDP || len(b) < ihl+8 {
+			return p, false
+		}
+		p.src, p.dst = netip.AddrFrom4([4]byte(b[12:16])), netip.AddrFrom4([4]byte(b[16:20]))
+		p.tos, p.ttl = b[1], b[8]
+		udp = b[ihl:]
+	case len(b) >= 48 && b[0]>>4 == 6:
+		if b[6] != unix.IPPROTO_UDP {
+			return p, false
+		}
+		w := binary.BigEndian.Uint32(b)
+		p.tos, p.flow, p.ttl = uint8(w>>20), w&0xFFFFF, b[7]
+		p.src, p.dst = netip.AddrFrom16([16]byte(b[8:24])), netip.AddrFrom16([16]byte(b[24:40]))
+		udp = b[40:]
+	default:
+		return p, false
+	}
+	sport, dport := binary.BigEndian.Uint16(udp[0:]), binary.BigEndian.Uint16(udp[2:])
+	if dport != port && sport != port {
+		return p, false
+	}
+	pkt, err := bth.Parse(udp[8:])
+	if err != nil {
+		return p, false
+	}
+	p.dport, p.opcode, p.destQP = dport, pkt.Opcode(), pkt.DestQP()
+	return p, true
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// portFilter is a classic BPF program for an AF_PACKET SOCK_DGRAM socket
+// (data starts at the IP header) that accepts the IPv4 and IPv6 UDP
+// datagrams from or to port.
+func portFilter(port uint16) (*unix.SockFprog, error) {
+	const drop, accept = 15, 16 // instruction indexes
+	skip := func(from, to int) uint8 { return uint8(to - from - 1) }
+	p := uint32(port)
+	raw, err := bpf.Assemble([]bpf.Instruction{
+		/* 0 */ bpf.LoadAbsolute{Off: 0, Size: 1},
+		/* 1 */ bpf.ALUOpConstant{Op: bpf.ALUOpShiftRight, Val: 4},
+		/* 2 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 4, SkipFalse: skip(2, 7)},
+		/* 3 */ bpf.LoadAbsolute{Off: 9, Size: 1}, // IPv4 protocol
+		/* 4 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_UDP, SkipFalse: skip(4, drop)},
+		/* 5 */ bpf.LoadMemShift{Off: 0}, // X = IPv4 header length
+		/* 6 */ bpf.Jump{Skip: uint32(skip(6, 11))},
+		/* 7 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 6, SkipFalse: skip(7, drop)},
+		/* 8 */ bpf.LoadAbsolute{Off: 6, Size: 1}, // IPv6 next header
+		/* 9 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_UDP, SkipFalse: skip(9, drop)},
+		/* 10 */ bpf.LoadConstant{Dst: bpf.RegX, Val: 40},
+		/* 11 */ bpf.LoadIndirect{Off: 0, Size: 2}, // UDP source port
+		/* 12 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: p, SkipTrue: skip(12, accept)},
+		/* 13 */ bpf.LoadIndirect{Off: 2, Size: 2}, // UDP destination port
+		/* 14 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: p, SkipTrue: skip(14, accept), SkipFalse: skip(14, drop)},
+		/* 15 */ bpf.RetConstant{Val: 0},
+		/* 16 */ bpf.RetConstant{Val: 1 << 16},
+	})
+	if err != nil {
+		return nil, err
+	}
+	f := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		f[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	return &unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}, nil
+}
