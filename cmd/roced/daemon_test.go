@@ -99,7 +99,9 @@ func TestServeAndStop(t *testing.T) {
 	}
 	mfs := p.scrape(t)
 	for _, name := range []string{"roce_packets_total", "roce_bytes_total", "roce_icrc_errors_total", "roce_naks_total",
-		"roce_queue_pairs", "roce_ack_latency_seconds", "go_goroutines", "process_resident_memory_bytes", "go_build_info"} {
+		"roce_queue_pairs", "roce_ack_latency_seconds", "go_goroutines", "process_resident_memory_bytes", "go_build_info",
+		"roce_build_info", "roce_shard_loop_age_seconds", "roce_gsi_mads_total", "roce_cm_pending_connections",
+		"roce_async_events_total", "roce_link_drops_total", "roce_rping_active_sessions"} {
 		if _, ok := mfs[name]; !ok {
 			t.Errorf("%s not exported", name)
 		}
