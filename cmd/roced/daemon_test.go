@@ -136,9 +136,10 @@ func TestDebugFlag(t *testing.T) {
 			t.Errorf("%s = %d %q", path, code, body)
 		}
 	}
-	if !strings.Contains(p.stdout.String(), "roced: debug endpoints on http://"+dbg+"/debug/qps") {
-		t.Errorf("stdout does not name the debug address:\n%s", p.stdout.String())
-	}
+	// The line follows the metrics line that startDaemon waited for.
+	waitFor(t, "stdout to name the debug address", func() bool {
+		return strings.Contains(p.stdout.String(), "roced: debug endpoints on http://"+dbg+"/debug/qps")
+	})
 }
 
 // sendDatagrams sends every datagram in pkts from from to the daemon, pacing so that
