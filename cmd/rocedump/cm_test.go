@@ -13,8 +13,10 @@ import (
 // reason and rdma_cm addresses; rocedump finds no CM MAD tshark did not.
 func TestCMAgreesWithTshark(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(traceDir, "*.cm.txt"))
-	if len(files) == 0 {
-		t.Fatal("no CM decodes in the traces")
+	own, _ := filepath.Glob(filepath.Join(cmDir, "*.cm.txt"))
+	files = append(files, own...)
+	if len(files) < 3 {
+		t.Fatalf("want the rping, ucmatose and udaddy CM decodes, have %q", files)
 	}
 	idx := map[string]int{}
 	for i, c := range columns {
@@ -93,7 +95,7 @@ func TestCMAgreesWithTshark(t *testing.T) {
 			}
 		})
 	}
-	for _, msg := range []string{"ConnectRequest", "ConnectReply", "ReadyToUse", "DisconnectRequest", "DisconnectReply"} {
+	for _, msg := range []string{"ConnectRequest", "ConnectReply", "ReadyToUse", "DisconnectRequest", "DisconnectReply", "ServiceIDResReq", "ServiceIDResReqResp"} {
 		if seen[msg] == 0 {
 			t.Errorf("no %s in the traces checked", msg)
 		}

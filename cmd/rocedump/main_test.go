@@ -21,9 +21,14 @@ import (
 // traceDir is the repository's golden captures.
 const traceDir = "../../testdata/traces"
 
+// cmDir holds rocedump's own captures with tshark's decodes (ucmatose, udaddy).
+const cmDir = "testdata"
+
 func traces(t *testing.T) []string {
 	t.Helper()
 	m, _ := filepath.Glob(filepath.Join(traceDir, "*.pcap"))
+	own, _ := filepath.Glob(filepath.Join(cmDir, "*.pcap"))
+	m = append(m, own...)
 	if len(m) == 0 {
 		t.Fatal("no traces")
 	}
@@ -153,7 +158,11 @@ func TestTracesTSV(t *testing.T) {
 					if !ok {
 						continue
 					}
-					if !equalField(f[i], row[tc]) {
+					want := row[tc]
+					if c == "imm" && want != "" {
+						want = "0x" + want // tshark prints the immediate data in hex, unprefixed
+					}
+					if !equalField(f[i], want) {
 						t.Errorf("frame %s %s = %q, tshark %s = %q", f[0], c, f[i], tc, row[tc])
 					}
 				}
