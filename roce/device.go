@@ -34,6 +34,9 @@ type options struct {
 	limits   Limits
 	eventBuf int
 	linkCfg  link.Config
+	noGSO    bool
+	noGRO    bool
+	readers  int
 }
 
 // WithPort binds a UDP port other than 4791. Both ends of a connection must use the
@@ -65,6 +68,26 @@ func WithEventBuffer(n int) Option { return func(o *options) { o.eventBuf = n } 
 
 // WithLinkConfig tunes the UDP socket Open binds (batch size, socket buffers).
 func WithLinkConfig(c link.Config) Option { return func(o *options) { o.linkCfg = c } }
+
+// WithGSO turns segment trains on (the default) or off. On, the engine hands
+// each run of one QP's equal-size packets to one destination to the link as
+// one train, which a UDP socket sends as a UDP GSO super-datagram: one trip
+// through the kernel for up to 64 packets. Off, every packet is a datagram of
+// its own, and the socket Open binds never uses UDP_SEGMENT.
+func WithGSO(on bool) Option { return func(o *options) { o.noGSO = !on } }
+
+// WithGRO turns UDP GRO on the receive side on (the default) or off. On, the
+// engine reads with buffers that hold a whole coalesced train, so the kernel
+// hands a run of datagrams of one flow up as one message, which the engine
+// splits (every packet still checked on its own). Off, every datagram
+// arrives on its own.
+func WithGRO(on bool) Option { return func(o *options) { o.noGRO = !on } }
+
+// WithReaders sets how many receive sockets Open binds to the address with
+// SO_REUSEPORT, each read by its own goroutine (link.Config.Readers): the
+// kernel spreads flows over them by their source ports, which RoCE varies per
+// QP. 0 or 1 is one socket. For hosts with more cores than shards need.
+func WithReaders(n int) Option { return func(o *options) { o.readers = n } }
 
 // Device is an opened RoCEv2 device (struct ibv_context): one UDP socket on one local
 // IP address, the transport engine that runs its QPs, and the verbs objects created on
@@ -122,7 +145,13 @@ func Open(addr netip.Addr, opts ...Option) (*Device, error) {
 	}
 	l := o.link
 	if l == nil {
-		u, err := link.ListenUDP(netip.AddrPortFrom(addr, o.port), o.linkCfg)
+		cfg := o.linkCfg
+		cfg.NoGSO = cfg.NoGSO || o.noGSO
+		cfg.NoGRO = cfg.NoGRO || o.noGRO
+		if o.readers > 0 {
+			cfg.Readers = o.readers
+		}
+		u, err := link.ListenUDP(netip.AddrPortFrom(addr, o.port), cfg)
 		if err != nil {
 			return nil, wrapOpenErr(err)
 		}
@@ -218,6 +247,8 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		MaxRDAtomic:     lim.MaxQPInitRdAtom,
 		MaxDestRDAtomic: lim.MaxQPRdAtom,
 		PortMTU:         active,
+		NoGSO:           o.noGSO,
+		NoGRO:           o.noGRO,
 	})
 	if err != nil {
 		return nil, wrapErr("ibv_open_device", "", -1, err)

@@ -20,9 +20,11 @@ type ackWatch struct {
 
 func (w *ackWatch) WriteBatch(msgs []link.Message) (int, error) {
 	n, err := w.Link.WriteBatch(msgs)
-	for _, m := range msgs[:n] {
-		if len(m.Buf) >= bth.BTHLen && bth.Opcode(m.Buf[0]) == bth.RCAck {
-			w.acked.Store(int64(uint32(m.Buf[9])<<16 | uint32(m.Buf[10])<<8 | uint32(m.Buf[11])))
+	for i := range msgs[:n] {
+		for _, b := range datagrams(&msgs[i]) {
+			if len(b) >= bth.BTHLen && bth.Opcode(b[0]) == bth.RCAck {
+				w.acked.Store(int64(uint32(b[9])<<16 | uint32(b[10])<<8 | uint32(b[11])))
+			}
 		}
 	}
 	return n, err
@@ -81,7 +83,8 @@ func TestRecvCompletionAfterAck(t *testing.T) {
 }
 
 // batchLink is a Link whose ReadBatch returns only once it has gathered
-// want datagrams, so the engine above sees them as one receive batch.
+// want datagrams (a GRO train counts its segments), so the engine above sees
+// them as one receive batch.
 type batchLink struct {
 	link.Link
 	want int
@@ -91,11 +94,14 @@ func (b *batchLink) ReadBatch(msgs []link.Message) (int, error) {
 	if len(msgs) < b.want {
 		return b.Link.ReadBatch(msgs)
 	}
-	n := 0
-	for n < b.want {
-		k, err := b.Link.ReadBatch(msgs[n:b.want])
+	n, segs := 0, 0
+	for segs < b.want && n < len(msgs) {
+		k, err := b.Link.ReadBatch(msgs[n:min(n+b.want-segs, len(msgs))])
 		if err != nil {
 			return n, err
+		}
+		for _, m := range msgs[n : n+k] {
+			segs += m.NumSegments()
 		}
 		n += k
 	}

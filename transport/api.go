@@ -333,6 +333,13 @@ type Config struct {
 	// max_qp_rd_atom, the limits of a QP's max_rd_atomic and max_dest_rd_atomic
 	// (0: 128 each).
 	MaxRDAtomic, MaxDestRDAtomic int
+	// NoGSO turns segment trains off: every packet goes to the Link as a
+	// datagram of its own, never as a train (link.Message.SegSize) the
+	// Link sends as UDP GSO. For comparison, or to rule GSO out.
+	NoGSO bool
+	// NoGRO reads the Link with one-datagram buffers, so UDP GRO is never
+	// turned on and every datagram arrives on its own.
+	NoGRO bool
 	// PortMTU is the port's active MTU (0: MTU1024, what rxe derives from a
 	// 1500-byte Ethernet). A UD QP has no path MTU of its own: its messages
 	// may be up to this size.

@@ -47,7 +47,8 @@
 //
 // # Receive flow
 //
-//	Link.ReadBatch ─► readLoop: bth.PeekDestQP ─► QP table ─► shard inbound ring (drop+count if full)
+//	Link.ReadBatch ─► reader (reader.go): GRO train ─► segments ─► bth.PeekDestQP ─► QP table
+//	                  ─► shard inbound ring (drop+count if full)
 //	                                                        │
 //	shard: bth.Parse ─► bth.AcceptICRC (one CRC pass) ─► P_Key, type, source checks
 //	        │
@@ -72,7 +73,9 @@
 //	PostSend ─► validate ─► send queue slot ─► wake shard
 //	shard requester: fence / max_rd_atomic / 128-PSN window ─► next opcode (bth.MessageOpcode)
 //	        ─► bth.Append into a pooled buffer (payload gathered from the MR through Memory)
-//	        ─► output list ─► end of slice: bth.PutICRC (IPv4 ID 0, DF) ─► Link.WriteBatch
+//	        ─► output list ─► end of slice: runs of one QP's equal-size packets become
+//	           segment trains (train.go) ─► bth.PutICRC (IPv4 ID of the segment, DF)
+//	           ─► Link.WriteBatch (a train: one UDP GSO super-datagram per up to 64 packets)
 //	retransmission: nothing sent is kept; on a NAK or timeout the requester
 //	rewinds to the oldest unacknowledged PSN and regenerates packets from the
 //	WQE and the MR.

@@ -7,9 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
-	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport/link"
 )
 
@@ -43,6 +41,8 @@ type Engine struct {
 	maxInline int
 	maxRDAtom [2]int // max_rd_atomic and max_dest_rd_atomic limits
 	portMTU   MTU
+	noGSO     bool // Config.NoGSO: never hand the Link a train
+	noGRO     bool // Config.NoGRO: read with MaxDatagram buffers
 
 	shards  []*shard
 	retries *retryBudget // timer-driven retries, device-wide
@@ -70,7 +70,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		go s.run()
 	}
 	for _, recv := range readers {
-		go e.readLoop(recv, e.shards[0].batch)
+		go newReader(e, recv, e.shards[0].batch).loop()
 	}
 	return e, nil
 }
@@ -92,6 +92,8 @@ func newEngine(cfg Config) (*Engine, error) {
 		maxInline: cfg.MaxInline,
 		maxRDAtom: [2]int{cfg.MaxRDAtomic, cfg.MaxDestRDAtomic},
 		portMTU:   cfg.PortMTU,
+		noGSO:     cfg.NoGSO,
+		noGRO:     cfg.NoGRO,
 		retries:   newRetryBudget(cfg.RetryRate, cfg.RetryBurst),
 		done:      make(chan struct{}),
 	}
@@ -232,72 +234,4 @@ func (e *Engine) lookup(qpn uint32) *QP { return e.qps.lookup(qpn) }
 // their remainder spreads QPs evenly.
 func (e *Engine) shardFor(qpn uint32) *shard {
 	return e.shards[qpn%uint32(len(e.shards))]
-}
-
-// readLoop is a reader, one per receive path of the Link: it reads batches,
-// finds the QP by the BTH DestQP and hands each buffer to the QP's shard. It
-// never blocks on a shard.
-func (e *Engine) readLoop(recv link.ReceiveFunc, batch int) {
-	defer e.wg.Done()
-	msgs := make([]link.Message, batch)
-	bufs := make([]*[link.MaxDatagram]byte, batch)
-	for i := range bufs {
-		bufs[i] = link.GetBuffer()
-	}
-	kicked := make([]*shard, 0, len(e.shards))
-	for {
-		for i := range msgs {
-			msgs[i] = link.Message{Buf: bufs[i][:]}
-		}
-		n, err := recv(msgs)
-		if err != nil {
-			if e.closed.Load() || linkGone(err) {
-				for _, b := range bufs {
-					link.PutBuffer(b)
-				}
-				if !e.closed.Load() {
-					e.fail()
-				}
-				return
-			}
-			time.Sleep(time.Millisecond) // transient socket error; do not spin
-			continue
-		}
-		kicked = kicked[:0]
-		for i := 0; i < n; i++ {
-			b := msgs[i].Buf
-			qpn, ok := bth.PeekDestQP(b)
-			if !ok {
-				e.stats.Malformed.Add(1)
-				continue
-			}
-			q := e.lookup(qpn)
-			if q == nil {
-				e.stats.UnknownQP.Add(1)
-				continue
-			}
-			s := q.sh
-			if !s.enqueue(rxItem{buf: bufs[i], n: len(b), src: msgs[i].Addr, local: msgs[i].Local,
-				tos: msgs[i].TOS, ttl: msgs[i].TTL, flow: msgs[i].FlowLabel, qp: q}) {
-				e.stats.RxQueueDrops.Add(1)
-				continue
-			}
-			bufs[i] = link.GetBuffer()
-			if !containsShard(kicked, s) {
-				kicked = append(kicked, s)
-			}
-		}
-		for _, s := range kicked {
-			s.wake()
-		}
-	}
-}
-
-func containsShard(l []*shard, s *shard) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

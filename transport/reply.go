@@ -5,7 +5,6 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cq"
-	"github.com/goroce/goroce/transport/link"
 )
 
 // haveRDResources reports whether the responder may accept a READ or an
@@ -182,14 +181,15 @@ func (q *QP) replyRead(now time.Time, limit int) int {
 // out (rxe leaves it at the head of req_pkts), and reports whether it took
 // the datagram. Over maxHeld it drops it.
 func (q *QP) hold(it *rxItem) bool {
-	if !q.resp.read.active || it.n == 0 || !bth.Opcode(it.buf[0]).IsRequest() {
+	if !q.resp.read.active || it.n == 0 || !bth.Opcode(it.bytes()[0]).IsRequest() {
 		return false
 	}
 	if len(q.resp.held) >= maxHeld {
 		q.e.stats.RxQueueDrops.Add(1)
-		link.PutBuffer(it.buf)
+		it.release()
 		return true
 	}
+	it.detach()
 	q.resp.held = append(q.resp.held, *it)
 	return true
 }
@@ -203,7 +203,7 @@ func (q *QP) serveResponder(now time.Time, limit int) int {
 	for ; i < len(q.resp.held) && !q.resp.read.active; i++ {
 		it := &q.resp.held[i]
 		q.receive(now, it)
-		link.PutBuffer(it.buf)
+		it.release()
 		*it = rxItem{}
 		used += q.replyRead(now, limit-used)
 	}
@@ -218,7 +218,7 @@ func (q *QP) serveResponder(now time.Time, limit int) int {
 func (q *QP) dropHeld() {
 	q.resp.read.active = false
 	for i := range q.resp.held {
-		link.PutBuffer(q.resp.held[i].buf)
+		q.resp.held[i].release()
 		q.resp.held[i] = rxItem{}
 	}
 	q.resp.held = q.resp.held[:0]

@@ -23,11 +23,22 @@ type capLink struct {
 
 func (l *capLink) WriteBatch(m []link.Message) (int, error) {
 	l.mu.Lock()
-	for _, x := range m {
-		l.sent = append(l.sent, append([]byte(nil), x.Buf...))
+	for i := range m {
+		l.sent = append(l.sent, datagrams(&m[i])...)
 	}
 	l.mu.Unlock()
 	return len(m), nil
+}
+
+// datagrams returns copies of the datagrams m carries: itself, or each
+// segment of a train, as a Link that sends one by one splits it.
+func datagrams(m *link.Message) [][]byte {
+	out := make([][]byte, m.NumSegments())
+	for i := range out {
+		b := make([]byte, link.MaxDatagram)
+		out[i] = b[:m.CopySegment(b, i)]
+	}
+	return out
 }
 
 // respRig drives one RC responder QP with hand-made request packets from a

@@ -46,7 +46,7 @@ func sameAddr(a, b netip.Addr) bool {
 // (the rxe_rcv_pkt split). Owner shard only.
 func (q *QP) receive(now time.Time, it *rxItem) {
 	e := q.e
-	b := it.buf[:it.n]
+	b := it.bytes()
 	pkt, err := bth.Parse(b)
 	if err != nil {
 		e.stats.Malformed.Add(1)

@@ -30,7 +30,9 @@ const (
 // rxItem is one inbound datagram on its way to a shard. The shard owns buf
 // once enqueue succeeded and returns it to the pool.
 type rxItem struct {
-	buf   *[link.MaxDatagram]byte
+	buf   *[link.MaxDatagram]byte // the datagram, or nil for a segment of
+	train *rxTrain                // a GRO train, at off
+	off   int
 	n     int
 	src   netip.AddrPort
 	local netip.Addr
@@ -80,6 +82,7 @@ type shard struct {
 	touched []*QP
 	out     []txPacket // the slice's output list
 	tx      []link.Message
+	pieces  [][]byte   // the gather lists of tx's trains
 	budget  int        // budgeted packets the slice may still emit
 	rwr     srq.RecvWR // scratch for SRQ pops (reused, no allocation)
 	scratch [4096]byte // gather buffer for a payload spanning SGEs (QP.gather)
@@ -93,7 +96,8 @@ type shard struct {
 func newShard(e *Engine, batch int) *shard {
 	s := &shard{e: e, kick: make(chan struct{}, 1), cmds: make(chan func()), batch: batch,
 		in: make([]rxItem, 0, rxQueueLen), work: make([]rxItem, 0, rxQueueLen),
-		out: make([]txPacket, 0, slicePackets+sliceInbound), tx: make([]link.Message, 0, batch)}
+		out: make([]txPacket, 0, slicePackets+sliceInbound), tx: make([]link.Message, 0, batch),
+		pieces: make([][]byte, 0, slicePackets+sliceInbound)}
 	s.passDone.Store(e.clock.Now().UnixNano())
 	return s
 }
@@ -145,8 +149,8 @@ func (s *shard) run() {
 			fn()
 		case <-s.e.done:
 			s.inMu.Lock()
-			for _, it := range s.in {
-				link.PutBuffer(it.buf)
+			for i := range s.in {
+				s.in[i].release()
 			}
 			s.in = s.in[:0]
 			s.inMu.Unlock()
@@ -234,7 +238,7 @@ func (s *shard) step() bool {
 			}
 			q.receive(now, it)
 		}
-		link.PutBuffer(it.buf)
+		it.release()
 		*it = rxItem{}
 	}
 	s.wpos += nIn
@@ -300,24 +304,18 @@ func (q *QP) emit(f *bth.Fields, payload []byte, av *AddressVector) {
 	q.cnt.txPackets.Add(1)
 }
 
-// flush sends the output list, in order, in link batches: each packet gets
-// its ICRC now, over the source port its QP sends from. IPv4: a Link's
-// sockets send with DF set and IPv4 ID 0 (see package link), and the ICRC
-// covers both.
+// flush sends the output list, in order, in link batches, runs of one QP's
+// equal-size packets as segment trains (train.go): each packet gets its ICRC
+// now, over the source port its QP sends from and the IPv4 ID the kernel
+// will give it. A Link's sockets send IPv4 with DF set and, for a datagram
+// sent alone, ID 0 (see package link); the ICRC covers both.
 func (s *shard) flush() {
-	e := s.e
 	for i := 0; i < len(s.out); {
-		s.tx = s.tx[:0]
-		for ; i < len(s.out) && len(s.tx) < s.batch; i++ {
-			p := &s.out[i]
-			pkt := p.buf[:p.n]
-			env := bth.Envelope{Src: e.localAddr, Dst: p.dst, DF: true, SrcPort: p.q.srcPort(), DstPort: e.port}
-			bth.PutICRC(&env, pkt)
-			s.tx = append(s.tx, link.Message{Buf: pkt, Addr: netip.AddrPortFrom(p.dst, e.port), SrcPort: p.q.wport,
-				TOS: p.tos, TTL: p.ttl, FlowLabel: p.flow})
-			class := classOf(bth.Opcode(pkt[0]))
-			e.stats.SentPackets[class].Add(1)
-			e.stats.SentBytes[class].Add(uint64(len(pkt)))
+		s.tx, s.pieces = s.tx[:0], s.pieces[:0]
+		for i < len(s.out) && len(s.tx) < s.batch {
+			j := s.trainEnd(i)
+			s.tx = append(s.tx, s.message(i, j))
+			i = j
 		}
 		s.write(s.tx)
 	}
@@ -327,6 +325,7 @@ func (s *shard) flush() {
 	}
 	s.out = s.out[:0]
 	clear(s.tx)
+	clear(s.pieces)
 }
 
 // write hands msgs to the Link, skipping a message it fails to send.

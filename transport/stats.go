@@ -113,6 +113,10 @@ type Counters[T uint64 | atomic.Uint64] struct {
 	RetryExceeded     T              `metric:"roce_retry_exceeded_total" help:"Send queues that ran out of transport retries (IBV_WC_RETRY_EXC_ERR)."` // rxe retry_exceeded_err
 	RNRRetryExceeded  T              `metric:"roce_rnr_retry_exceeded_total" help:"Send queues that ran out of RNR retries (IBV_WC_RNR_RETRY_EXC_ERR)."`
 	RxQueueDrops      T              `metric:"roce_rx_queue_drops_total" help:"Received packets dropped because an engine shard's queue was full."`
+	TxTrains          T              `metric:"roce_tx_trains_total" help:"Segment trains (runs of one QP's equal-size packets to one destination) handed to the link as one message, sent as UDP GSO where the kernel allows."`
+	TxTrainSegments   T              `metric:"roce_tx_train_segments_total" help:"Packets sent inside segment trains."`
+	RxTrains          T              `metric:"roce_rx_trains_total" help:"UDP GRO trains received (runs of datagrams the kernel coalesced), split back into packets."`
+	RxTrainSegments   T              `metric:"roce_rx_train_segments_total" help:"Packets received inside UDP GRO trains."`
 	TxErrors          T              `metric:"roce_tx_errors_total" help:"Datagrams the UDP socket failed to send."`
 	CQOverruns        T              `metric:"roce_cq_overruns_total" help:"Completions that did not fit in their CQ (IBV_EVENT_CQ_ERR)."`
 	SRQLimitEvents    T              `metric:"roce_srq_limit_events_total" help:"IBV_EVENT_SRQ_LIMIT_REACHED events raised."`

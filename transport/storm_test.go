@@ -65,10 +65,14 @@ func (l *stormLink) WriteBatch(msgs []link.Message) (int, error) {
 		return 0, net.ErrClosed
 	default:
 	}
+	n := 0
+	for i := range msgs {
+		n += msgs[i].NumSegments()
+	}
 	l.mu.Lock()
-	l.sent += len(msgs)
+	l.sent += n
 	l.mu.Unlock()
-	time.Sleep(l.cost * time.Duration(len(msgs)))
+	time.Sleep(l.cost * time.Duration(n))
 	return len(msgs), nil
 }
 

@@ -113,7 +113,8 @@ func (g *Link) ReadBatch(msgs []link.Message) (int, error) {
 			if k != i {
 				m := msgs[i]
 				msgs[k].Buf = append(msgs[k].Buf[:0], m.Buf...)
-				msgs[k].Addr, msgs[k].Local, msgs[k].TOS = m.Addr, m.Local, m.TOS
+				msgs[k].Addr, msgs[k].Local, msgs[k].TOS, msgs[k].TTL = m.Addr, m.Local, m.TOS, m.TTL
+				msgs[k].FlowLabel, msgs[k].SegSize = m.FlowLabel, m.SegSize
 			}
 			k++
 		}
@@ -129,17 +130,31 @@ func (g *Link) Close() error {
 	return g.Link.Close()
 }
 
-// divert reports whether m is a QP1 datagram, and if so checks and queues it.
+// divert reports whether m is QP1 traffic, and if so checks and queues its
+// MADs. A GRO train (link.Message.SegSize: datagrams of one flow the kernel
+// coalesced) whose first datagram is for QP1 is QP1's, each segment checked
+// on its own: a flow is one source port, and rxe's QP1 sends from its own.
 func (c *Conn) divert(m *link.Message) bool {
-	b := m.Buf
-	if qpn, ok := bth.PeekDestQP(b); !ok || qpn != cm.GSIQPN {
+	if qpn, ok := bth.PeekDestQP(m.Buf); !ok || qpn != cm.GSIQPN {
 		return false
+	}
+	for i := range m.NumSegments() {
+		c.take(m, m.Segment(i))
+	}
+	return true
+}
+
+// take checks one QP1 datagram b that arrived in m and queues its MAD.
+func (c *Conn) take(m *link.Message, b []byte) {
+	if qpn, ok := bth.PeekDestQP(b); !ok || qpn != cm.GSIQPN {
+		c.malformed.Add(1)
+		return
 	}
 	pkt, err := bth.Parse(b)
 	if err != nil || pkt.Opcode() != bth.UDSendOnly || pkt.PKey() != cm.GSIPKey ||
 		pkt.DETH().QKey != cm.GSIQKey || len(pkt.Payload()) != cm.MADLen {
 		c.malformed.Add(1)
-		return true
+		return
 	}
 	src := m.Addr.Addr().Unmap()
 	dst := m.Local.Unmap()
@@ -149,14 +164,13 @@ func (c *Conn) divert(m *link.Message) bool {
 	env := bth.Envelope{Src: src, Dst: dst, DF: true, SrcPort: m.Addr.Port(), DstPort: c.port}
 	if !bth.AcceptICRC(&env, b) {
 		c.badICRC.Add(1)
-		return true
+		return
 	}
 	select {
 	case c.in <- rxMAD{append([]byte(nil), pkt.Payload()...), src}:
 	default:
 		c.overflow.Add(1)
 	}
-	return true
 }
 
 // ReadMAD implements cm.MADConn.

@@ -45,7 +45,9 @@ const (
 //   - Datagrams we receive get ID 0 too; their real IPv4 ID is unknown (rxe
 //     uses hashed IDs), so their ICRC verifies in the capture only over IPv6
 //     or when the peer also sends ID 0. A GRO train is recorded segment by
-//     segment.
+//     segment, segment j with TrainIPv4ID: the IDs a UDP link's GSO train
+//     carries, which a receiver on the same host (lo keeps a super-datagram
+//     whole) sees exactly; other senders' trains get IDs that may not match.
 //   - TOS / traffic class, TTL / hop limit and the IPv6 flow label are the
 //     message's (TTL 0, "the socket default", is recorded as 64).
 //   - The UDP checksum is always computed, even where the wire carried 0.
@@ -165,6 +167,9 @@ func (t *Tap) recorded(fn ReceiveFunc, msgs []Message) (int, error) {
 				h.dst = netip.AddrPortFrom(m.Local, local.Port())
 			}
 			for j := range m.NumSegments() {
+				if m.SegSize > 0 {
+					h.id = TrainIPv4ID(m.SegSize, j)
+				}
 				t.recordLocked(now, h, m.Segment(j))
 			}
 		}

@@ -9,5 +9,7 @@
 // survivors go on as single datagrams. Since a single IPv4 datagram gets ID
 // 0 on the wire where the train's segment would have had
 // link.TrainIPv4ID, each IPv4 segment's ICRC is re-keyed for ID 0
-// (link.ICRCIDDelta), so the peer still verifies it.
+// (link.ICRCIDDelta), so the peer still verifies it. On receive, DropFn
+// judges each segment of a GRO train on its own, and the survivors stay
+// together in the train.
 package impair

@@ -352,8 +352,7 @@ func (l *Lossy) filtered(fn link.ReceiveFunc, msgs []link.Message) (int, error) 
 		}
 		k := 0
 		for i := range msgs[:n] {
-			if l.cfg.DropFn(Recv, msgs[i].Buf) {
-				l.DroppedFn.Add(1)
+			if l.keep(&msgs[i]) == 0 {
 				continue
 			}
 			if k != i { // copy, never swap buffers (link.Link.ReadBatch)
@@ -367,6 +366,35 @@ func (l *Lossy) filtered(fn link.ReceiveFunc, msgs []link.Message) (int, error) 
 			return k, err
 		}
 	}
+}
+
+// keep applies DropFn to what m carries, each segment of a GRO train on its
+// own (a network drops the datagrams one by one before the receiver
+// coalesces them), moves the survivors together in m.Buf, and returns how
+// many are left; a train left with one datagram becomes a plain message.
+func (l *Lossy) keep(m *link.Message) int {
+	if m.SegSize <= 0 || len(m.Buf) <= m.SegSize {
+		if l.cfg.DropFn(Recv, m.Buf) {
+			l.DroppedFn.Add(1)
+			return 0
+		}
+		return 1
+	}
+	w, kept := 0, 0
+	for lo := 0; lo < len(m.Buf); lo += m.SegSize {
+		b := m.Buf[lo:min(lo+m.SegSize, len(m.Buf))]
+		if l.cfg.DropFn(Recv, b) {
+			l.DroppedFn.Add(1)
+			continue
+		}
+		w += copy(m.Buf[w:], b) // w <= lo: copy moves overlapping bytes safely
+		kept++
+	}
+	m.Buf = m.Buf[:w]
+	if kept == 1 {
+		m.SegSize = 0
+	}
+	return kept
 }
 
 // JoinGroup implements link.Multicaster for a wrapped Link that does; the
