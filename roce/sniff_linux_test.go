@@ -53,7 +53,9 @@ func sniff(t *testing.T, ifname string, port uint16) *sniffer {
 		t.Fatal(err)
 	}
 	const ethPAll = 0x0003
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(ethPAll)))
+	// SOCK_RAW: frames start at the link-layer header (lo's is a 14-byte
+	// Ethernet header), which PACKET_VNET_HDR needs.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(ethPAll)))
 	if err != nil {
 		t.Fatalf("AF_PACKET socket: %v", err)
 	}
@@ -63,7 +65,7 @@ func sniff(t *testing.T, ifname string, port uint16) *sniffer {
 	}
 	// Only this port's datagrams reach the socket: other traffic on lo must
 	// not fill its buffer and push ours out.
-	prog, err := portFilter(port)
+	prog, err := portFilter(port, ethHdrLen)
 	if err != nil {
 		unix.Close(fd)
 		t.Fatal(err)
@@ -73,6 +75,13 @@ func sniff(t *testing.T, ifname string, port uint16) *sniffer {
 		t.Fatalf("SO_ATTACH_FILTER: %v", err)
 	}
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+	// A virtio_net_hdr before each frame gives a UDP GSO super-packet's
+	// segment size: lo never splits one, so the capture holds it whole, and
+	// the sniffer splits it as the receiver does.
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
+		unix.Close(fd)
+		t.Fatalf("PACKET_VNET_HDR: %v", err)
+	}
 	tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		unix.Close(fd)
@@ -101,11 +110,17 @@ func (s *sniffer) run() {
 		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
 			continue
 		}
-		if p, ok := parseWire(buf[:n], s.port); ok {
-			s.mu.Lock()
-			s.pkts = append(s.pkts, p)
-			s.mu.Unlock()
+		seg := 0
+		if buf[1] == vnetGSOUDPL4 {
+			seg = int(binary.LittleEndian.Uint16(buf[4:]))
 		}
+		if n < vnetHdrLen+ethHdrLen {
+			continue
+		}
+		pkts := parseWire(buf[vnetHdrLen+ethHdrLen:n], s.port, seg)
+		s.mu.Lock()
+		s.pkts = append(s.pkts, pkts...)
+		s.mu.Unlock()
 	}
 }
 
@@ -119,67 +134,94 @@ func (s *sniffer) stop() []wirePacket {
 	return s.pkts
 }
 
-// parseWire decodes an IPv4 or IPv6 UDP datagram to or from port that holds a
-// BTH.
-func parseWire(b []byte, port uint16) (wirePacket, bool) {
+// The virtio_net_hdr PACKET_VNET_HDR puts before each frame: flags, gso_type,
+// hdr_len, gso_size (host order), csum_start, csum_offset.
+const (
+	vnetHdrLen   = 10
+	vnetGSOUDPL4 = 5  // VIRTIO_NET_HDR_GSO_UDP_L4
+	ethHdrLen    = 14 // lo's link-layer header
+)
+
+// parseWire decodes an IPv4 or IPv6 UDP datagram to or from port that holds
+// BTHs: one, or for a UDP GSO super-packet (seg > 0) one per seg bytes of
+// UDP payload, each with the super-packet's IP header fields.
+func parseWire(b []byte, port uint16, seg int) []wirePacket {
+	p, payload, ok := parseIPUDP(b, port)
+	if !ok {
+		return nil
+	}
+	if seg <= 0 {
+		seg = len(payload)
+	}
+	var out []wirePacket
+	for lo := 0; lo < len(payload); lo += seg {
+		pkt, err := bth.Parse(payload[lo:min(lo+seg, len(payload))])
+		if err != nil {
+			continue
+		}
+		p.opcode, p.destQP = pkt.Opcode(), pkt.DestQP()
+		out = append(out, p)
+	}
+	return out
+}
+
+// parseIPUDP decodes the IP and UDP headers of a datagram to or from port
+// and returns its UDP payload.
+func parseIPUDP(b []byte, port uint16) (wirePacket, []byte, bool) {
 	var p wirePacket
 	var udp []byte
 	switch {
 	case len(b) >= 20 && b[0]>>4 == 4:
 		ihl := int(b[0]&0x0F) * 4
 		if b[9] != unix.IPPROTO_UDP || len(b) < ihl+8 {
-			return p, false
+			return p, nil, false
 		}
 		p.src, p.dst = netip.AddrFrom4([4]byte(b[12:16])), netip.AddrFrom4([4]byte(b[16:20]))
 		p.tos, p.ttl = b[1], b[8]
 		udp = b[ihl:]
 	case len(b) >= 48 && b[0]>>4 == 6:
 		if b[6] != unix.IPPROTO_UDP {
-			return p, false
+			return p, nil, false
 		}
 		w := binary.BigEndian.Uint32(b)
 		p.tos, p.flow, p.ttl = uint8(w>>20), w&0xFFFFF, b[7]
 		p.src, p.dst = netip.AddrFrom16([16]byte(b[8:24])), netip.AddrFrom16([16]byte(b[24:40]))
 		udp = b[40:]
 	default:
-		return p, false
+		return p, nil, false
 	}
 	sport, dport := binary.BigEndian.Uint16(udp[0:]), binary.BigEndian.Uint16(udp[2:])
 	if dport != port && sport != port {
-		return p, false
+		return p, nil, false
 	}
-	pkt, err := bth.Parse(udp[8:])
-	if err != nil {
-		return p, false
-	}
-	p.dport, p.opcode, p.destQP = dport, pkt.Opcode(), pkt.DestQP()
-	return p, true
+	p.dport = dport
+	return p, udp[8:], true
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// portFilter is a classic BPF program for an AF_PACKET SOCK_DGRAM socket
-// (data starts at the IP header) that accepts the IPv4 and IPv6 UDP
+// portFilter is a classic BPF program for an AF_PACKET socket whose frames
+// start l2 bytes before the IP header that accepts the IPv4 and IPv6 UDP
 // datagrams from or to port.
-func portFilter(port uint16) (*unix.SockFprog, error) {
+func portFilter(port uint16, l2 uint32) (*unix.SockFprog, error) {
 	const drop, accept = 15, 16 // instruction indexes
 	skip := func(from, to int) uint8 { return uint8(to - from - 1) }
 	p := uint32(port)
 	raw, err := bpf.Assemble([]bpf.Instruction{
-		/* 0 */ bpf.LoadAbsolute{Off: 0, Size: 1},
+		/* 0 */ bpf.LoadAbsolute{Off: l2, Size: 1},
 		/* 1 */ bpf.ALUOpConstant{Op: bpf.ALUOpShiftRight, Val: 4},
 		/* 2 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 4, SkipFalse: skip(2, 7)},
-		/* 3 */ bpf.LoadAbsolute{Off: 9, Size: 1}, // IPv4 protocol
+		/* 3 */ bpf.LoadAbsolute{Off: l2 + 9, Size: 1}, // IPv4 protocol
 		/* 4 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_UDP, SkipFalse: skip(4, drop)},
-		/* 5 */ bpf.LoadMemShift{Off: 0}, // X = IPv4 header length
+		/* 5 */ bpf.LoadMemShift{Off: l2}, // X = IPv4 header length
 		/* 6 */ bpf.Jump{Skip: uint32(skip(6, 11))},
 		/* 7 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 6, SkipFalse: skip(7, drop)},
-		/* 8 */ bpf.LoadAbsolute{Off: 6, Size: 1}, // IPv6 next header
+		/* 8 */ bpf.LoadAbsolute{Off: l2 + 6, Size: 1}, // IPv6 next header
 		/* 9 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_UDP, SkipFalse: skip(9, drop)},
 		/* 10 */ bpf.LoadConstant{Dst: bpf.RegX, Val: 40},
-		/* 11 */ bpf.LoadIndirect{Off: 0, Size: 2}, // UDP source port
+		/* 11 */ bpf.LoadIndirect{Off: l2, Size: 2}, // UDP source port
 		/* 12 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: p, SkipTrue: skip(12, accept)},
-		/* 13 */ bpf.LoadIndirect{Off: 2, Size: 2}, // UDP destination port
+		/* 13 */ bpf.LoadIndirect{Off: l2 + 2, Size: 2}, // UDP destination port
 		/* 14 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: p, SkipTrue: skip(14, accept), SkipFalse: skip(14, drop)},
 		/* 15 */ bpf.RetConstant{Val: 0},
 		/* 16 */ bpf.RetConstant{Val: 1 << 16},
