@@ -6,7 +6,7 @@ import (
 )
 
 // errnoError is a sentinel error whose cause is a syscall.Errno, so callers
-// can test either the sentinel or the errno (STYLE §7.9).
+// can test either the sentinel or the errno, as every verb error can be.
 type errnoError struct {
 	msg   string
 	errno syscall.Errno

@@ -12,7 +12,7 @@ import (
 )
 
 // perftest (ib_send_bw, ib_write_bw, ib_read_bw, ...) swaps addresses over the same TCP
-// port with a richer exchange (PROTOCOL.md §4.6, "Ethernet" data exchange method). Every
+// port with a richer exchange (perftest's "Ethernet" data exchange method). Every
 // step is symmetric and fixed-size: the client writes first and then reads, the server
 // reads and then writes the same number of bytes. PerftestConn runs those steps; which
 // steps a test makes, and how many hand-shakes it uses as barriers, is up to the caller.

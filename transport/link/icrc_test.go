@@ -5,7 +5,7 @@ import (
 	"hash/crc32"
 )
 
-// icrcV4 computes the RoCEv2 ICRC (IBA A17.3.3; PROTOCOL.md §4.2) over an
+// icrcV4 computes the RoCEv2 ICRC (IBA A17.3.3) over an
 // IPv4 header followed by the UDP header (28 bytes) and a UDP payload whose
 // last 4 bytes are the ICRC field.
 func icrcV4(hdr []byte, payload []byte) uint32 {
