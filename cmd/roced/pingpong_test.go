@@ -352,23 +352,35 @@ func TestPingpongExchange(t *testing.T) {
 			if tt.kind == kindUD {
 				class = "ud_send"
 			}
-			checkCounters(t, mfs, []counterDelta{
-				{"roce_packets_total", []string{"direction", "rx", "op_class", class}, float64(msgs * pkts)},
-				{"roce_bytes_total", []string{"direction", "rx", "op_class", class}, float64(msgs * bytes)},
-				{"roce_packets_total", []string{"direction", "tx", "op_class", class}, float64(msgs * pkts)},
-				{"roce_bytes_total", []string{"direction", "tx", "op_class", class}, float64(msgs * bytes)},
-				{"roce_retransmits_total", nil, 0},
-				{"roce_timeouts_total", nil, 0},
+			// A loaded machine can delay an ACK past the 67 ms timeout: each
+			// resent packet is one more SEND sent by one side and received by
+			// the other (and maybe a duplicate), so the exact counts then hold
+			// up to each side's retransmissions, and bytes are not compared.
+			daemonRetx := value(t, mfs, "roce_retransmits_total")
+			clientRetx := float64(cs.Retransmits)
+			want := []counterDelta{
+				{"roce_packets_total", []string{"direction", "rx", "op_class", class}, float64(msgs*pkts) + clientRetx},
+				{"roce_packets_total", []string{"direction", "tx", "op_class", class}, float64(msgs*pkts) + daemonRetx},
 				{"roce_malformed_packets_total", nil, 0},
 				{"roce_icrc_errors_total", nil, 0},
 				{"roce_unknown_qp_total", nil, 0},
-				{"roce_duplicate_requests_total", nil, 0},
+			}
+			if daemonRetx+clientRetx == 0 {
+				want = append(want,
+					counterDelta{"roce_bytes_total", []string{"direction", "rx", "op_class", class}, float64(msgs * bytes)},
+					counterDelta{"roce_bytes_total", []string{"direction", "tx", "op_class", class}, float64(msgs * bytes)},
+					counterDelta{"roce_timeouts_total", nil, 0},
+					counterDelta{"roce_duplicate_requests_total", nil, 0})
+			} else {
+				t.Logf("%v retransmissions by the daemon, %v by the client: bytes not compared", daemonRetx, clientRetx)
+			}
+			checkCounters(t, mfs, append(want, []counterDelta{
 				{"roce_queue_pairs", []string{"state", "rts"}, float64(tt.wantQPsAfter)},
 				{"roce_pingpong_active_sessions", []string{"kind", tt.kind.String()}, 1},
 				{"roce_pingpong_sessions_total", []string{"kind", tt.kind.String()}, 1},
 				{"roce_pingpong_messages_total", []string{"kind", tt.kind.String()}, float64(msgs)},
 				{"roce_pingpong_exchange_errors_total", nil, 0},
-			})
+			}...))
 			if tt.kind != kindUD {
 				// Every pong is an RC request the daemon times until its ACK.
 				if n := mfs["roce_ack_latency_seconds"].GetMetric()[0].GetHistogram().GetSampleCount(); n == 0 || n > uint64(msgs) {
@@ -376,8 +388,8 @@ func TestPingpongExchange(t *testing.T) {
 				}
 			}
 			// The client's own device saw the same traffic from the other side.
-			if got := cs.RcvdPackets[classIndex(class)]; got != uint64(msgs*pkts) {
-				t.Errorf("client received %d %s packets, want %d", got, class, msgs*pkts)
+			if got, want := cs.RcvdPackets[classIndex(class)], uint64(float64(msgs*pkts)+daemonRetx); got != want {
+				t.Errorf("client received %d %s packets, want %d", got, class, want)
 			}
 
 			// /debug/qps lists the session's QPs with the client as the peer.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,8 +233,9 @@ func TestLiveCapture(t *testing.T) {
 	go func() {
 		var out bytes.Buffer
 		errs := &notifyWriter{ready: started}
-		// The SEND ONLY and its ACK, between our two addresses only.
-		code := run(ctx, []string{"-i", "lo", "-c", "2", "-t", "qpn", "0x11", "or", "qpn", "0x12"}, nil, &out, errs)
+		// The SEND ONLY and its ACK, picked out by their PSN: lo also carries
+		// the traffic of other packages' tests running at the same time.
+		code := run(ctx, []string{"-i", "lo", "-c", "2", "-t", "psn", strconv.Itoa(livePSN), "and", "(", "qpn", "0x11", "or", "qpn", "0x12", ")"}, nil, &out, errs)
 		done <- result{code, out.String(), errs.String()}
 	}()
 	select {

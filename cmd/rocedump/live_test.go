@@ -9,6 +9,9 @@ import (
 	"github.com/goroce/goroce/roce"
 )
 
+// livePSN is the first request PSN of sendBetween's SEND (and its ACK's PSN).
+const livePSN = 0xC0FFEE
+
 // sendBetween opens goroce devices on the loopback addresses a and b (UDP 4791)
 // and sends one 64-byte SEND from a's first QP to b's, waiting for both
 // completions: an RC SEND ONLY and its ACK on the wire.
@@ -54,8 +57,10 @@ func sendBetween(t *testing.T, a, b string) {
 			t.Fatal(err)
 		}
 	}
-	connect(x, y, 100, 200)
-	connect(y, x, 200, 100)
+	// PSNs no other test uses, so a capture on the shared lo can pick out
+	// this exchange by its PSN (other packages' tests run at the same time).
+	connect(x, y, livePSN, livePSN+0x100)
+	connect(y, x, livePSN+0x100, livePSN)
 	if _, err := y.qp.PostRecv([]roce.RecvWR{{WRID: 1, SGL: []roce.SGE{{Addr: y.mr.Addr(), Length: 64, LKey: y.mr.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
