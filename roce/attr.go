@@ -16,7 +16,9 @@ const (
 	DeviceRCRNRNAKGen    DeviceCapFlags = 1 << 12 // IBV_DEVICE_RC_RNR_NAK_GEN
 	DeviceSRQResize      DeviceCapFlags = 1 << 13 // IBV_DEVICE_SRQ_RESIZE
 	DeviceNChange        DeviceCapFlags = 1 << 14 // IBV_DEVICE_N_NOTIFY_CQ
+	DeviceMemWindow      DeviceCapFlags = 1 << 17 // IBV_DEVICE_MEM_WINDOW
 	DeviceMemMgtExt      DeviceCapFlags = 1 << 21 // IBV_DEVICE_MEM_MGT_EXTENSIONS
+	DeviceMemWindow2B    DeviceCapFlags = 1 << 24 // IBV_DEVICE_MEM_WINDOW_TYPE_2B
 	DeviceRCIPCsum       DeviceCapFlags = 1 << 25 // IBV_DEVICE_RC_IP_CSUM
 	DeviceRawIPCsum      DeviceCapFlags = 1 << 26 // IBV_DEVICE_RAW_IP_CSUM
 	DeviceManagedFlowSte DeviceCapFlags = 1 << 29 // IBV_DEVICE_MANAGED_FLOW_STEERING
@@ -155,7 +157,8 @@ func (l Limits) withDefaults() Limits {
 }
 
 func (l Limits) deviceAttr(guid uint64) DeviceAttr {
-	flags := DeviceBadPKeyCntr | DeviceBadQKeyCntr | DeviceSysImageGUID | DeviceRCRNRNAKGen | DeviceNChange
+	flags := DeviceBadPKeyCntr | DeviceBadQKeyCntr | DeviceSysImageGUID | DeviceRCRNRNAKGen | DeviceNChange |
+		DeviceMemWindow | DeviceMemWindow2B
 	if !l.NoSRQResize {
 		flags |= DeviceSRQResize
 	}

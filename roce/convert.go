@@ -20,6 +20,7 @@ var (
 	_ = transport.AddressVector(AddressVector{})
 	_ = transport.QPCap(QPCap{})
 	_ = transport.QPInfo(QPInfo{})
+	_ = transport.MWBindWR(MWBindWR{})
 )
 
 // A twin that holds a twin (SendWR and RecvWR hold []SGE, SendWR an

@@ -48,6 +48,8 @@
 //	ibv_dereg_mr                 (*MR).Close() error
 //	mr->lkey, mr->rkey, mr->addr (*MR).LKey(), RKey(), Addr(), Len()
 //	ibv_alloc_mw                 (*PD).AllocMW(MWType1 | MWType2) (*MW, error)
+//	ibv_bind_mw (type 1)         (*QP).BindMW(mw, MWBind) (rkey, error)
+//	IBV_WR_BIND_MW (type 2)      SendWR{Opcode: WRBindMW, BindMW: mw.Bind(MWBindInfo)}
 //	ibv_dealloc_mw               (*MW).Close() error
 //	mw->rkey, ibv_inc_rkey       (*MW).RKey(), IncRKey(rkey)
 //	ibv_create_ah                (*PD).CreateAH(AHAttr) (*AH, error)
@@ -89,6 +91,25 @@
 // index 1 (Device.GIDIndex); index 0 is refused with EINVAL. A device opened on an
 // IPv6 link-local address has that address alone, at index 0.
 //
+// # Memory windows
+//
+// A memory window (AllocMW) gives a peer an rkey onto part of an MR, with its own
+// rights, that can be moved or revoked without touching the MR; the MR needs
+// AccessMWBind. Keys are index<<8 | key byte, as on rxe: a bind gives the window
+// the next key byte (IncRKey), so a peer that kept an older rkey is refused. Type 1
+// windows are bound with QP.BindMW and rebound or unbound (zero length) the same
+// way; type 2 windows (type 2B) are bound by a BIND_MW work request to the QP that
+// posts it, serve only that QP, and are freed again by LOCAL_INV or by a peer's
+// SEND_WITH_INV naming their rkey, after which a WRITE through that rkey is a
+// remote access error. Only such a window can be invalidated: an MR's rkey in a
+// SEND_WITH_INV completes the receive with REM_INV_REQ_ERR and fails the QP, as
+// on rxe, whose user MRs are no fast-registration MRs. Binds and invalidations
+// run in send-queue order and complete with WCBindMW and WCLocalInv, or with
+// WCMWBindErr and WCLocQPOpErr, after which the QP is in ERR. Where rxe is laxer
+// than the IBA, goroce follows the IBA: an access through a window must stay within
+// the window (rxe checks the MR's bounds), and a SEND_WITH_INV or LOCAL_INV must
+// come from a QP of the window's PD and, for a bound type 2B window, from its QP.
+//
 // # Errors
 //
 // Every verb returns *Error, whose cause is a syscall.Errno, so
@@ -107,7 +128,8 @@
 //	ENOMEM  a resource is exhausted: a full send, receive or shared receive queue;
 //	        max_qp, max_mr, max_cq, max_pd, max_ah or max_srq reached.
 //	ENOSYS  not implemented by this device: SRQ resize when WithLimits turned it off,
-//	        multicast, memory windows.
+//	        multicast.
+//	EPERM   ibv_bind_mw with an MR of another PD than the window's.
 //	EOPNOTSUPP  an access flag rxe does not support (ON_DEMAND, ZERO_BASED or
 //	        HUGETLB on an MR).
 //	EBUSY   destroying an object still in use: a PD with MRs, AHs, SRQs or QPs, a CQ

@@ -109,3 +109,65 @@ func (mw *MW) Close() error {
 // one. Pass IncRKey(mw.RKey()) as the new rkey of a BIND_MW work request, so a
 // peer still holding the previous rkey is refused.
 func IncRKey(rkey uint32) uint32 { return rkey&^keyByteMask | (rkey+1)&keyByteMask }
+
+// MWBindInfo is struct ibv_mw_bind_info: the MR range a window opens onto and
+// the rights it grants. MR nil with Addr and Length 0 unbinds a type 1 window.
+type MWBindInfo struct {
+	MR           *MR
+	Addr, Length uint64 // the range of the MR, by its address (MR.Addr()+offset)
+	Access       Access // mw_access_flags: AccessRemoteRead, Write, Atomic
+}
+
+// MWBind is struct ibv_mw_bind: the send WR that binds a type 1 window.
+type MWBind struct {
+	WRID  uint64
+	Flags SendFlags // SendSignaled asks for the IBV_WC_BIND_MW completion
+	Info  MWBindInfo
+}
+
+// Bind returns the body of a BIND_MW work request (SendWR.BindMW) that binds
+// the window to info with the next key byte: MWRKey is the window's rkey now
+// and RKey is IncRKey of it. Post it with WRBindMW on an RC or UC QP of the
+// window's PD; once it has completed, RKey is the window's rkey.
+func (mw *MW) Bind(info MWBindInfo) MWBindWR {
+	k := mw.RKey()
+	b := MWBindWR{MWRKey: k, RKey: IncRKey(k), Addr: info.Addr, Length: info.Length, Access: info.Access}
+	if info.MR != nil {
+		b.MRLKey = info.MR.LKey()
+	}
+	return b
+}
+
+// BindMW is ibv_bind_mw for a type 1 window: it posts a BIND_MW work request on
+// q and returns the rkey the window has once the QP executed it (the key byte of
+// the window's rkey advanced by one, as rxe's provider does). The bind runs in
+// order with q's other send WRs and completes on its send CQ with WCBindMW
+// (signaled) or WCMWBindErr, after which the QP is in ERR (rxe_check_bind_mw's
+// and IBA 10.6.7.2's rules: an MR with AccessMWBind and LOCAL_WRITE for a
+// writable window, a range inside the MR). Post the next bind of the same window
+// once this one has completed.
+//
+// Errors, as libibverbs and rxe's provider: EINVAL for a window that is not type
+// 1, an MR-less bind with an address or length, AccessZeroBased, or a QP that
+// is not RC or UC; EPERM for an MR of another PD; and PostSend's.
+func (q *QP) BindMW(mw *MW, b MWBind) (uint32, error) {
+	const op = "ibv_bind_mw"
+	i := b.Info
+	switch {
+	case mw.typ != MWType1:
+		return 0, newErr(op, q.obj, syscall.EINVAL, "%v: a type 2 window is bound by a BIND_MW work request", mw)
+	case i.MR == nil && (i.Addr != 0 || i.Length != 0):
+		return 0, newErr(op, q.obj, syscall.EINVAL, "an address or length without an MR")
+	case i.MR != nil && i.MR.pd != mw.pd:
+		return 0, newErr(op, q.obj, syscall.EPERM, "the MR and the window belong to different PDs")
+	case i.Access&AccessZeroBased != 0:
+		return 0, newErr(op, q.obj, syscall.EINVAL, "a type 1 window cannot be zero based")
+	case q.init.Type != QPTypeRC && q.init.Type != QPTypeUC:
+		return 0, newErr(op, q.obj, syscall.EINVAL, "windows are bound on RC and UC QPs")
+	}
+	wr := SendWR{WRID: b.WRID, Opcode: WRBindMW, Flags: b.Flags, BindMW: mw.Bind(i)}
+	if _, err := q.PostSend([]SendWR{wr}); err != nil {
+		return 0, wrapErr(op, q.obj, -1, err)
+	}
+	return wr.BindMW.RKey, nil
+}

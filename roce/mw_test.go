@@ -4,6 +4,8 @@ import (
 	"errors"
 	"syscall"
 	"testing"
+
+	"github.com/goroce/goroce/transport"
 )
 
 func TestAllocMW(t *testing.T) {
@@ -67,9 +69,9 @@ func newMWFixture(t *testing.T) *mwFixture {
 }
 
 // bind2 is a valid type 2 bind of f.w2 on qpA: 1 KiB at offset 512, remote write.
-func (f *mwFixture) bind2() mwBind {
-	return mwBind{mwRKey: f.w2.RKey(), newRKey: IncRKey(f.w2.RKey()), mrLKey: f.mr.LKey(),
-		addr: f.mr.Addr() + 512, length: 1024, access: AccessRemoteWrite | AccessRemoteRead, qpn: qpA, pd: f.pd.id}
+func (f *mwFixture) bind2() transport.MWBind {
+	return transport.MWBind{MWRKey: f.w2.RKey(), NewRKey: IncRKey(f.w2.RKey()), MRLKey: f.mr.LKey(),
+		Addr: f.mr.Addr() + 512, Length: 1024, Access: AccessRemoteWrite | AccessRemoteRead, QPN: qpA, PD: f.pd.id}
 }
 
 func wantBindErr(t *testing.T, err error, errno syscall.Errno) {
@@ -84,54 +86,54 @@ func wantBindErr(t *testing.T, err error, errno syscall.Errno) {
 func TestBindMWRules(t *testing.T) {
 	tests := []struct {
 		name string
-		mod  func(f *mwFixture, b *mwBind)
+		mod  func(f *mwFixture, b *transport.MWBind)
 		want syscall.Errno // 0: the bind succeeds
 	}{
-		{"a valid type 2 bind", func(*mwFixture, *mwBind) {}, 0},
-		{"unknown window rkey", func(_ *mwFixture, b *mwBind) { b.mwRKey ^= 0x100 }, syscall.EINVAL},
-		{"window rkey with a stale key byte", func(_ *mwFixture, b *mwBind) { b.mwRKey = IncRKey(b.mwRKey) }, syscall.EINVAL},
-		{"unknown MR lkey", func(_ *mwFixture, b *mwBind) { b.mrLKey ^= 0x100 }, syscall.EINVAL},
-		{"the MR's rkey is no lkey", func(f *mwFixture, b *mwBind) { b.mrLKey = f.mr.RKey() }, syscall.EINVAL},
-		{"access outside RXE_ACCESS_SUPPORTED_MW", func(_ *mwFixture, b *mwBind) { b.access |= AccessHugeTLB }, syscall.EOPNOTSUPP},
-		{"C10-72: type 2 bound by a QP of another PD", func(_ *mwFixture, b *mwBind) { b.pd++ }, syscall.EINVAL},
-		{"o10-37.2.40: type 2 bound with zero length", func(_ *mwFixture, b *mwBind) { b.length = 0 }, syscall.EINVAL},
-		{"C10-73: MR without MW_BIND", func(f *mwFixture, b *mwBind) {
-			b.mrLKey = must[*MR](t)(f.pd.RegMR(f.buf, AccessLocalWrite)).LKey()
+		{"a valid type 2 bind", func(*mwFixture, *transport.MWBind) {}, 0},
+		{"unknown window rkey", func(_ *mwFixture, b *transport.MWBind) { b.MWRKey ^= 0x100 }, syscall.EINVAL},
+		{"window rkey with a stale key byte", func(_ *mwFixture, b *transport.MWBind) { b.MWRKey = IncRKey(b.MWRKey) }, syscall.EINVAL},
+		{"unknown MR lkey", func(_ *mwFixture, b *transport.MWBind) { b.MRLKey ^= 0x100 }, syscall.EINVAL},
+		{"the MR's rkey is no lkey", func(f *mwFixture, b *transport.MWBind) { b.MRLKey = f.mr.RKey() }, syscall.EINVAL},
+		{"access outside RXE_ACCESS_SUPPORTED_MW", func(_ *mwFixture, b *transport.MWBind) { b.Access |= AccessHugeTLB }, syscall.EOPNOTSUPP},
+		{"C10-72: type 2 bound by a QP of another PD", func(_ *mwFixture, b *transport.MWBind) { b.PD++ }, syscall.EINVAL},
+		{"o10-37.2.40: type 2 bound with zero length", func(_ *mwFixture, b *transport.MWBind) { b.Length = 0 }, syscall.EINVAL},
+		{"C10-73: MR without MW_BIND", func(f *mwFixture, b *transport.MWBind) {
+			b.MRLKey = must[*MR](t)(f.pd.RegMR(f.buf, AccessLocalWrite)).LKey()
 		}, syscall.EACCES},
-		{"C10-74: writable window on an MR without LOCAL_WRITE", func(f *mwFixture, b *mwBind) {
-			b.mrLKey = must[*MR](t)(f.pd.RegMR(f.buf, AccessMWBind)).LKey()
+		{"C10-74: writable window on an MR without LOCAL_WRITE", func(f *mwFixture, b *transport.MWBind) {
+			b.MRLKey = must[*MR](t)(f.pd.RegMR(f.buf, AccessMWBind)).LKey()
 		}, syscall.EACCES},
-		{"C10-74: a read-only window needs no LOCAL_WRITE", func(f *mwFixture, b *mwBind) {
-			b.mrLKey = must[*MR](t)(f.pd.RegMR(f.buf, AccessMWBind)).LKey()
-			b.access = AccessRemoteRead
+		{"C10-74: a read-only window needs no LOCAL_WRITE", func(f *mwFixture, b *transport.MWBind) {
+			b.MRLKey = must[*MR](t)(f.pd.RegMR(f.buf, AccessMWBind)).LKey()
+			b.Access = AccessRemoteRead
 		}, 0},
-		{"C10-74: remote atomic is writing", func(f *mwFixture, b *mwBind) {
-			b.mrLKey = must[*MR](t)(f.pd.RegMR(f.buf, AccessMWBind)).LKey()
-			b.access = AccessRemoteAtomic
+		{"C10-74: remote atomic is writing", func(f *mwFixture, b *transport.MWBind) {
+			b.MRLKey = must[*MR](t)(f.pd.RegMR(f.buf, AccessMWBind)).LKey()
+			b.Access = AccessRemoteAtomic
 		}, syscall.EACCES},
-		{"C10-75: window starts below the MR", func(f *mwFixture, b *mwBind) { b.addr = f.mr.Addr() - 1 }, syscall.EINVAL},
-		{"C10-75: window ends past the MR", func(f *mwFixture, b *mwBind) { b.addr, b.length = f.mr.Addr()+1, 4096 }, syscall.EINVAL},
-		{"C10-75: window longer than the MR", func(f *mwFixture, b *mwBind) { b.addr, b.length = f.mr.Addr(), 1<<63 }, syscall.EINVAL},
-		{"C10-75: the whole MR", func(f *mwFixture, b *mwBind) { b.addr, b.length = f.mr.Addr(), 4096 }, 0},
-		{"C10-75: zero based windows lie inside the MR too", func(f *mwFixture, b *mwBind) {
-			b.access |= AccessZeroBased
-			b.addr = f.mr.Addr() + 4000
+		{"C10-75: window starts below the MR", func(f *mwFixture, b *transport.MWBind) { b.Addr = f.mr.Addr() - 1 }, syscall.EINVAL},
+		{"C10-75: window ends past the MR", func(f *mwFixture, b *transport.MWBind) { b.Addr, b.Length = f.mr.Addr()+1, 4096 }, syscall.EINVAL},
+		{"C10-75: window longer than the MR", func(f *mwFixture, b *transport.MWBind) { b.Addr, b.Length = f.mr.Addr(), 1<<63 }, syscall.EINVAL},
+		{"C10-75: the whole MR", func(f *mwFixture, b *transport.MWBind) { b.Addr, b.Length = f.mr.Addr(), 4096 }, 0},
+		{"C10-75: zero based windows lie inside the MR too", func(f *mwFixture, b *transport.MWBind) {
+			b.Access |= AccessZeroBased
+			b.Addr = f.mr.Addr() + 4000
 		}, syscall.EINVAL},
-		{"MR of another PD", func(f *mwFixture, b *mwBind) {
+		{"MR of another PD", func(f *mwFixture, b *transport.MWBind) {
 			pd2 := must[*PD](t)(f.d.AllocPD())
-			b.mrLKey = must[*MR](t)(pd2.RegMR(f.buf, AccessLocalWrite|AccessMWBind)).LKey()
+			b.MRLKey = must[*MR](t)(pd2.RegMR(f.buf, AccessLocalWrite|AccessMWBind)).LKey()
 		}, syscall.EPERM},
-		{"o10-36.2.2: type 1 cannot be zero based", func(f *mwFixture, b *mwBind) {
-			b.mwRKey, b.newRKey = f.w1.RKey(), IncRKey(f.w1.RKey())
-			b.access |= AccessZeroBased
+		{"o10-36.2.2: type 1 cannot be zero based", func(f *mwFixture, b *transport.MWBind) {
+			b.MWRKey, b.NewRKey = f.w1.RKey(), IncRKey(f.w1.RKey())
+			b.Access |= AccessZeroBased
 		}, syscall.EINVAL},
-		{"type 1 from any QP of any PD", func(f *mwFixture, b *mwBind) {
-			b.mwRKey, b.newRKey = f.w1.RKey(), IncRKey(f.w1.RKey())
-			b.pd++
+		{"type 1 from any QP of any PD", func(f *mwFixture, b *transport.MWBind) {
+			b.MWRKey, b.NewRKey = f.w1.RKey(), IncRKey(f.w1.RKey())
+			b.PD++
 		}, 0},
-		{"type 1 zero-length bind", func(f *mwFixture, b *mwBind) {
-			b.mwRKey, b.newRKey = f.w1.RKey(), IncRKey(f.w1.RKey())
-			b.length = 0
+		{"type 1 zero-length bind", func(f *mwFixture, b *transport.MWBind) {
+			b.MWRKey, b.NewRKey = f.w1.RKey(), IncRKey(f.w1.RKey())
+			b.Length = 0
 		}, 0},
 	}
 	for _, tc := range tests {
@@ -139,12 +141,12 @@ func TestBindMWRules(t *testing.T) {
 			f := newMWFixture(t)
 			b := f.bind2()
 			tc.mod(f, &b)
-			w := f.d.mem.windowOf(b.mwRKey)
+			w := f.d.mem.windowOf(b.MWRKey)
 			var before window
 			if w != nil {
 				before = *w
 			}
-			err := f.d.mem.bindMW(&b)
+			err := f.d.mem.BindMW(&b)
 			if tc.want != 0 {
 				wantBindErr(t, err, tc.want)
 				if w != nil && *w != before {
@@ -153,8 +155,8 @@ func TestBindMWRules(t *testing.T) {
 				return
 			}
 			noErr(t, err)
-			if w.rkey != b.newRKey {
-				t.Fatalf("rkey %#x after the bind, want %#x", w.rkey, b.newRKey)
+			if w.rkey != b.NewRKey {
+				t.Fatalf("rkey %#x after the bind, want %#x", w.rkey, b.NewRKey)
 			}
 		})
 	}
@@ -168,14 +170,14 @@ func TestBindMWEffects(t *testing.T) {
 	f := newMWFixture(t)
 	m := f.d.mem
 	b := f.bind2()
-	old := b.mwRKey
-	noErr(t, m.bindMW(&b))
+	old := b.MWRKey
+	noErr(t, m.BindMW(&b))
 	if m.RemoteRegion(old) != nil {
 		t.Fatal("the rkey before the bind still resolves")
 	}
-	r := m.RemoteRegion(b.newRKey)
-	if r == nil || r.Addr != b.addr || len(r.Buf) != 1024 || &r.Buf[0] != &f.buf[512] ||
-		r.Access != b.access || r.PD != f.pd.id || f.w2.RKey() != b.newRKey {
+	r := m.RemoteRegion(b.NewRKey)
+	if r == nil || r.Addr != b.Addr || len(r.Buf) != 1024 || &r.Buf[0] != &f.buf[512] ||
+		r.Access != b.Access || r.PD != f.pd.id || f.w2.RKey() != b.NewRKey {
 		t.Fatalf("window region %+v", r)
 	}
 	wantErrno(t, f.mr.Close(), syscall.EBUSY) // ibv_dereg_mr fails while a window is bound
@@ -184,9 +186,9 @@ func TestBindMWEffects(t *testing.T) {
 	k := f.w1.RKey()
 	for i, where := range []struct{ off, n uint64 }{{0, 16}, {4000, 96}, {0, 0}} {
 		nk := IncRKey(k)
-		b1 := mwBind{mwRKey: k, newRKey: nk, mrLKey: f.mr.LKey(), addr: f.mr.Addr() + where.off, length: where.n,
-			access: AccessRemoteRead, qpn: qpB, pd: 77}
-		noErr(t, m.bindMW(&b1))
+		b1 := transport.MWBind{MWRKey: k, NewRKey: nk, MRLKey: f.mr.LKey(), Addr: f.mr.Addr() + where.off, Length: where.n,
+			Access: AccessRemoteRead, QPN: qpB, PD: 77}
+		noErr(t, m.BindMW(&b1))
 		if m.RemoteRegion(k) != nil {
 			t.Fatalf("bind %d: the previous rkey still resolves", i)
 		}
@@ -198,14 +200,14 @@ func TestBindMWEffects(t *testing.T) {
 	}
 
 	// A zero-based type 2 window: offsets from 0.
-	noErr(t, m.invalidate(b.newRKey, qpA, f.pd.id))
+	noErr(t, m.Invalidate(b.NewRKey, qpA, f.pd.id))
 	zb := f.bind2()
-	zb.access |= AccessZeroBased
-	noErr(t, m.bindMW(&zb))
-	if r := m.RemoteRegion(zb.newRKey); r == nil || r.Addr != 0 || &r.Buf[0] != &f.buf[512] || len(r.Buf) != 1024 {
+	zb.Access |= AccessZeroBased
+	noErr(t, m.BindMW(&zb))
+	if r := m.RemoteRegion(zb.NewRKey); r == nil || r.Addr != 0 || &r.Buf[0] != &f.buf[512] || len(r.Buf) != 1024 {
 		t.Fatalf("zero-based window %+v", r)
 	}
-	noErr(t, m.invalidate(zb.newRKey, qpA, f.pd.id))
+	noErr(t, m.Invalidate(zb.NewRKey, qpA, f.pd.id))
 	noErr(t, f.mr.Close()) // no window bound any more
 }
 
@@ -221,8 +223,8 @@ func TestInvalidateRules(t *testing.T) {
 	}{
 		{"a bound type 2 window, by its QP", func(_ *mwFixture, k uint32) uint32 { return k }, qpA, nil, true},
 		{"o10-37.2.26: a type 1 window cannot be invalidated", func(f *mwFixture, _ uint32) uint32 {
-			noErr(t, f.d.mem.bindMW(&mwBind{mwRKey: f.w1.RKey(), newRKey: IncRKey(f.w1.RKey()), mrLKey: f.mr.LKey(),
-				addr: f.mr.Addr(), length: 8, access: AccessRemoteRead}))
+			noErr(t, f.d.mem.BindMW(&transport.MWBind{MWRKey: f.w1.RKey(), NewRKey: IncRKey(f.w1.RKey()), MRLKey: f.mr.LKey(),
+				Addr: f.mr.Addr(), Length: 8, Access: AccessRemoteRead}))
 			return f.w1.RKey()
 		}, qpA, nil, false},
 		{"an MR's rkey (no fast-registration MR)", func(f *mwFixture, _ uint32) uint32 {
@@ -232,7 +234,7 @@ func TestInvalidateRules(t *testing.T) {
 		{"an unknown rkey", func(_ *mwFixture, k uint32) uint32 { return k ^ 0x100 }, qpA, nil, false},
 		{"the window's previous key byte", func(_ *mwFixture, k uint32) uint32 { return k - 1 }, qpA, nil, false},
 		{"a type 2 window that is not bound", func(f *mwFixture, k uint32) uint32 {
-			noErr(t, f.d.mem.invalidate(k, qpA, f.pd.id))
+			noErr(t, f.d.mem.Invalidate(k, qpA, f.pd.id))
 			return k
 		}, qpA, nil, false},
 		{"type 2B: from a QP other than the bound one", func(_ *mwFixture, k uint32) uint32 { return k }, qpB, nil, false},
@@ -243,17 +245,17 @@ func TestInvalidateRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newMWFixture(t)
 			b := f.bind2()
-			noErr(t, f.d.mem.bindMW(&b))
-			key := tc.key(f, b.newRKey)
+			noErr(t, f.d.mem.BindMW(&b))
+			key := tc.key(f, b.NewRKey)
 			pd := f.pd.id
 			if tc.pd != nil {
 				pd = tc.pd(f)
 			}
-			wasBound := f.d.mem.RemoteRegion(b.newRKey) != nil
-			err := f.d.mem.invalidate(key, tc.qpn, pd)
+			wasBound := f.d.mem.RemoteRegion(b.NewRKey) != nil
+			err := f.d.mem.Invalidate(key, tc.qpn, pd)
 			if !tc.ok {
 				wantBindErr(t, err, syscall.EINVAL)
-				if wasBound && f.d.mem.RemoteRegion(b.newRKey) == nil {
+				if wasBound && f.d.mem.RemoteRegion(b.NewRKey) == nil {
 					t.Fatal("a refused invalidation unbound the window")
 				}
 				return
@@ -267,8 +269,8 @@ func TestInvalidateRules(t *testing.T) {
 			}
 			// Free again: it can be bound again, with the next key byte.
 			nb := f.bind2()
-			noErr(t, f.d.mem.bindMW(&nb))
-			if f.d.mem.RemoteRegion(nb.newRKey) == nil || f.d.mem.RemoteRegion(key) != nil {
+			noErr(t, f.d.mem.BindMW(&nb))
+			if f.d.mem.RemoteRegion(nb.NewRKey) == nil || f.d.mem.RemoteRegion(key) != nil {
 				t.Fatal("rebind after invalidation")
 			}
 		})
@@ -280,10 +282,10 @@ func TestInvalidateRules(t *testing.T) {
 func TestDeallocBoundMW(t *testing.T) {
 	f := newMWFixture(t)
 	b := f.bind2()
-	noErr(t, f.d.mem.bindMW(&b))
+	noErr(t, f.d.mem.BindMW(&b))
 	wantErrno(t, f.mr.Close(), syscall.EBUSY)
 	noErr(t, f.w2.Close())
-	if f.d.mem.RemoteRegion(b.newRKey) != nil || f.d.mem.windowOf(b.newRKey) != nil {
+	if f.d.mem.RemoteRegion(b.NewRKey) != nil || f.d.mem.windowOf(b.NewRKey) != nil {
 		t.Fatal("a deallocated window still resolves")
 	}
 	noErr(t, f.mr.Close())
@@ -292,10 +294,10 @@ func TestDeallocBoundMW(t *testing.T) {
 func TestWindowLookupDoesNotAllocate(t *testing.T) {
 	f := newMWFixture(t)
 	b := f.bind2()
-	noErr(t, f.d.mem.bindMW(&b))
+	noErr(t, f.d.mem.BindMW(&b))
 	if n := testing.AllocsPerRun(1000, func() {
-		f.d.mem.RemoteRegion(b.newRKey)
-		f.d.mem.RemoteRegion(b.mwRKey)
+		f.d.mem.RemoteRegion(b.NewRKey)
+		f.d.mem.RemoteRegion(b.MWRKey)
 	}); n != 0 {
 		t.Fatalf("%v allocs per lookup", n)
 	}

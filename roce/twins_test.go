@@ -27,6 +27,7 @@ var twinPairs = []struct{ user, engine any }{
 	{QPCap{}, transport.QPCap{}},
 	{QPAttr{}, transport.QPAttr{}},
 	{QPInfo{}, transport.QPInfo{}},
+	{MWBindWR{}, transport.MWBindWR{}},
 }
 
 // TestVerbsTypesAreTheirEngineTwins checks what makes convert.go's reinterpretation

@@ -77,6 +77,29 @@ type SendWR struct {
 	// RemoteQKey is the Q_Key of a UD send (wr.ud.remote_qkey); with its high bit
 	// set the QP's own Q_Key is sent instead.
 	RemoteQKey uint32
+	// BindMW is the bind a BIND_MW WR executes (wr.bind_mw); see MWBindWR.
+	BindMW MWBindWR
+}
+
+// MWBindWR is the bind of an IBV_WR_BIND_MW work request (wr.bind_mw: mw, rkey
+// and bind_info, in the flat form rxe's kernel WR has). A type 2 window is bound
+// this way; a type 1 window through QP.BindMW, which posts one.
+type MWBindWR struct {
+	// MWRKey names the window: its current rkey, MW.RKey().
+	MWRKey uint32
+	// RKey is the rkey the window has after the bind; only its key byte (the
+	// low 8 bits) is taken, so IncRKey(mw.RKey()) is the usual value. A peer
+	// holding the previous rkey is refused from then on.
+	RKey uint32
+	// MRLKey names the MR the window opens onto (bind_info.mr->lkey); the MR
+	// must have been registered with AccessMWBind.
+	MRLKey uint32
+	// Addr and Length are the window's range of the MR (bind_info.addr,
+	// .length). Length 0 unbinds a type 1 window.
+	Addr, Length uint64
+	// Access are the rights the window grants (bind_info.mw_access_flags):
+	// remote read, write, atomic, and for a type 2 window AccessZeroBased.
+	Access Access
 }
 
 // WC is a work completion (struct ibv_wc), as CQ.Poll returns it.

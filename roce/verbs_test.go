@@ -80,6 +80,9 @@ func TestDeviceQuery(t *testing.T) {
 	d := pipeDevice(t)
 	a, err := d.Query()
 	noErr(t, err)
+	if a.DeviceCapFlags&(DeviceMemWindow|DeviceMemWindow2B) != DeviceMemWindow|DeviceMemWindow2B || a.MaxMW != 1<<19-1 {
+		t.Errorf("memory windows: caps %#x max_mw %d, want MEM_WINDOW, TYPE_2B and rxe's 524287", a.DeviceCapFlags, a.MaxMW)
+	}
 	if a.DeviceCapFlags&DeviceSRQResize == 0 {
 		t.Error("SRQ_RESIZE not advertised")
 	}

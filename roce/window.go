@@ -38,17 +38,6 @@ type window struct {
 // MR flags plus ZERO_BASED). Anything else is EOPNOTSUPP, as rxe_bind_mw says.
 const accessMW = accessSupported | AccessZeroBased
 
-// mwBind is one bind as the send queue executes it, from ibv_bind_mw or an
-// IBV_WR_BIND_MW work request (rxe_bind_mw's inputs).
-type mwBind struct {
-	mwRKey       uint32 // the window's current rkey: names the window
-	newRKey      uint32 // the rkey after the bind: only its key byte is taken
-	mrLKey       uint32 // the MR to bind to; unused when length is 0
-	addr, length uint64
-	access       Access
-	qpn, pd      uint32 // the QP executing the bind and its PD
-}
-
 // bindErr is a refused bind. The send queue completes the WR with
 // IBV_WC_MW_BIND_ERR whatever the rule; the errno and rule are for the message.
 func bindErr(errno syscall.Errno, format string, args ...any) error {
@@ -110,22 +99,23 @@ func (m *memory) windowOf(key uint32) *window {
 	return nil
 }
 
-// bindMW executes a bind (rxe_bind_mw, rxe_check_bind_mw, IBA 10.6.7.2.3),
-// checking everything before it changes anything. On success the window's key
-// byte is the new rkey's, it grants access to [addr, addr+length) of the MR
-// (offsets [0, length) when zero based), and a type 2 window is bound to the
-// executing QP.
-func (m *memory) bindMW(b *mwBind) error {
+// BindMW implements transport.Memory: it executes a bind (rxe_bind_mw,
+// rxe_check_bind_mw, IBA 10.6.7.2.3), checking everything before it changes
+// anything. On success the window's key byte is the new rkey's, it grants
+// access to [Addr, Addr+Length) of the MR (offsets [0, Length) when zero
+// based), and a type 2 window is bound to the executing QP: only that QP may
+// use it (the region carries the QPN).
+func (m *memory) BindMW(b *transport.MWBind) error {
 	m.mwMu.Lock()
 	defer m.mwMu.Unlock()
-	w := m.windowOf(b.mwRKey)
-	if w == nil || w.rkey != b.mwRKey {
-		return bindErr(syscall.EINVAL, "no memory window has rkey %#x", b.mwRKey)
+	w := m.windowOf(b.MWRKey)
+	if w == nil || w.rkey != b.MWRKey {
+		return bindErr(syscall.EINVAL, "no memory window has rkey %#x", b.MWRKey)
 	}
 	var mr *transport.Region
-	if b.length > 0 {
-		if mr = m.LocalRegion(b.mrLKey); mr == nil {
-			return bindErr(syscall.EINVAL, "no MR has lkey %#x", b.mrLKey)
+	if b.Length > 0 {
+		if mr = m.LocalRegion(b.MRLKey); mr == nil {
+			return bindErr(syscall.EINVAL, "no MR has lkey %#x", b.MRLKey)
 		}
 	}
 	if err := checkBind(w, b, mr); err != nil {
@@ -135,44 +125,44 @@ func (m *memory) bindMW(b *mwBind) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m.unbindLocked(w)
-	w.rkey = w.rkey&^keyByteMask | b.newRKey&keyByteMask
-	w.state, w.access, w.addr, w.length = mwValid, b.access, b.addr, b.length
+	w.rkey = w.rkey&^keyByteMask | b.NewRKey&keyByteMask
+	w.state, w.access, w.addr, w.length = mwValid, b.Access, b.Addr, b.Length
+	if w.typ == MWType2 {
+		w.qpn = b.QPN
+	}
 	if mr != nil {
 		w.mr = mr
 		m.boundMWs[mr]++
-		off := b.addr - mr.Addr
-		base := b.addr
-		if b.access&AccessZeroBased != 0 {
+		off := b.Addr - mr.Addr
+		base := b.Addr
+		if b.Access&AccessZeroBased != 0 {
 			base = 0
 		}
-		w.region = &transport.Region{PD: w.pd, Addr: base, Buf: mr.Buf[off : off+b.length : off+b.length],
-			Access: b.access, RKey: w.rkey}
-	}
-	if w.typ == MWType2 {
-		w.qpn = b.qpn
+		w.region = &transport.Region{PD: w.pd, Addr: base, Buf: mr.Buf[off : off+b.Length : off+b.Length],
+			Access: b.Access, RKey: w.rkey, QPN: w.qpn}
 	}
 	return nil
 }
 
 // checkBind holds the rules of a bind, in rxe's order. mr is nil for a zero
 // length bind.
-func checkBind(w *window, b *mwBind, mr *transport.Region) error {
-	if b.access&^accessMW != 0 {
-		return bindErr(syscall.EOPNOTSUPP, "access %#x not supported on a memory window", uint32(b.access&^accessMW))
+func checkBind(w *window, b *transport.MWBind, mr *transport.Region) error {
+	if b.Access&^accessMW != 0 {
+		return bindErr(syscall.EOPNOTSUPP, "access %#x not supported on a memory window", uint32(b.Access&^accessMW))
 	}
 	switch w.typ {
 	case MWType1:
 		if w.state != mwValid {
 			return bindErr(syscall.EINVAL, "type 1 window not in the valid state")
 		}
-		if b.access&AccessZeroBased != 0 {
+		if b.Access&AccessZeroBased != 0 {
 			return bindErr(syscall.EINVAL, "o10-36.2.2: a type 1 window cannot be zero based")
 		}
 	case MWType2:
 		if w.state != mwFree {
 			return bindErr(syscall.EINVAL, "o10-37.2.30: a type 2 window is bound only from the free state (invalidate it first)")
 		}
-		if b.pd != w.pd {
+		if b.PD != w.pd {
 			return bindErr(syscall.EINVAL, "C10-72: the QP's PD is not the window's")
 		}
 		if mr == nil {
@@ -187,21 +177,21 @@ func checkBind(w *window, b *mwBind, mr *transport.Region) error {
 		return bindErr(syscall.EPERM, "the MR's PD is not the window's")
 	case mr.Access&AccessMWBind == 0:
 		return bindErr(syscall.EACCES, "C10-73: the MR was not registered with MW_BIND")
-	case b.access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && mr.Access&AccessLocalWrite == 0:
+	case b.Access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && mr.Access&AccessLocalWrite == 0:
 		return bindErr(syscall.EACCES, "C10-74: a writable window needs an MR with LOCAL_WRITE")
-	case b.addr < mr.Addr || b.length > uint64(len(mr.Buf)) || b.addr-mr.Addr > uint64(len(mr.Buf))-b.length:
-		return bindErr(syscall.EINVAL, "C10-75: window [%#x, +%d) outside the MR [%#x, +%d)", b.addr, b.length, mr.Addr, len(mr.Buf))
+	case b.Addr < mr.Addr || b.Length > uint64(len(mr.Buf)) || b.Addr-mr.Addr > uint64(len(mr.Buf))-b.Length:
+		return bindErr(syscall.EINVAL, "C10-75: window [%#x, +%d) outside the MR [%#x, +%d)", b.Addr, b.Length, mr.Addr, len(mr.Buf))
 	}
 	return nil
 }
 
-// invalidate is LOCAL_INV and the responder half of SEND_WITH_INV (IBA
-// 10.6.7.2.5, rxe_invalidate_mw): only a bound type 2 window can be
-// invalidated, by its exact rkey, from a QP of its PD, and a type 2B window only
-// from the QP it is bound to. An MR of ibv_reg_mr is no fast-registration MR and
+// Invalidate implements transport.Memory: LOCAL_INV and the responder half of
+// SEND_WITH_INV (IBA 10.6.7.2.5, rxe_invalidate_mw): only a bound type 2
+// window can be invalidated, by its exact rkey, from a QP of its PD, and a
+// type 2B window only from the QP it is bound to. An MR of ibv_reg_mr is no fast-registration MR and
 // cannot be invalidated either (rxe_invalidate_mr: "Type is wrong"). The window
 // returns to the free state and its rkey resolves to nothing.
-func (m *memory) invalidate(rkey, qpn, pd uint32) error {
+func (m *memory) Invalidate(rkey, qpn, pd uint32) error {
 	m.mwMu.Lock()
 	defer m.mwMu.Unlock()
 	w := m.windowOf(rkey)

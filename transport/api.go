@@ -22,6 +22,8 @@ const (
 	AccessRemoteWrite  Access = 1 << 1 // IBV_ACCESS_REMOTE_WRITE
 	AccessRemoteRead   Access = 1 << 2 // IBV_ACCESS_REMOTE_READ
 	AccessRemoteAtomic Access = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
+	AccessMWBind       Access = 1 << 4 // IBV_ACCESS_MW_BIND
+	AccessZeroBased    Access = 1 << 5 // IBV_ACCESS_ZERO_BASED
 )
 
 // Region is a registered memory region as the engine sees it: the bytes, the
@@ -35,6 +37,9 @@ type Region struct {
 	Access Access
 	LKey   uint32
 	RKey   uint32
+	// QPN, when not 0, is the only QP that may use the region: a type 2B
+	// memory window is bound to the QP that bound it (IBA 10.6.7.2.4).
+	QPN uint32
 }
 
 // slice returns the bytes [addr, addr+n) of r, or nil when the range is not
@@ -53,13 +58,30 @@ func (r *Region) slice(addr uint64, n uint64) []byte {
 }
 
 // Memory resolves memory keys for the engine. roce implements it with its
-// PD/MR registry; tests use a fake. Both methods return nil for an unknown
-// key. The engine performs the PD, access-flag and range checks itself, so an
-// implementation only looks the key up. Both are called from shard
-// goroutines concurrently.
+// PD/MR registry; tests use a fake. LocalRegion and RemoteRegion return nil
+// for an unknown key; the engine performs the PD, QP, access-flag and range
+// checks itself, so an implementation only looks the key up. BindMW and
+// Invalidate execute the local operations of a send queue (BIND_MW,
+// LOCAL_INV) and the invalidation a SEND_WITH_INV asks for, and return an
+// error when a rule of the IBA forbids them; the engine turns that into the
+// completion status. Every method is called from shard goroutines
+// concurrently.
 type Memory interface {
 	LocalRegion(lkey uint32) *Region
 	RemoteRegion(rkey uint32) *Region
+	BindMW(b *MWBind) error
+	Invalidate(rkey, qpn, pd uint32) error
+}
+
+// MWBind is a memory window bind as a send queue executes it (rxe_bind_mw):
+// the window named by its current rkey gets the key byte of NewRKey and
+// grants Access to [Addr, Addr+Length) of the MR named by MRLKey (nothing when
+// Length is 0). QPN and PD are the executing QP's.
+type MWBind struct {
+	MWRKey, NewRKey, MRLKey uint32
+	Addr, Length            uint64
+	Access                  Access
+	QPN, PD                 uint32
 }
 
 // QPType is the transport service of a QP (enum ibv_qp_type).
@@ -269,6 +291,19 @@ type SendWR struct {
 	AH         *AddressVector // UD: destination
 	RemoteQPN  uint32         // UD: destination QP
 	RemoteQKey uint32         // UD: Q_Key; high bit set takes the QP's Q_Key
+	BindMW     MWBindWR       // BIND_MW: the window and the binding
+}
+
+// MWBindWR is the bind a BIND_MW work request asks for (wr.bind_mw, in the flat
+// form rxe's kernel WR has): the window by its current rkey, the rkey it is to
+// have (only the key byte, the low 8 bits, changes), and the MR range and
+// rights it is to grant. Length 0 unbinds a type 1 window.
+type MWBindWR struct {
+	MWRKey       uint32 // the window (mw->rkey)
+	RKey         uint32 // the rkey after the bind (bind_mw.rkey)
+	MRLKey       uint32 // the MR (bind_info.mr->lkey)
+	Addr, Length uint64 // bind_info.addr, bind_info.length
+	Access       Access // bind_info.mw_access_flags
 }
 
 // EventType is an asynchronous event (enum ibv_event_type).

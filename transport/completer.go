@@ -61,7 +61,8 @@ func (q *QP) complete(now time.Time, w *sendWQE, status cq.Status) {
 	if status == cq.Success && q.typ == QPTypeRC && !w.sentAt.IsZero() {
 		q.e.stats.ObserveLatency(now.Sub(w.sentAt))
 	}
-	if status == cq.Success && q.typ == QPTypeRC && w.lastPSN.Add(1).After(q.comp.psn) {
+	local := w.isLocalOp()
+	if status == cq.Success && q.typ == QPTypeRC && !local && w.lastPSN.Add(1).After(q.comp.psn) {
 		// Everything up to the WQE's last PSN is acknowledged (rxe
 		// do_complete/COMPST_UPDATE_COMP): a later rewind must restart
 		// after it, never inside it or before it.
@@ -76,6 +77,9 @@ func (q *QP) complete(now time.Time, w *sendWQE, status cq.Status) {
 	if signal {
 		q.pushWC(q.init.SendCQ, &wc, false)
 	}
+	if status == cq.Success && !local {
+		q.completeLocalOps(now) // local operations waiting behind w
+	}
 }
 
 // completeSent completes UD/UC WQEs once sent: nothing acknowledges them.
@@ -84,6 +88,10 @@ func (q *QP) completeSent(now time.Time) {
 		w := q.sq.slot(q.comp.idx)
 		if w.state != wqePending {
 			return
+		}
+		if w.isLocalOp() {
+			q.completeLocalOps(now)
+			continue
 		}
 		q.complete(now, w, cq.Success)
 	}

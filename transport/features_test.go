@@ -575,10 +575,9 @@ func TestInlineSkipsLocalKeyChecks(t *testing.T) {
 }
 
 // TestSendWithInvReportsInvalidatedRKey: a SEND_WITH_INV carries the rkey in
-// an IETH on its last packet, and the receive completion has IBV_WC_WITH_INV
-// and that rkey in invalidated_rkey (rxe do_complete). The
-// engine has no memory windows or fast-registration MRs, so it reports the
-// rkey but does not invalidate anything; that is not asserted here.
+// an IETH on its last packet, the receive completion has IBV_WC_WITH_INV and
+// that rkey in invalidated_rkey (rxe do_complete), and the window it names
+// (bound to the receiving QP) is invalidated: its rkey resolves no more.
 func TestSendWithInvReportsInvalidatedRKey(t *testing.T) {
 	for _, size := range []int{0, 100, 3000} {
 		t.Run(fmt.Sprintf("%d bytes", size), func(t *testing.T) {
@@ -587,7 +586,13 @@ func TestSendWithInvReportsInvalidatedRKey(t *testing.T) {
 				defer a.close(t)
 				defer b.close(t)
 				qa, qb := rcPair(t, a, b, rcOpts{})
-				target := b.mem.reg(1, make([]byte, 64), AccessRemoteWrite) // the rkey named
+				mr := b.mem.reg(1, make([]byte, 64), AccessLocalWrite|AccessMWBind)
+				b.mem.bindQP = true
+				if err := b.mem.BindMW(&MWBind{NewRKey: 0x501, MRLKey: mr.LKey, Addr: mr.Addr, Length: 64,
+					Access: AccessRemoteWrite, QPN: qb.qpn, PD: 1}); err != nil {
+					t.Fatal(err)
+				}
+				target := b.mem.RemoteRegion(0x501) // the window named
 				src := a.mem.reg(1, pattern(size, 4), AccessLocalWrite)
 				recv := b.mem.reg(1, make([]byte, 4096), AccessLocalWrite)
 				if _, err := qb.PostRecv([]srq.RecvWR{{WRID: 5, SGL: []srq.SGE{recv.sge(0, 4096)}}}); err != nil {
@@ -612,6 +617,9 @@ func TestSendWithInvReportsInvalidatedRKey(t *testing.T) {
 				}
 				if w.Flags&cq.FlagWithImm != 0 {
 					t.Fatalf("receive flags %v: WITH_IMM set on SEND_WITH_INV", w.Flags)
+				}
+				if b.mem.RemoteRegion(target.RKey) != nil {
+					t.Fatal("the window's rkey still resolves after the SEND_WITH_INV")
 				}
 				qb.Query()
 				if !bytes.Equal(recv.Buf[:size], src.Buf) {

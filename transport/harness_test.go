@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -21,10 +22,16 @@ type fakeMem struct {
 	byR  map[uint32]*Region
 	next uint32
 	addr uint64
+
+	windows     map[uint32]bool // rkeys BindMW made
+	binds       []MWBind        // every BindMW call
+	invalidated []uint32        // every Invalidate call
+	failBind    bool            // BindMW refuses
+	bindQP      bool            // BindMW binds windows to the QP (type 2B)
 }
 
 func newFakeMem() *fakeMem {
-	return &fakeMem{byL: map[uint32]*Region{}, byR: map[uint32]*Region{}, next: 0x100, addr: 0x10000}
+	return &fakeMem{byL: map[uint32]*Region{}, byR: map[uint32]*Region{}, windows: map[uint32]bool{}, next: 0x100, addr: 0x10000}
 }
 
 func (m *fakeMem) LocalRegion(k uint32) *Region {
@@ -49,6 +56,42 @@ func (m *fakeMem) reg(pd uint32, buf []byte, acc Access) *Region {
 	m.byL[r.LKey] = r
 	m.byR[r.RKey] = r
 	return r
+}
+
+// BindMW is a stand-in for roce's window rules, for the engine's tests: it
+// records the bind and, unless failBind is set, makes NewRKey resolve to the
+// range of the MR it names (bound to the executing QP when bindQP is set).
+func (m *fakeMem) BindMW(b *MWBind) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.binds = append(m.binds, *b)
+	mr := m.byL[b.MRLKey]
+	if m.failBind || mr == nil {
+		return errors.New("fake bind refused")
+	}
+	off := b.Addr - mr.Addr
+	r := &Region{PD: b.PD, Addr: b.Addr, Buf: mr.Buf[off : off+b.Length], Access: b.Access, RKey: b.NewRKey}
+	if m.bindQP {
+		r.QPN = b.QPN
+	}
+	m.byR[b.NewRKey] = r
+	m.windows[b.NewRKey] = true
+	return nil
+}
+
+// Invalidate is a stand-in for roce's invalidation rules: a window BindMW
+// made, of the QP's PD and bound to it if bound at all, stops resolving.
+func (m *fakeMem) Invalidate(rkey, qpn, pd uint32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.invalidated = append(m.invalidated, rkey)
+	r := m.byR[rkey]
+	if !m.windows[rkey] || r == nil || r.PD != pd || (r.QPN != 0 && r.QPN != qpn) {
+		return errors.New("fake invalidate refused")
+	}
+	delete(m.byR, rkey)
+	delete(m.windows, rkey)
+	return nil
 }
 
 func (r *Region) sge(off, n int) srq.SGE {

@@ -532,19 +532,21 @@ func (q *QP) postOne(wr *SendWR) error {
 		}
 	case QPTypeUC:
 		switch wr.Opcode {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm:
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv, WRBindMW:
 		default:
 			return newErr(op, q.qpn, syscall.EINVAL, "opcode %d not valid on a UC QP", wr.Opcode)
 		}
 	default:
 		switch wr.Opcode {
 		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv:
-		case WRLocalInv, WRBindMW:
-			return newErr(op, q.qpn, syscall.ENOSYS, "opcode %d not implemented", wr.Opcode)
+			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv, WRLocalInv, WRBindMW:
 		default:
 			return newErr(op, q.qpn, syscall.EINVAL, "unknown opcode %d", wr.Opcode)
 		}
+	}
+	if (wr.Opcode == WRLocalInv || wr.Opcode == WRBindMW) && (len(wr.SGL) > 0 || wr.Flags&SendInline != 0) {
+		// A local operation carries no data (rxe validate_send_wr for BIND_MW).
+		return newErr(op, q.qpn, syscall.EINVAL, "%s carries no data: no SGEs, not inline", wcOpcode(wr.Opcode))
 	}
 	if len(wr.SGL) > int(q.init.Cap.MaxSendSGE) {
 		return newErr(op, q.qpn, syscall.EINVAL, "%d SGEs above max_send_sge %d", len(wr.SGL), q.init.Cap.MaxSendSGE)

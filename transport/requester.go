@@ -74,6 +74,9 @@ func (q *QP) rewind() {
 		if w.state == wqePosted {
 			break
 		}
+		if w.isLocalOp() {
+			continue // executed once, never again
+		}
 		if i == q.comp.idx && q.comp.psn.After(w.firstPSN) && !q.comp.psn.After(w.lastPSN) {
 			w.state = wqeProcessing
 			continue
@@ -110,6 +113,16 @@ func (q *QP) runRequester(now time.Time, limit int) (sent int, more bool) {
 	tail := q.sq.loadTail()
 	for q.req.idx < tail && q.attr.State != QPSErr {
 		w := q.sq.slot(q.req.idx)
+		if w.isLocalOp() {
+			idx := q.req.idx
+			if !q.runLocalOp(now, w) {
+				return sent, false
+			}
+			if q.req.idx == idx { // not moved on by the completion
+				q.req.idx++
+			}
+			continue
+		}
 		if w.state == wqePosted && !q.startWQE(now, w) {
 			return sent, false
 		}

@@ -39,6 +39,22 @@ func (p rulePkt) reth(rkey uint32, off uint64, n uint32) rulePkt {
 	return p
 }
 
+func (p rulePkt) ieth(rkey uint32) rulePkt { p.f.IETH = rkey; return p }
+
+// winKey is the rkey of the memory window rows bind over the row's MR.
+const winKey = 0xBBBB0007
+
+// bindWindow binds winKey over mr (through the fake memory's BindMW) to the
+// QP qpn, as a type 2B window.
+func bindWindow(t *testing.T, w *wire, mr *Region, qpn uint32) {
+	t.Helper()
+	w.mem.bindQP = true
+	if err := w.mem.BindMW(&MWBind{NewRKey: winKey, MRLKey: mr.LKey, Addr: mr.Addr, Length: 4096,
+		Access: AccessRemoteWrite, QPN: qpn, PD: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (p rulePkt) atomic(rkey uint32, off, add uint64) rulePkt {
 	p.f.Atomic = bth.AtomicETH{VA: off, RKey: rkey, SwapAdd: add}
 	return p
@@ -171,6 +187,35 @@ var respRules = []respRule{
 	{name: "acknowledge: a WRITE with immediate consumes a receive WR and completes it", recv: []int{0},
 		steps: [][]rulePkt{{req(bth.RCWriteFirst, 0, 1024).reth(ruleKey, 0, 1030), req(bth.RCWriteLastImm, 1, 6).ackReq()}},
 		want:  []wantPkt{{bth.RCAck, 1, ack, 1}}, wcs: []wantWC{{cq.Success, cq.OpRecvRDMAWithImm, 1030}}},
+
+	{name: "IBA 10.6.7.2.5 SEND_WITH_INV invalidates a window bound to the QP: a WRITE through its rkey is then class C remote access",
+		recv: []int{64}, check: func(t *testing.T, w *wire, mr *Region) {
+			bindWindow(t, w, mr, w.q.qpn)
+			got := w.deliverRule([]rulePkt{req(bth.RCWriteOnly, 0, 8).reth(winKey, mr.Addr, 8),
+				req(bth.RCSendOnlyInv, 1, 8).ieth(winKey).ackReq()}, wireRQPSN, mr)
+			checkPackets(t, got, []wantPkt{out(bth.RCAck, 1, ack)}, wireRQPSN)
+			if wc := w.wcs(w.rcq); len(wc) != 1 || wc[0].Status != cq.Success || wc[0].Flags&cq.FlagWithInv == 0 || wc[0].InvalidatedRKey != winKey {
+				t.Fatalf("receive completions %v, want one success WITH_INV %#x", wc, winKey)
+			}
+			got = w.deliverRule([]rulePkt{req(bth.RCWriteOnly, 2, 8).reth(winKey, mr.Addr, 8)}, wireRQPSN, mr)
+			checkPackets(t, got, []wantPkt{out(bth.RCAck, 2, nakAcc)}, wireRQPSN)
+			if w.q.attr.State != QPSErr {
+				t.Fatalf("state %v after the refused WRITE", w.q.attr.State)
+			}
+		}},
+	{name: "rxe class J SEND_WITH_INV naming an rkey that cannot be invalidated: placed and acknowledged, the receive WR fails REM_INV_REQ_ERR, QP to ERR",
+		recv:  []int{64},
+		steps: [][]rulePkt{{req(bth.RCSendOnlyInv, 0, 8).ieth(ruleKey).ackReq()}},
+		want:  []wantPkt{out(bth.RCAck, 0, ack)}, wcs: []wantWC{{cq.RemInvReqErr, cq.OpRecv, 0}}, state: QPSErr},
+	{name: "IBA 10.6.7.2.4 a type 2B window answers only the QP it is bound to: any other QP gets class C remote access",
+		check: func(t *testing.T, w *wire, mr *Region) {
+			bindWindow(t, w, mr, w.q.qpn+1)
+			got := w.deliverRule([]rulePkt{req(bth.RCWriteOnly, 0, 8).reth(winKey, mr.Addr, 8)}, wireRQPSN, mr)
+			checkPackets(t, got, []wantPkt{out(bth.RCAck, 0, nakAcc)}, wireRQPSN)
+			if w.q.attr.State != QPSErr {
+				t.Fatalf("state %v after the refused WRITE", w.q.attr.State)
+			}
+		}},
 
 	{name: "UC class D PSN gap: the message is dropped, the next ONLY resynchronizes", typ: QPTypeUC, recv: []int{4096, 4096},
 		steps: [][]rulePkt{{req(bth.UCSendFirst, 0, 1024)}, {req(bth.UCSendLast, 2, 8)}, {req(bth.UCSendOnly, 5, 8)}},

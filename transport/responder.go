@@ -107,10 +107,11 @@ func checkPSN(expected, p bth.PSN) verdict {
 var atomicMu sync.Mutex
 
 // remoteRange resolves an rkey for a remote access (rxe check_rkey): the key
-// must exist, belong to the QP's PD, grant want, and cover [va, va+n).
+// must exist, belong to the QP's PD (a type 2B window: be bound to this QP),
+// grant want, and cover [va, va+n).
 func (q *QP) remoteRange(rkey uint32, va uint64, n uint32, want Access) []byte {
 	r := q.e.mem.RemoteRegion(rkey)
-	if r == nil || r.PD != q.init.PD || r.Access&want != want {
+	if r == nil || r.PD != q.init.PD || (r.QPN != 0 && r.QPN != q.qpn) || r.Access&want != want {
 		return nil
 	}
 	return r.slice(va, uint64(n))
@@ -143,6 +144,7 @@ const (
 	errRNR                  // no receive WR posted
 	errRecvProt             // the receive WR names memory it may not write
 	errRecvLen              // the receive WR is too short for the message
+	errInvalidate           // SEND_WITH_INV names an rkey that cannot be invalidated
 )
 
 // respFailure says what a failed check does. RC: a class C error NAKs with
@@ -164,6 +166,7 @@ var respFailure = [...]struct {
 	errRKey:         {bth.NAKRemoteAccess, cq.RemAccessErr, false},
 	errRecvProt:     {bth.NAKRemoteOpErr, cq.LocProtErr, true},
 	errRecvLen:      {bth.NAKInvalidRequest, cq.LocLenErr, true},
+	errInvalidate:   {bth.NAKInvalidRequest, cq.RemInvReqErr, true}, // RC answers it in invalidateFailed
 }
 
 // respChecks is the responder pipeline after the PSN check, in rxe_resp.c's
@@ -370,6 +373,11 @@ func (q *QP) placeSend(r *request) respErr {
 	default:
 		return errRecvLen
 	}
+	if r.op.HasIETH() && q.e.mem.Invalidate(r.pkt.IETH(), q.qpn, q.init.PD) != nil {
+		// The message is placed; the rkey it names is not a bound type 2
+		// window of this QP (rxe invalidate_rkey).
+		return errInvalidate
+	}
 	q.resp.off += uint32(len(r.data))
 	q.advance(r, 1)
 	if !r.op.Ends() {
@@ -470,10 +478,26 @@ func (q *QP) rcFailed(now time.Time, r *request, err respErr) {
 		}
 	case errRNR:
 		q.sendRNR(r.psn)
+	case errInvalidate:
+		q.invalidateFailed(now, r)
 	default:
 		f := respFailure[err]
 		q.classC(now, r.psn, f.nak, f.status)
 	}
+}
+
+// invalidateFailed is rxe's RESPST_ERR_INVALIDATE_RKEY (its class J): the
+// SEND_WITH_INV's data is placed and the packet acknowledged as rxe does
+// (the requester's WR completes successfully), but the receive WR completes
+// with REM_INV_REQ_ERR and the QP moves to ERR.
+func (q *QP) invalidateFailed(now time.Time, r *request) {
+	if r.pkt.AckReq() {
+		q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), r.psn)
+		q.flushAck()
+	}
+	q.resp.haveWR = false
+	q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.RemInvReqErr, Opcode: cq.OpRecv, QPNum: q.qpn}, false)
+	q.toError(now)
 }
 
 // classC is an IBA class C/B responder error: NAK, complete the receive WR

@@ -35,6 +35,7 @@ type sendWQE struct {
 	lastPSN  bth.PSN
 	sentAt   time.Time // first transmission, for the request-to-ACK latency
 	orig     uint64    // atomic: original remote value
+	status   cq.Status // a local operation's outcome, once executed
 }
 
 func (w *sendWQE) isReadOrAtomic() bool {
@@ -75,6 +76,8 @@ func wcOpcode(op WROpcode) cq.Opcode {
 		return cq.OpFetchAdd
 	case WRLocalInv:
 		return cq.OpLocalInv
+	case WRBindMW:
+		return cq.OpBindMW
 	}
 	return cq.OpSend
 }
