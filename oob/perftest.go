@@ -93,10 +93,48 @@ func ParsePerftestRecord(b []byte) (PerftestDest, error) {
 	return d, nil
 }
 
-// PerftestConn runs perftest's exchange steps on one TCP connection.
+// PerftestBinaryLen is the size of perftest's struct pingpong_dest as its rdma_cm
+// exchange (-R) sends it, on x86-64: five 32-bit fields, 4 bytes of padding, the
+// 64-bit vaddr, the GID, srqn and gid_index.
+const PerftestBinaryLen = 56
+
+// AppendBinary appends d in the layout of struct pingpong_dest, each number
+// big-endian as perftest's rdma_write_keys writes it.
+func (d PerftestDest) AppendBinary(b []byte) []byte {
+	for _, v := range []uint32{uint32(d.LID), uint32(d.OutReads), d.QPN, d.PSN, d.RKey, 0} {
+		b = binary.BigEndian.AppendUint32(b, v)
+	}
+	b = binary.BigEndian.AppendUint64(b, d.VAddr)
+	b = append(b, d.GID[:]...)
+	b = binary.BigEndian.AppendUint32(b, d.SRQN)
+	return binary.BigEndian.AppendUint32(b, 0) // gid_index: perftest does not read it
+}
+
+// ParsePerftestBinary parses a struct pingpong_dest of the rdma_cm exchange, the
+// fields perftest's rdma_read_keys reads.
+func ParsePerftestBinary(b []byte) (PerftestDest, error) {
+	if len(b) != PerftestBinaryLen {
+		return PerftestDest{}, fmt.Errorf("oob: perftest binary record is %d bytes, want %d: %w", len(b), PerftestBinaryLen, ErrRecord)
+	}
+	be := binary.BigEndian
+	d := PerftestDest{LID: uint16(be.Uint32(b[0:])), OutReads: uint16(be.Uint32(b[4:])), QPN: be.Uint32(b[8:]) & 0xFFFFFF,
+		PSN: be.Uint32(b[12:]) & 0xFFFFFF, RKey: be.Uint32(b[16:]), VAddr: be.Uint64(b[24:]), SRQN: be.Uint32(b[48:])}
+	copy(d.GID[:], b[32:48])
+	return d, nil
+}
+
+// MessageExchanger carries perftest's exchange over rdma_cm (-R): each step is
+// one message each way on an RC QP, the client's first.
+type MessageExchanger interface {
+	Exchange(ctx context.Context, out, in []byte) error
+}
+
+// PerftestConn runs perftest's exchange steps on one TCP connection, or, for -R,
+// over a MessageExchanger.
 type PerftestConn struct {
 	conn   net.Conn
-	client bool // the side that connected: it writes first in every step
+	client bool             // the side that connected: it writes first in every step
+	msgs   MessageExchanger // -R: steps are messages, QP records binary, no "done"
 }
 
 // NewPerftestConn wraps conn. client is true on the side that connected.
@@ -104,9 +142,18 @@ func NewPerftestConn(conn net.Conn, client bool) *PerftestConn {
 	return &PerftestConn{conn: conn, client: client}
 }
 
+// NewPerftestMessages runs the exchange over m, as perftest does with -R: the
+// same steps, the QP records in their binary form, and no closing "done".
+func NewPerftestMessages(m MessageExchanger) *PerftestConn {
+	return &PerftestConn{msgs: m}
+}
+
 // Exchange sends out and receives len(in) bytes, in perftest's order: the client
 // writes then reads, the server reads then writes.
 func (p *PerftestConn) Exchange(ctx context.Context, out, in []byte) error {
+	if p.msgs != nil {
+		return p.msgs.Exchange(ctx, out, in)
+	}
 	defer bindContext(ctx, p.conn)()
 	if p.client {
 		if _, err := p.conn.Write(out); err != nil {
@@ -171,6 +218,13 @@ func (p *PerftestConn) ExchangeMTU(ctx context.Context, local int) (int, error) 
 // HandShake swaps one QP record (ctx_hand_shake). perftest also uses it as a barrier,
 // repeating the same records.
 func (p *PerftestConn) HandShake(ctx context.Context, local PerftestDest) (PerftestDest, error) {
+	if p.msgs != nil {
+		var in [PerftestBinaryLen]byte
+		if err := p.Exchange(ctx, local.AppendBinary(nil), in[:]); err != nil {
+			return PerftestDest{}, err
+		}
+		return ParsePerftestBinary(in[:])
+	}
 	out, err := local.AppendRecord(make([]byte, 0, PerftestRecordLen))
 	if err != nil {
 		return PerftestDest{}, err
@@ -182,8 +236,12 @@ func (p *PerftestConn) HandShake(ctx context.Context, local PerftestDest) (Perft
 	return ParsePerftestRecord(in[:])
 }
 
-// Done swaps the closing "done" (with its NUL) that both sides send.
+// Done swaps the closing "done" (with its NUL) that both sides send; over
+// rdma_cm there is none.
 func (p *PerftestConn) Done(ctx context.Context) error {
+	if p.msgs != nil {
+		return nil
+	}
 	var in [len(doneMsg)]byte
 	if err := p.Exchange(ctx, doneMsg[:], in[:]); err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"golang.org/x/net/bpf"
 )
 
@@ -270,4 +271,21 @@ func (w *notifyWriter) Write(b []byte) (int, error) {
 		close(w.ready)
 	}
 	return w.Buffer.Write(b)
+}
+
+// FuzzParseFilter: no expression panics the parser, and a filter that
+// compiles runs on any packet, even a malformed one, without panicking.
+func FuzzParseFilter(f *testing.F) {
+	for _, e := range []string{"qpn 0x11", "psn 1-2 and not ack", "(write or read) cm", "op send_only || !", "psn 16777215-0"} {
+		f.Add(e, []byte{0x04, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0x80, 0, 0, 1})
+	}
+	f.Fuzz(func(t *testing.T, expr string, pkt []byte) {
+		flt, err := parseFilter(strings.Fields(expr))
+		if err != nil || flt == nil {
+			return
+		}
+		if p, err := bth.Parse(pkt); err == nil {
+			flt(&p)
+		}
+	})
 }
