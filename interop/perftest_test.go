@@ -92,7 +92,7 @@ func (c ptCase) minRxePackets(dir ptDirection) int {
 // TestPerftest runs the stock perftest tools (ib_write_bw, ib_read_bw, ib_send_bw,
 // ib_atomic_bw, and the _lat ones) in an rxe guest against cmd/roce-perftest on the
 // host side of the lab bridge, in both directions, over RC, UC and UD, with several
-// QPs, both ways at once, all sizes and by duration, and checks both tools' result
+// QPs, both ways at once, all sizes, by duration and through rdma_cm (-R), and checks both tools' result
 // rows, goroce's counters, that every atomic ran exactly once, and rxe's
 // hw_counters after every run.
 func TestPerftest(t *testing.T) {
@@ -129,6 +129,9 @@ func TestPerftest(t *testing.T) {
 		ptCase{test: "send_bw", size: 1024, iters: 100, extra: []string{"-c", "UD"}},
 		ptCase{test: "send_bw", size: 4096, iters: 100, extra: []string{"-c", "UC"}},
 		ptCase{test: "write_bw", size: 4096, iters: 100, extra: []string{"-c", "UC"}},
+		ptCase{test: "write_bw", size: 4096, iters: 100, qps: 2, extra: []string{"-R", "-q", "2"}},
+		ptCase{test: "send_bw", size: 4096, iters: 100, extra: []string{"-R"}},
+		ptCase{test: "read_lat", size: 64, iters: 100, extra: []string{"-R"}},
 	)
 	for _, c := range cases {
 		for _, dir := range []ptDirection{ptOursToRxe, ptRxeToOurs} {

@@ -1,6 +1,8 @@
 package gsi
 
 import (
+	"encoding/binary"
+
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/roce"
 )
@@ -22,4 +24,18 @@ func ConnectAttr(q cm.QPParams, sgidIndex int, access roce.Access) roce.ConnectA
 		PathMTU: roce.MTU(q.PathMTU), DestQPN: q.RemoteQPN, RQPSN: q.RQPSN,
 		MaxDestRDAtomic: q.MaxDestRdAtomic, MinRNRTimer: minRNRTimer,
 		SQPSN: q.SQPSN, Timeout: q.Timeout, RetryCnt: q.RetryCount, RNRRetry: q.RNRRetry, MaxRDAtomic: q.MaxRdAtomic}
+}
+
+// CAGUID is the CA GUID a CM on dev puts in REQ and REP: the EUI-64 of its
+// link-local GID (index 0), as rxe's node GUID, or 0 without one.
+func CAGUID(dev *roce.Device) uint64 {
+	g, err := dev.QueryGID(0)
+	if err != nil {
+		return 0
+	}
+	b := [16]byte(g)
+	if b[0] != 0xfe || b[1] != 0x80 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b[8:])
 }

@@ -51,6 +51,8 @@ type config struct {
 	output           string // --output: bandwidth, message_rate or latency; "" for the full report
 	unsorted         bool   // -U
 	histogram        bool   // -H
+	rdmaCM           bool   // -R: connect through rdma_cm, exchange over it
+	tos              int    // -T: the traffic class of -R's connections
 }
 
 // set reports whether the option with long name name was given.
@@ -106,7 +108,6 @@ var unsupported = []struct {
 	{"mcg", 'g', false, "multicast is not supported"},
 	{"MGID", 'M', true, "multicast is not supported"},
 	{"comm_rdma_cm", 'z', false, "the rdma_cm exchange is not supported; the TCP exchange is"},
-	{"rdma_cm", 'R', false, "rdma_cm QPs are not supported yet"},
 	{"dualport", 'O', false, "a goroce device has one port"},
 	{"vector", 'X', true, "completion vectors are not supported"},
 	{"report-counters", 'W', true, "hardware counters are not supported"},
@@ -196,7 +197,6 @@ var ignoredValues = []struct {
 	{"retry_count", 0, "accepted and ignored (rdma_cm only)"},
 	{"wait_destroy", 0, "accepted and ignored"},
 	{"pkey_index", 0, "P_Key index (only 0)"},
-	{"tos", 'T', "type of service (rdma_cm only; not supported)"},
 }
 
 // parseArgs parses TEST, the options and the optional SERVER, in any order, as
@@ -227,6 +227,8 @@ func parseArgs(args []string) (*config, *cli.Options, error) {
 	o.FlagLong(&c.outReads, "outs", 'o', "outstanding reads/atomics (default: the device's)", "NUM")
 	o.FlagLong(&c.trafficClass, "tclass", 0, "GRH traffic class", "CLASS")
 	o.FlagLong(&c.output, "output", 0, "print only one figure: bandwidth, message_rate or latency", "WHAT")
+	o.FlagLong(&c.rdmaCM, "rdma_cm", 'R', "connect the QPs through rdma_cm, and exchange over an rdma_cm connection (RC)")
+	o.FlagLong(&c.tos, "tos", 'T', "with -R: the type of service (traffic class) of the connections", "TOS")
 	atomicType := "FETCH_AND_ADD"
 	o.FlagLong(&atomicType, "atomic_type", 'A', "atomic test: CMP_AND_SWAP or FETCH_AND_ADD", "TYPE")
 	var showVersion bool
@@ -332,8 +334,14 @@ func parseArgs(args []string) (*config, *cli.Options, error) {
 		return nil, o, fmt.Errorf("--tclass %d: not a traffic class", c.trafficClass)
 	case pkey != 0:
 		return nil, o, fmt.Errorf("--pkey_index %d: the P_Key table has one entry", pkey)
-	case c.set("tos"):
-		return nil, o, fmt.Errorf("-T: the type of service applies to rdma_cm QPs, which are not supported yet")
+	case c.set("tos") && !c.rdmaCM:
+		return nil, o, fmt.Errorf("-T: the type of service applies to rdma_cm QPs: give -R too")
+	case c.tos < 0 || c.tos > 255:
+		return nil, o, fmt.Errorf("-T %d: not a type of service", c.tos)
+	case c.rdmaCM && c.conn != connRC:
+		return nil, o, fmt.Errorf("-R: only RC QPs through rdma_cm (UC has no rdma_cm, and UD's SIDR is not supported)")
+	case c.rdmaCM && c.server == "" && c.Device == "":
+		return nil, o, fmt.Errorf("-R: the server needs -d, the address it listens on (a goroce device binds one address)")
 	case c.output != "" && c.output != "bandwidth" && c.output != "message_rate" && c.output != "latency":
 		return nil, o, fmt.Errorf("--output %s: bandwidth, message_rate or latency", c.output)
 	case c.output == "latency" && !c.test.lat, c.output != "" && c.output != "latency" && c.test.lat:

@@ -55,6 +55,8 @@ func TestParseArgs(t *testing.T) {
 		{"accepted and ignored", []string{"send_lat", "-F", "-e", "-Q", "10", "-I", "64", "-S", "3", "--odp", "--cpu_util", "-N"}, func(c *config) bool { return c.noPeak }},
 		{"odd rx depth rounds up", []string{"send_bw", "-r", "7"}, func(c *config) bool { return c.rxDepth == 8 }},
 		{"-- before the host", []string{"write_lat", "--", "127.0.0.1"}, func(c *config) bool { return c.server == "127.0.0.1" }},
+		{"-R", []string{"write_bw", "-R", "-T", "96", "127.0.0.1"}, func(c *config) bool { return c.rdmaCM && c.tos == 96 }},
+		{"--rdma_cm", []string{"read_lat", "--rdma_cm", "-d", "lo"}, func(c *config) bool { return c.rdmaCM }},
 	}
 	for _, tt := range ok {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,10 +91,11 @@ func TestParseArgs(t *testing.T) {
 		{"-D with -a", []string{"write_bw", "-a", "-D", "3"}, "-D: not with -a"},
 		{"margin too large", []string{"write_bw", "-D", "4", "-f", "2"}, "twice the margin"},
 		{"rx depth on write", []string{"write_bw", "-r", "4"}, "rx depth of 1"},
-		{"rdma_cm", []string{"write_bw", "-R"}, "-R: rdma_cm QPs are not supported yet"},
+		{"rdma_cm server without -d", []string{"write_bw", "-R"}, "-R: the server needs -d"},
+		{"rdma_cm over UD", []string{"send_bw", "-R", "-c", "UD", "-d", "lo"}, "-R: only RC QPs"},
 		{"multicast", []string{"send_bw", "-g"}, "-g: multicast is not supported"},
 		{"raw ethernet", []string{"send_bw", "--source_mac", "00:11:22:33:44:55"}, "-B: raw Ethernet"},
-		{"tos", []string{"write_bw", "-T", "3"}, "-T: the type of service"},
+		{"tos without -R", []string{"write_bw", "-T", "3"}, "-T: the type of service applies to rdma_cm QPs"},
 		{"pkey", []string{"write_bw", "--pkey_index=1"}, "--pkey_index 1"},
 		{"unknown option", []string{"write_bw", "--frob"}, "unknown option: --frob"},
 		{"two servers", []string{"write_bw", "a", "b"}, "too many arguments"},
@@ -116,7 +119,7 @@ func TestParseArgs(t *testing.T) {
 // -V and --version print the version.
 func TestRunMessages(t *testing.T) {
 	var out, errb bytes.Buffer
-	if rc := run([]string{"write_bw", "-R"}, &out, &errb); rc != 1 || out.Len() != 0 || strings.Count(errb.String(), "\n") != 1 {
+	if rc := run([]string{"write_bw", "-g"}, &out, &errb); rc != 1 || out.Len() != 0 || strings.Count(errb.String(), "\n") != 1 {
 		t.Errorf("bad option: exit %d, stdout %q, stderr %q", rc, out.String(), errb.String())
 	}
 	for _, args := range [][]string{{"-h"}, {"write_bw", "--help"}} {
@@ -379,6 +382,14 @@ func TestLoopback(t *testing.T) {
 		{[]string{"write_bw", "-c", "UC", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
 		{[]string{"write_lat", "-c", "UC", "-s", "64", "-n", "100"}, 64, 100, 1, false, false},
 		{[]string{"write_bw", "--report_gbits", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
+		// Through rdma_cm (-R): the exchange over an RC connection, the QPs connected by the CM.
+		{[]string{"write_bw", "-R", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
+		{[]string{"read_bw", "-R", "-q", "2", "-s", "4096", "-n", "100"}, 4096, 200, 1, false, false},
+		{[]string{"send_bw", "-R", "-b", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
+		{[]string{"atomic_bw", "-R", "-n", "100"}, 8, 100, 1, false, true},
+		{[]string{"write_lat", "-R", "-s", "64", "-n", "100"}, 64, 100, 1, false, false},
+		{[]string{"read_lat", "-R", "-s", "64", "-n", "100"}, 64, 100, 1, true, false},
+		{[]string{"send_lat", "-R", "-s", "64", "-n", "100"}, 64, 100, 1, false, false},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			src, crc, sout, serr, cout, cerr := pair(t, tt.args, "60s")

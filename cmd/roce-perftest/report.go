@@ -88,8 +88,20 @@ func (s *session) printBanner() {
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", s.outReads)
 	}
-	b.WriteString(" rdma_cm QPs\t : OFF\n")
-	b.WriteString(" Data ex. method : Ethernet\n")
+	if c.rdmaCM {
+		b.WriteString(" rdma_cm QPs\t : ON\n")
+		b.WriteString(" Data ex. method : rdma_cm")
+		if c.set("tos") {
+			fmt.Fprintf(&b, " \tTOS    : %d", c.tos)
+		}
+		if c.server == "" {
+			b.WriteString("\n" + resultLine + "\n Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP")
+		}
+		b.WriteString("\n")
+	} else {
+		b.WriteString(" rdma_cm QPs\t : OFF\n")
+		b.WriteString(" Data ex. method : Ethernet\n")
+	}
 	b.WriteString(resultLine + "\n")
 	fmt.Fprint(s.out, b.String())
 }

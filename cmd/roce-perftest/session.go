@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
@@ -66,6 +67,8 @@ type session struct {
 	outReads         int
 	conn             *oob.PerftestConn
 	local, remote    []oob.PerftestDest
+	mgr              *cm.Manager // -R
+	cmConns          []*cm.Conn  // -R: the test QPs' connections, then the exchange's
 	cli.Closers
 }
 
@@ -80,34 +83,20 @@ func perftest(ctx context.Context, c *config, out, errOut io.Writer) (err error)
 			err = cerr
 		}
 	}()
-	// With -d the device opens first, as perftest opens its device, so that a
-	// busy address fails before the peer is involved; without it the device
-	// binds the address of the TCP connection.
-	if c.Addr.IsValid() {
-		if err := s.openDevice(); err != nil {
-			return err
-		}
-	}
-	if c.server == "" && c.output == "" {
-		fmt.Fprint(out, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
-	}
-	conn, err := c.Connect(ctx, c.server)
-	if err != nil {
+	if err := s.connectExchange(ctx); err != nil {
 		return err
-	}
-	s.Add(conn.Close)
-	s.conn = oob.NewPerftestConn(conn, c.server != "")
-	if s.dev == nil {
-		c.Resolve(conn)
-		if err := s.openDevice(); err != nil {
-			return err
-		}
 	}
 	if err := s.exchangeParams(ctx); err != nil {
 		return err
 	}
 	if err := s.createQPs(); err != nil {
 		return err
+	}
+	if c.rdmaCM {
+		if err := s.connectCM(ctx); err != nil {
+			return err
+		}
+		defer s.disconnectCM()
 	}
 	s.printBanner()
 	if err := s.exchangeDests(ctx); err != nil {
@@ -120,15 +109,64 @@ func perftest(ctx context.Context, c *config, out, errOut io.Writer) (err error)
 	return nil
 }
 
+// connectExchange opens the device and the connection that carries perftest's
+// exchange: TCP, or with -R an rdma_cm connection. With -d the device opens
+// first, as perftest opens its device, so that a busy address fails before the
+// peer is involved; without it the device binds the address of the TCP
+// connection (with -R: the route to the server).
+func (s *session) connectExchange(ctx context.Context) error {
+	c := s.c
+	if c.rdmaCM && !c.Addr.IsValid() {
+		server, err := netip.ParseAddr(c.server)
+		if err != nil {
+			return fmt.Errorf("-R: the server must be an IP address: %v", err)
+		}
+		if c.Addr, err = cli.RouteSource(server, c.RoCEPort); err != nil {
+			return err
+		}
+	}
+	if c.Addr.IsValid() {
+		if err := s.openDevice(); err != nil {
+			return err
+		}
+	}
+	if c.server == "" && c.output == "" {
+		fmt.Fprint(s.out, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+	}
+	if c.rdmaCM {
+		comm, err := s.dialComm(ctx)
+		if err != nil {
+			return err
+		}
+		s.cmConns = append(s.cmConns, comm.conn)
+		s.conn = oob.NewPerftestMessages(comm)
+		return nil
+	}
+	conn, err := c.Connect(ctx, c.server)
+	if err != nil {
+		return err
+	}
+	s.Add(conn.Close)
+	s.conn = oob.NewPerftestConn(conn, c.server != "")
+	if s.dev == nil {
+		c.Resolve(conn)
+		return s.openDevice()
+	}
+	return nil
+}
+
 // openDevice opens the device and picks the GID; the buffer and QPs wait for the
 // exchanged cycle buffer size, as perftest's ctx_init waits for check_sys_data.
 func (s *session) openDevice() error {
 	var err error
-	s.dev, err = roce.Open(s.c.Addr, roce.WithPort(uint16(s.c.RoCEPort)))
+	if s.c.rdmaCM {
+		err = s.openCM()
+	} else if s.dev, err = roce.Open(s.c.Addr, roce.WithPort(uint16(s.c.RoCEPort))); err == nil {
+		s.Add(s.dev.Close)
+	}
 	if err != nil {
 		return cli.OpenError(err, s.c.Addr, s.c.RoCEPort, "-d", "--roce-port")
 	}
-	s.Add(s.dev.Close)
 	s.gidx = s.c.gidIndex
 	if s.gidx < 0 {
 		s.gidx = s.dev.GIDIndex()
@@ -348,12 +386,15 @@ func (s *session) exchangeDests(ctx context.Context) error {
 			return err
 		}
 	}
-	if isV4(s.local[0].GID) != isV4(s.remote[0].GID) {
-		return fmt.Errorf("found incompatibility issue with GID types: local %v, remote %v",
-			netip.AddrFrom16(s.local[0].GID), netip.AddrFrom16(s.remote[0].GID))
-	}
-	if err := s.connect(); err != nil {
-		return err
+	// With -R rdma_cm has connected the QPs already.
+	if !s.c.rdmaCM {
+		if isV4(s.local[0].GID) != isV4(s.remote[0].GID) {
+			return fmt.Errorf("found incompatibility issue with GID types: local %v, remote %v",
+				netip.AddrFrom16(s.local[0].GID), netip.AddrFrom16(s.remote[0].GID))
+		}
+		if err := s.connect(); err != nil {
+			return err
+		}
 	}
 	if t.verb == send {
 		// send_bw and send_lat hand-shake right after connecting.

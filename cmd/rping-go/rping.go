@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/cm/rping"
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/internal/version"
@@ -27,20 +27,6 @@ func parseAddr(s string) (netip.Addr, error) {
 	}
 	a, _ := netip.AddrFromSlice(ips[0])
 	return a.Unmap(), nil
-}
-
-// caGUID derives the CA GUID from the link-local GID (fe80::<EUI-64>) as
-// rxe's node GUID, or 0.
-func caGUID(dev *roce.Device) uint64 {
-	g, err := dev.QueryGID(0)
-	if err != nil {
-		return 0
-	}
-	b := [16]byte(g)
-	if b[0] != 0xfe || b[1] != 0x80 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(b[8:])
 }
 
 // run is main with injectable I/O; it returns the exit status.
@@ -138,7 +124,7 @@ func openDevice(addr netip.Addr, o *options, ro rping.Options) (*endpoint, error
 	if o.stats {
 		e.stats = ro.Err
 	}
-	cfg := cm.ManagerConfig{CAGUID: caGUID(dev), PathMTU: uint8(pa.ActiveMTU), TrafficClass: uint8(o.tos)}
+	cfg := cm.ManagerConfig{CAGUID: gsi.CAGUID(dev), PathMTU: uint8(pa.ActiveMTU), TrafficClass: uint8(o.tos)}
 	if dbg != nil {
 		e.trace = make(chan cm.ConnEvent, 64)
 		cfg.Events = e.trace
