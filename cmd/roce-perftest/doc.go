@@ -28,6 +28,7 @@
 //	-q, --qp          number of QPs (bw tests)
 //	-b, --bidirectional  both ways at once (bw tests)
 //	-c, --connection  RC, UC (send, write) or UD (send)
+//	-R, --rdma_cm     connect through rdma_cm (RC): see below; -T, --tos with it
 //	-A, --atomic_type FETCH_AND_ADD (default) or CMP_AND_SWAP
 //	-o, --outs        outstanding READs/atomics
 //	-m, --mtu         path MTU; the lower of both sides' is used
@@ -42,9 +43,10 @@
 // --cpu_util, --latency_gap, --flow_label, --retry_count, --wait_destroy and
 // --pkey_index 0. goroce always sleeps on the completion channel (no busy
 // polling), asks for a completion of every WR and posts one WR per call.
-// Refused with a one-line reason: rdma_cm (-R, -z, -T), multicast, dual port,
-// raw Ethernet, XRC/DC/SRD, SRQs, post lists, rate limits, hardware counters,
-// JSON output and CPU cycle reports.
+// Refused with a one-line reason: the rdma_cm exchange alone (-z), -R over UD
+// or UC, multicast, dual port, raw Ethernet, XRC/DC/SRD, SRQs, post lists, rate
+// limits, hardware counters, JSON output, CPU cycle reports and
+// --dont_xchg_versions.
 //
 // goroce's own options: --roce-port (RoCEv2 UDP port, both sides must agree),
 // --timeout (give up after this long; with --run_infinitely, the end of the run),
@@ -62,6 +64,14 @@
 // counts their completions. write_lat writes back and forth, polling the last
 // byte; read_lat and atomic_lat post one READ or atomic at a time; send_lat
 // answers each SEND with one.
+//
+// With -R, as perftest, there is no TCP connection: the exchange goes over an RC
+// connection rdma_cm makes on -p's port (the same steps, one SEND and one RECV
+// each, the QP records as struct pingpong_dest in binary, no closing "done"), and
+// after a hand-shake each test QP connects through rdma_cm on the same port
+// (the CM on QP1, package cm), with perftest's responder resources and retry
+// counts; another hand-shake follows. The server needs -d, the address it
+// listens on.
 //
 // The atomic tests check that every atomic was executed exactly once. As the
 // requester, each WR fetches into a word of its own: consecutive visits of one
