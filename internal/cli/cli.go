@@ -126,7 +126,7 @@ func (f *Flags) Hold(ctx context.Context) {
 
 // Connect makes the out-of-band TCP connection as the stock tools do: to
 // server on TCPPort, or, with no server, from the first client that connects
-// to TCPPort (on Addr, when -d gave one).
+// to TCPPort.
 func (f *Flags) Connect(ctx context.Context, server string) (net.Conn, error) {
 	port := strconv.Itoa(f.TCPPort)
 	if server != "" {
@@ -136,15 +136,15 @@ func (f *Flags) Connect(ctx context.Context, server string) (net.Conn, error) {
 		}
 		return conn, nil
 	}
-	// With -d the exchange listens on the device's address only, so that
-	// servers on addresses of their own share the port (one process per
-	// address); without it, on every address, as the stock tools.
-	host := ""
-	if f.Addr.IsValid() {
-		host = f.Addr.String()
-	}
+	// The exchange listens on every address, as the stock tools. When another
+	// program holds the port on some address (roced's pingpong responder on
+	// 127.0.0.1, say), it listens on -d's address only: servers on addresses of
+	// their own share the port, one process per address.
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, port))
+	ln, err := lc.Listen(ctx, "tcp", ":"+port)
+	if errors.Is(err, syscall.EADDRINUSE) && f.Addr.IsValid() {
+		ln, err = lc.Listen(ctx, "tcp", net.JoinHostPort(f.Addr.String(), port))
+	}
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return nil, fmt.Errorf("couldn't listen to port %d: another program listens on it (roced's pingpong responder, or another server): give this one -p PORT, or -d with an address of its own", f.TCPPort)
 	}
