@@ -17,7 +17,7 @@ func TestOpcodeTable(t *testing.T) {
 		name                                         string
 		hdr                                          int
 		req, first, middle, last, only, payload, imm bool
-		exts                                         string // R=RETH A=AETH D=DETH T=AtomicETH K=AtomicAckETH I=IETH
+		exts                                         string // R=RETH A=AETH D=DETH T=AtomicETH K=AtomicAckETH I=IETH F=FETH
 	}
 	rows := []row{
 		{bth.RCSendFirst, "RC_SEND_FIRST", 12, true, true, false, false, false, true, false, ""},
@@ -43,6 +43,8 @@ func TestOpcodeTable(t *testing.T) {
 		{bth.RCFetchAdd, "RC_FETCH_ADD", 40, true, false, false, false, true, false, false, "T"},
 		{bth.RCSendLastInv, "RC_SEND_LAST_WITH_INVALIDATE", 16, true, false, false, true, false, true, false, "I"},
 		{bth.RCSendOnlyInv, "RC_SEND_ONLY_WITH_INVALIDATE", 16, true, false, false, false, true, true, false, "I"},
+		{bth.RCFlush, "RC_FLUSH", 32, true, false, false, false, true, false, false, "FR"},
+		{bth.RCAtomicWrite, "RC_ATOMIC_WRITE", 28, true, false, false, false, true, true, false, "R"},
 		{bth.UCSendFirst, "UC_SEND_FIRST", 12, true, true, false, false, false, true, false, ""},
 		{bth.UCSendMiddle, "UC_SEND_MIDDLE", 12, true, false, true, false, false, true, false, ""},
 		{bth.UCSendLast, "UC_SEND_LAST", 12, true, false, false, true, false, true, false, ""},
@@ -73,9 +75,9 @@ func TestOpcodeTable(t *testing.T) {
 				return false
 			}
 			got := fmt.Sprint(o.Valid(), o.String(), o.HeaderLen(), o.IsRequest(), o.IsFirst(), o.IsMiddle(), o.IsLast(), o.IsOnly(),
-				o.HasPayload(), o.HasImm(), o.HasRETH(), o.HasAETH(), o.HasDETH(), o.HasAtomicETH(), o.HasAtomicAckETH(), o.HasIETH())
+				o.HasPayload(), o.HasImm(), o.HasRETH(), o.HasAETH(), o.HasDETH(), o.HasAtomicETH(), o.HasAtomicAckETH(), o.HasIETH(), o.HasFETH())
 			want := fmt.Sprint(true, r.name, r.hdr, r.req, r.first, r.middle, r.last, r.only,
-				r.payload, r.imm, has('R'), has('A'), has('D'), has('T'), has('K'), has('I'))
+				r.payload, r.imm, has('R'), has('A'), has('D'), has('T'), has('K'), has('I'), has('F'))
 			if got != want {
 				t.Errorf("got  %s\nwant %s", got, want)
 			}
@@ -256,7 +258,8 @@ func TestParseErrors(t *testing.T) {
 		{"TVer checked before length", []byte{4, 0x0F, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, bth.ErrBadTVer},
 		{"opcode 0x15", mod(ok(bth.RCSendOnly, 4), func(b []byte) { b[0] = 0x15 }), bth.ErrUnknownOpcode},
 		{"RD opcode", mod(ok(bth.RCSendOnly, 4), func(b []byte) { b[0] = 0x44 }), bth.ErrUnknownOpcode},
-		{"FLUSH", mod(ok(bth.RCSendOnly, 32), func(b []byte) { b[0] = 0x1C }), bth.ErrUnknownOpcode},
+		{"opcode 0x1e", mod(ok(bth.RCSendOnly, 32), func(b []byte) { b[0] = 0x1E }), bth.ErrUnknownOpcode},
+		{"FLUSH with a payload", mod(ok(bth.RCSendOnly, 32), func(b []byte) { b[0] = 0x1C }), bth.ErrUnexpectedPayload},
 		{"pad 3, payload 0", mod(ok(bth.RCSendOnly, 0), func(b []byte) { b[1] |= 0x30 }), bth.ErrPadOverrun},
 		{"pad 3, 2 bytes left", mod(append(ok(bth.RCSendOnly, 0), 0, 0), func(b []byte) { b[1] |= 0x30 }), bth.ErrPadOverrun},
 		{"pad 2, 2 bytes left", mod(append(ok(bth.RCSendOnly, 0), 0, 0), func(b []byte) { b[1] |= 0x20 }), nil},

@@ -21,6 +21,7 @@ type Fields struct {
 	Atomic                         AtomicETH
 	AtomicAck                      AtomicAckETH
 	IETH                           uint32
+	FETH                           FETH
 }
 
 // PacketLen returns the UDP payload length of a packet with opcode op and
@@ -83,6 +84,9 @@ func Append(dst []byte, f *Fields, payload []byte) []byte {
 		binary.BigEndian.PutUint32(b[o:], f.DETH.QKey)
 		b[o+4] = 0
 		putUint24(b[o+5:], f.DETH.SrcQP)
+	}
+	if o := in.feth; o != 0 {
+		binary.BigEndian.PutUint32(b[o:], uint32(f.FETH.Selectivity&3)<<4|uint32(f.FETH.PlacementType&0xF))
 	}
 	if o := in.reth; o != 0 {
 		binary.BigEndian.PutUint64(b[o:], f.RETH.VA)

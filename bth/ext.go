@@ -113,6 +113,23 @@ type DETH struct {
 	SrcQP uint32 // 24 bits
 }
 
+// FETH is the FLUSH Extended Transport Header (IBA 1.5 A19.4.1; rxe
+// feth_init): one 32-bit word whose bits 3..0 are the placement type and bits
+// 5..4 the selectivity level, the rest reserved.
+type FETH struct {
+	PlacementType uint8 // FlushGlobal | FlushPersistent
+	Selectivity   uint8 // FlushRange or FlushMR
+}
+
+// FETH placement types (bits of PlacementType) and selectivity levels, with
+// the values of libibverbs' ibv_placement_type and ibv_selectivity_level.
+const (
+	FlushGlobal     = 1 << 0 // IBV_FLUSH_GLOBAL: global visibility
+	FlushPersistent = 1 << 1 // IBV_FLUSH_PERSISTENT: persistence
+	FlushRange      = 0      // IBV_FLUSH_RANGE: the RETH's range
+	FlushMR         = 1      // IBV_FLUSH_MR: the whole memory region
+)
+
 // AtomicETH is the Atomic Extended Transport Header (IBA 9.3.4) of
 // COMPARE_SWAP and FETCH_ADD. 28 bytes.
 type AtomicETH struct {

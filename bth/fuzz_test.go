@@ -21,6 +21,10 @@ func canonical(p bth.Packet) []byte {
 	if op == bth.CNP {
 		clear(b[bth.BTHLen:op.HeaderLen()])
 	}
+	if op.HasFETH() { // FETH bits 31..6 are reserved (the FETH follows the BTH)
+		clear(b[bth.BTHLen : bth.BTHLen+3])
+		b[bth.BTHLen+3] &= 0x3F
+	}
 	clear(b[len(b)-bth.ICRCLen-p.PadCount():])
 	return b
 }
@@ -47,6 +51,12 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte{0x64, 0x40, 0xFF, 0xFF, 0x3F, 0, 0, 1, 0x7F, 0, 0, 1, 0x80, 1, 0, 0, 0xAA, 0, 0, 1, 0, 0, 0, 0})
 	// Non-canonical pad: 1-byte payload with PadCnt 0.
 	f.Add([]byte{0x04, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0, 0, 0, 1, 0x42, 0, 0, 0, 0})
+	// FLUSH with every reserved FETH bit set.
+	f.Add([]byte{0x1C, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0x80, 0, 0, 1, 0xFF, 0xFF, 0xFF, 0xFF,
+		0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 9, 0, 0, 0, 64, 0, 0, 0, 0})
+	// ATOMIC WRITE with 7 bytes of payload instead of 8.
+	f.Add([]byte{0x1D, 0x10, 0xFF, 0xFF, 0, 0, 0, 0x11, 0x80, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 9, 0, 0, 0, 8,
+		1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0, 0})
 	// ACK with a trailing payload byte.
 	f.Add([]byte{0x11, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0, 0, 0, 1, 0x1F, 0, 0, 1, 9, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {

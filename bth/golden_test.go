@@ -101,6 +101,27 @@ func goldenVectors() []vector {
 				f.AETH = bth.AETH{Syndrome: 0x1F, MSN: 3}
 				f.AtomicAck = bth.AtomicAckETH{Orig: 0x2222222222222222}
 			}), nil},
+		{"flush.hex", "rc-flush-range-global", "RC FLUSH: FETH (placement global, selectivity range) before the RETH", env4,
+			with(rc(bth.RCFlush, 11), func(f *bth.Fields) {
+				f.AckReq = true
+				f.FETH = bth.FETH{PlacementType: bth.FlushGlobal, Selectivity: bth.FlushRange}
+				f.RETH = bth.RETH{VA: 0x7F0000002000, RKey: 0x1234567, DMALen: 64}
+			}), nil},
+		{"flush.hex", "rc-flush-mr-persistent", "RC FLUSH of the whole MR, persistent placement, over IPv6", env6,
+			with(rc(bth.RCFlush, 12), func(f *bth.Fields) {
+				f.AckReq = true
+				f.FETH = bth.FETH{PlacementType: bth.FlushPersistent, Selectivity: bth.FlushMR}
+				f.RETH = bth.RETH{VA: 0x7F0000002000, RKey: 0x1234567}
+			}), nil},
+		{"flush.hex", "rc-atomic-write", "RC ATOMIC WRITE: RETH (DMA length 8) and the 8 bytes to write", env4,
+			with(rc(bth.RCAtomicWrite, 13), func(f *bth.Fields) {
+				f.AckReq = true
+				f.RETH = bth.RETH{VA: 0x7F0000002008, RKey: 0x1234567, DMALen: 8}
+			}), seq(8)},
+		{"flush.hex", "rc-read-response-only-empty", "RC RDMA READ RESPONSE ONLY without payload: the answer to FLUSH and ATOMIC WRITE", env4,
+			with(rc(bth.RCReadResponseOnly, 13), func(f *bth.Fields) {
+				f.AETH = bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: 4}
+			}), nil},
 		{"ud.hex", "ud-send-only", "UD SEND ONLY with DETH over IPv6 (ICRC IPv6 masks)", env6,
 			bth.Fields{Opcode: bth.UDSendOnly, PKey: 0xFFFF, DestQP: 0x15, PSN: 4307534,
 				DETH: bth.DETH{QKey: 0x11111111, SrcQP: 0x15}}, seq(12)},
@@ -194,6 +215,10 @@ func annotate(w *bytes.Buffer, v *vector, b []byte) {
 	if op.HasDETH() {
 		d := p.DETH()
 		seg(bth.DETHLen, fmt.Sprintf("DETH Q_Key %#08x, SrcQP %#06x", d.QKey, d.SrcQP))
+	}
+	if op.HasFETH() {
+		f := p.FETH()
+		seg(bth.FETHLen, fmt.Sprintf("FETH placement type %#x, selectivity level %d", f.PlacementType, f.Selectivity))
 	}
 	if op.HasRETH() {
 		r := p.RETH()

@@ -32,6 +32,10 @@ const (
 	RCFetchAdd           Opcode = 0x14
 	RCSendLastInv        Opcode = 0x16
 	RCSendOnlyInv        Opcode = 0x17
+	// FLUSH and ATOMIC WRITE (IBA 1.5, Annex A19; rxe since Linux 6.2): both
+	// are answered by an RDMA READ RESPONSE ONLY without payload.
+	RCFlush       Opcode = 0x1c // BTH + FETH + RETH
+	RCAtomicWrite Opcode = 0x1d // BTH + RETH + 8-byte payload
 )
 
 // Unreliable Connected opcodes: the SEND and WRITE families of RC, with
@@ -65,6 +69,7 @@ const (
 	IETHLen         = 4
 	AtomicETHLen    = 28
 	AtomicAckETHLen = 8
+	FETHLen         = 4
 	ICRCLen         = 4
 )
 
@@ -96,6 +101,9 @@ const (
 	fAck       // ACKNOWLEDGE (ACK, NAK, RNR NAK)
 	fAtomicAck // ATOMIC ACKNOWLEDGE
 	fRecvWR    // consumes a receive WR at the responder (rxe RXE_RWR_MASK)
+	fFETH
+	fFlush       // FLUSH
+	fAtomicWrite // ATOMIC WRITE
 )
 
 // opInfo is one row of the opcode table: properties and the byte offset of
@@ -110,6 +118,7 @@ type opInfo struct {
 	atomicAck uint8
 	imm       uint8
 	ieth      uint8
+	feth      uint8
 	name      string
 }
 
@@ -128,6 +137,7 @@ func init() {
 			}
 		}
 		place(fDETH, DETHLen, &in.deth)
+		place(fFETH, FETHLen, &in.feth) // FLUSH: the FETH comes before the RETH
 		place(fRETH, RETHLen, &in.reth)
 		place(fAtomicETH, AtomicETHLen, &in.atomic)
 		place(fAETH, AETHLen, &in.aeth)
@@ -176,6 +186,8 @@ func init() {
 	def(RCFetchAdd, "RC_FETCH_ADD", req|fFetchAdd|fOnly|fAtomicETH)
 	def(RCSendLastInv, "RC_SEND_LAST_WITH_INVALIDATE", send|fLast|fInv)
 	def(RCSendOnlyInv, "RC_SEND_ONLY_WITH_INVALIDATE", send|fOnly|fInv|rwr)
+	def(RCFlush, "RC_FLUSH", req|fFlush|fOnly|fFETH|fRETH)
+	def(RCAtomicWrite, "RC_ATOMIC_WRITE", req|pl|fAtomicWrite|fOnly|fRETH)
 	def(UDSendOnly, "UD_SEND_ONLY", send|fOnly|fDETH|rwr)
 	def(UDSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE", send|fOnly|fDETH|fImm|rwr)
 	// A CNP is neither a request nor a response of any QP; it only signals
@@ -186,7 +198,7 @@ func init() {
 func (o Opcode) has(f uint32) bool { return opTable[o].flags&f != 0 }
 
 // Valid reports whether o is an opcode this package can parse and build.
-// RD opcodes, reserved values, FLUSH and ATOMIC_WRITE are not valid.
+// RD opcodes and reserved values are not valid.
 func (o Opcode) Valid() bool { return o.has(fValid) }
 
 // String returns the ib_pack.h-style name, e.g. "RC_SEND_ONLY", or
@@ -226,7 +238,8 @@ func (o Opcode) HasPayload() bool { return o.has(fPayload) }
 // HasImm reports whether o carries ImmDt (4-byte immediate data).
 func (o Opcode) HasImm() bool { return o.has(fImm) }
 
-// HasRETH reports whether o carries a RETH (WRITE FIRST/ONLY, READ request).
+// HasRETH reports whether o carries a RETH (WRITE FIRST/ONLY, READ request,
+// FLUSH, ATOMIC WRITE).
 func (o Opcode) HasRETH() bool { return o.has(fRETH) }
 
 // HasAETH reports whether o carries an AETH (ACK, atomic ACK, read
@@ -244,6 +257,9 @@ func (o Opcode) HasAtomicAckETH() bool { return o.has(fAtomicAckETH) }
 
 // HasIETH reports whether o carries an IETH (SEND with invalidate).
 func (o Opcode) HasIETH() bool { return o.has(fInv) }
+
+// HasFETH reports whether o carries a FETH (FLUSH).
+func (o Opcode) HasFETH() bool { return o.has(fFETH) }
 
 // IsRC reports whether o belongs to the Reliable Connected transport.
 func (o Opcode) IsRC() bool { return o.Valid() && o&0xe0 == 0x00 }
@@ -281,6 +297,12 @@ func (o Opcode) IsReadResponse() bool { return o.has(fReadResp) }
 
 // IsAtomic reports whether o is an atomic request (CMP_SWAP, FETCH_ADD).
 func (o Opcode) IsAtomic() bool { return o.has(fCmpSwap | fFetchAdd) }
+
+// IsFlush reports whether o is a FLUSH request.
+func (o Opcode) IsFlush() bool { return o.has(fFlush) }
+
+// IsAtomicWrite reports whether o is an ATOMIC WRITE request.
+func (o Opcode) IsAtomicWrite() bool { return o.has(fAtomicWrite) }
 
 // IsAck reports whether o is an ACKNOWLEDGE (an ACK, NAK or RNR NAK by its
 // AETH syndrome).

@@ -127,6 +127,13 @@ func (p Packet) RETH() RETH {
 	}
 }
 
+// FETH returns the FETH, or the zero FETH if the opcode has none. Reserved
+// bits are ignored.
+func (p Packet) FETH() FETH {
+	w := p.u32at(p.info().feth)
+	return FETH{PlacementType: uint8(w & 0xF), Selectivity: uint8(w >> 4 & 3)}
+}
+
 // AETH returns the AETH, or the zero AETH if the opcode has none.
 func (p Packet) AETH() AETH {
 	o := p.info().aeth
@@ -215,6 +222,7 @@ func (p Packet) Fields() Fields {
 		Atomic:    p.AtomicETH(),
 		AtomicAck: p.AtomicAckETH(),
 		IETH:      p.IETH(),
+		FETH:      p.FETH(),
 	}
 }
 

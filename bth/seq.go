@@ -29,6 +29,8 @@ const (
 	OpRead                   // RDMA READ request (RC only; one packet)
 	OpCompareSwap            // ATOMIC CMP_SWAP (RC only; one packet)
 	OpFetchAdd               // ATOMIC FETCH_ADD (RC only; one packet)
+	OpFlush                  // FLUSH (RC only; one packet)
+	OpAtomicWrite            // ATOMIC WRITE (RC only; one packet)
 	numOps
 )
 
@@ -44,6 +46,8 @@ var opFamily = [numOps]struct{ family, trailer uint32 }{
 	OpRead:         {fReadReq, 0},
 	OpCompareSwap:  {fCmpSwap, 0},
 	OpFetchAdd:     {fFetchAdd, 0},
+	OpFlush:        {fFlush, 0},
+	OpAtomicWrite:  {fAtomicWrite, 0},
 }
 
 // Packet positions in a message, the index of msgOpcodes' last dimension.

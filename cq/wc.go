@@ -81,6 +81,8 @@ const (
 	OpFetchAdd        Opcode = 4   // IBV_WC_FETCH_ADD
 	OpBindMW          Opcode = 5   // IBV_WC_BIND_MW
 	OpLocalInv        Opcode = 6   // IBV_WC_LOCAL_INV
+	OpFlush           Opcode = 8   // IBV_WC_FLUSH
+	OpAtomicWrite     Opcode = 9   // IBV_WC_ATOMIC_WRITE
 	OpRecv            Opcode = 128 // IBV_WC_RECV
 	OpRecvRDMAWithImm Opcode = 129 // IBV_WC_RECV_RDMA_WITH_IMM
 )
@@ -105,6 +107,10 @@ func (o Opcode) String() string {
 		return "BIND_MW"
 	case OpLocalInv:
 		return "LOCAL_INV"
+	case OpFlush:
+		return "FLUSH"
+	case OpAtomicWrite:
+		return "ATOMIC_WRITE"
 	case OpRecv:
 		return "RECV"
 	case OpRecvRDMAWithImm:

@@ -19,7 +19,9 @@ const (
 	AccessHugeTLB Access = 1 << 7 // IBV_ACCESS_HUGETLB
 	// AccessFlushGlobal allows remote FLUSH with global-visibility placement.
 	AccessFlushGlobal Access = 1 << 8 // IBV_ACCESS_FLUSH_GLOBAL
-	// AccessFlushPersistent allows remote FLUSH with persistence placement.
+	// AccessFlushPersistent allows remote FLUSH with persistence placement. It
+	// needs persistent memory, which Go memory never is: RegMR refuses it with
+	// EINVAL, as rxe does for pages that are not pmem; a QP may carry it.
 	AccessFlushPersistent Access = 1 << 9 // IBV_ACCESS_FLUSH_PERSISTENT
 	// AccessRelaxedOrdering is the first optional flag (IBV_ACCESS_OPTIONAL_FIRST).
 	AccessRelaxedOrdering Access = 1 << 20 // IBV_ACCESS_RELAXED_ORDERING
@@ -46,7 +48,9 @@ const accessSupported = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead 
 // REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE ("If
 // IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then
 // IBV_ACCESS_LOCAL_WRITE must be set too"); EOPNOTSUPP for ON_DEMAND (no ODP),
-// ZERO_BASED and HUGETLB (outside RXE_ACCESS_SUPPORTED_MR).
+// ZERO_BASED and HUGETLB (outside RXE_ACCESS_SUPPORTED_MR); EINVAL for
+// FLUSH_PERSISTENT, which only persistent memory may carry (rxe: "Page can't
+// be persistent").
 func checkMRAccess(op, obj string, access Access) (Access, error) {
 	switch {
 	case access&^accessKnown != 0:
@@ -57,6 +61,8 @@ func checkMRAccess(op, obj string, access Access) (Access, error) {
 		return 0, newErr(op, obj, syscall.EOPNOTSUPP, "on-demand paging is not supported")
 	case access&^accessSupported != 0:
 		return 0, newErr(op, obj, syscall.EOPNOTSUPP, "access flags %#x not supported on an MR", uint32(access&^accessSupported))
+	case access&AccessFlushPersistent != 0:
+		return 0, newErr(op, obj, syscall.EINVAL, "FLUSH_PERSISTENT needs persistent memory, and Go memory is not")
 	}
 	return access &^ AccessOptionalRange, nil
 }

@@ -82,6 +82,8 @@ const (
 	WCFetchAdd        = cq.OpFetchAdd
 	WCBindMW          = cq.OpBindMW
 	WCLocalInv        = cq.OpLocalInv
+	WCFlush           = cq.OpFlush
+	WCAtomicWrite     = cq.OpAtomicWrite
 	WCRecv            = cq.OpRecv
 	WCRecvRDMAWithImm = cq.OpRecvRDMAWithImm
 )
@@ -176,6 +178,8 @@ const (
 	WRLocalInv          = transport.WRLocalInv
 	WRBindMW            = transport.WRBindMW
 	WRSendWithInv       = transport.WRSendWithInv
+	WRFlush             = transport.WRFlush
+	WRAtomicWrite       = transport.WRAtomicWrite
 )
 
 // Send flags (enum ibv_send_flags).

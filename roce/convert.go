@@ -21,6 +21,7 @@ var (
 	_ = transport.QPCap(QPCap{})
 	_ = transport.QPInfo(QPInfo{})
 	_ = transport.MWBindWR(MWBindWR{})
+	_ = transport.FlushWR(FlushWR{})
 )
 
 // A twin that holds a twin (SendWR and RecvWR hold []SGE, SendWR an

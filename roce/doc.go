@@ -110,6 +110,19 @@
 // the window (rxe checks the MR's bounds), and a SEND_WITH_INV or LOCAL_INV must
 // come from a QP of the window's PD and, for a bound type 2B window, from its QP.
 //
+// # FLUSH and ATOMIC_WRITE
+//
+// The IBA 1.5 operations rxe offers since Linux 6.2, on RC QPs: WRFlush (opcode
+// 0x1c: a FETH with the placement types and selectivity, then a RETH) asks the
+// responder to make earlier writes to a range, or to the whole MR, globally
+// visible or persistent; WRAtomicWrite (0x1d: a RETH and 8 bytes) stores 8 bytes
+// at once. Both are answered by an empty RDMA READ RESPONSE ONLY and complete
+// with WCFlush and WCAtomicWrite. The responder needs the QP's AccessFlushGlobal
+// or AccessFlushPersistent and the memory's (FLUSH), or REMOTE_WRITE
+// (ATOMIC_WRITE, 8-byte aligned). Go memory is not persistent memory, so no MR
+// carries AccessFlushPersistent (RegMR: EINVAL, as rxe for ordinary pages) and a
+// persistent FLUSH is a remote access error.
+//
 // # Errors
 //
 // Every verb returns *Error, whose cause is a syscall.Errno, so

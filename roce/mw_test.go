@@ -95,6 +95,7 @@ func TestBindMWRules(t *testing.T) {
 		{"unknown MR lkey", func(_ *mwFixture, b *transport.MWBind) { b.MRLKey ^= 0x100 }, syscall.EINVAL},
 		{"the MR's rkey is no lkey", func(f *mwFixture, b *transport.MWBind) { b.MRLKey = f.mr.RKey() }, syscall.EINVAL},
 		{"access outside RXE_ACCESS_SUPPORTED_MW", func(_ *mwFixture, b *transport.MWBind) { b.Access |= AccessHugeTLB }, syscall.EOPNOTSUPP},
+		{"flush persistent over memory that is not persistent", func(_ *mwFixture, b *transport.MWBind) { b.Access |= AccessFlushPersistent }, syscall.EINVAL},
 		{"C10-72: type 2 bound by a QP of another PD", func(_ *mwFixture, b *transport.MWBind) { b.PD++ }, syscall.EINVAL},
 		{"o10-37.2.40: type 2 bound with zero length", func(_ *mwFixture, b *transport.MWBind) { b.Length = 0 }, syscall.EINVAL},
 		{"C10-73: MR without MW_BIND", func(f *mwFixture, b *transport.MWBind) {

@@ -28,6 +28,7 @@ var twinPairs = []struct{ user, engine any }{
 	{QPAttr{}, transport.QPAttr{}},
 	{QPInfo{}, transport.QPInfo{}},
 	{MWBindWR{}, transport.MWBindWR{}},
+	{FlushWR{}, transport.FlushWR{}},
 }
 
 // TestVerbsTypesAreTheirEngineTwins checks what makes convert.go's reinterpretation

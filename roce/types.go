@@ -67,7 +67,8 @@ type SendWR struct {
 	// ATOMIC_FETCH_AND_ADD adds (wr.atomic.compare_add).
 	CompareAdd uint64
 	// Swap is the value ATOMIC_CMP_AND_SWP stores when the comparison holds
-	// (wr.atomic.swap).
+	// (wr.atomic.swap), and the 8 bytes ATOMIC_WRITE stores, in host byte order
+	// (what wr_atomic_write's atomic_wr points to).
 	Swap uint64
 	// AH is the destination of a UD send, AH.AV() (wr.ud.ah). The engine copies it
 	// at post time.
@@ -79,7 +80,33 @@ type SendWR struct {
 	RemoteQKey uint32
 	// BindMW is the bind a BIND_MW WR executes (wr.bind_mw); see MWBindWR.
 	BindMW MWBindWR
+	// Flush is what a FLUSH WR asks for (ibv_wr_flush's type, level and len);
+	// RemoteAddr and RKey name the memory.
+	Flush FlushWR
 }
+
+// FlushWR is the FLUSH of a WRFlush work request: Type is FlushGlobal and/or
+// FlushPersistent (the placement types), Level is FlushRange ([RemoteAddr,
+// RemoteAddr+Length)) or FlushMR (the whole memory region RKey names, Length
+// ignored). The responder's QP and memory need the matching AccessFlushGlobal
+// or AccessFlushPersistent.
+type FlushWR struct {
+	// Type is the placement: FlushGlobal, FlushPersistent or both (type).
+	Type uint8
+	// Level is the selectivity: FlushRange or FlushMR (level).
+	Level uint8
+	// Length is the length of the range (len); with FlushMR it is not used.
+	Length uint32
+}
+
+// FLUSH placement types and selectivity levels (enum ibv_placement_type,
+// enum ibv_selectivity_level).
+const (
+	FlushGlobal     = bth.FlushGlobal     // IBV_FLUSH_GLOBAL
+	FlushPersistent = bth.FlushPersistent // IBV_FLUSH_PERSISTENT
+	FlushRange      = bth.FlushRange      // IBV_FLUSH_RANGE
+	FlushMR         = bth.FlushMR         // IBV_FLUSH_MR
+)
 
 // MWBindWR is the bind of an IBV_WR_BIND_MW work request (wr.bind_mw: mw, rkey
 // and bind_info, in the flat form rxe's kernel WR has). A type 2 window is bound

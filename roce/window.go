@@ -150,6 +150,9 @@ func checkBind(w *window, b *transport.MWBind, mr *transport.Region) error {
 	if b.Access&^accessMW != 0 {
 		return bindErr(syscall.EOPNOTSUPP, "access %#x not supported on a memory window", uint32(b.Access&^accessMW))
 	}
+	if b.Access&AccessFlushPersistent != 0 {
+		return bindErr(syscall.EINVAL, "FLUSH_PERSISTENT needs persistent memory, and no MR of this device is")
+	}
 	switch w.typ {
 	case MWType1:
 		if w.state != mwValid {

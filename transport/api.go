@@ -18,12 +18,14 @@ type Access uint32
 
 // Access flags with their libibverbs values.
 const (
-	AccessLocalWrite   Access = 1 << 0 // IBV_ACCESS_LOCAL_WRITE
-	AccessRemoteWrite  Access = 1 << 1 // IBV_ACCESS_REMOTE_WRITE
-	AccessRemoteRead   Access = 1 << 2 // IBV_ACCESS_REMOTE_READ
-	AccessRemoteAtomic Access = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
-	AccessMWBind       Access = 1 << 4 // IBV_ACCESS_MW_BIND
-	AccessZeroBased    Access = 1 << 5 // IBV_ACCESS_ZERO_BASED
+	AccessLocalWrite      Access = 1 << 0 // IBV_ACCESS_LOCAL_WRITE
+	AccessRemoteWrite     Access = 1 << 1 // IBV_ACCESS_REMOTE_WRITE
+	AccessRemoteRead      Access = 1 << 2 // IBV_ACCESS_REMOTE_READ
+	AccessRemoteAtomic    Access = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
+	AccessMWBind          Access = 1 << 4 // IBV_ACCESS_MW_BIND
+	AccessZeroBased       Access = 1 << 5 // IBV_ACCESS_ZERO_BASED
+	AccessFlushGlobal     Access = 1 << 8 // IBV_ACCESS_FLUSH_GLOBAL
+	AccessFlushPersistent Access = 1 << 9 // IBV_ACCESS_FLUSH_PERSISTENT
 )
 
 // Region is a registered memory region as the engine sees it: the bytes, the
@@ -259,6 +261,8 @@ const (
 	WRLocalInv          WROpcode = 7
 	WRBindMW            WROpcode = 8
 	WRSendWithInv       WROpcode = 9
+	WRFlush             WROpcode = 14 // RC only: answered by an empty READ RESPONSE
+	WRAtomicWrite       WROpcode = 15 // RC only: 8 bytes written at once
 )
 
 // SendFlags are the send_flags of a send WR (enum ibv_send_flags).
@@ -292,6 +296,17 @@ type SendWR struct {
 	RemoteQPN  uint32         // UD: destination QP
 	RemoteQKey uint32         // UD: Q_Key; high bit set takes the QP's Q_Key
 	BindMW     MWBindWR       // BIND_MW: the window and the binding
+	Flush      FlushWR        // FLUSH: placement, selectivity and length (RemoteAddr, RKey name the memory)
+}
+
+// FlushWR is what a FLUSH work request asks for (ibv_wr_flush's type, level
+// and len): the placement types (FlushGlobal, FlushPersistent), the
+// selectivity (FlushRange: [RemoteAddr, RemoteAddr+Length); FlushMR: the
+// whole memory region RKey names).
+type FlushWR struct {
+	Type   uint8
+	Level  uint8
+	Length uint32
 }
 
 // MWBindWR is the bind a BIND_MW work request asks for (wr.bind_mw, in the flat

@@ -339,6 +339,9 @@ func (q *QP) onAtomicAck(now time.Time, pkt *bth.Packet, w *sendWQE, progress bo
 // timer), FIRST and MIDDLE carrying exactly the path MTU and the LAST or
 // ONLY the rest (else BAD_RESP_ERR); the LAST completes the READ.
 func (q *QP) onReadResponse(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (bool, bool) {
+	if w != nil && (w.wr.Opcode == WRFlush || w.wr.Opcode == WRAtomicWrite) {
+		return q.onFlushResponse(now, pkt, w, progress)
+	}
 	p := pkt.PSN()
 	if w == nil || w.wr.Opcode != WRRDMARead || p.Before(w.firstPSN) || p.After(w.lastPSN) {
 		return progress, true
@@ -365,6 +368,24 @@ func (q *QP) onReadResponse(now time.Time, pkt *bth.Packet, w *sendWQE, progress
 	if isLast {
 		q.complete(now, w, cq.Success)
 	}
+	return true, true
+}
+
+// onFlushResponse completes the FLUSH or ATOMIC_WRITE at the head: the
+// responder answers either with an RDMA READ RESPONSE ONLY without payload
+// (rxe send_read_response_ack; rxe_comp.c check_ack). Anything else for its
+// PSN is BAD_RESP_ERR; duplicates and strays are ignored.
+func (q *QP) onFlushResponse(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (bool, bool) {
+	p := pkt.PSN()
+	if p != q.comp.psn || p != w.firstPSN || w.state != wqePending {
+		return progress, true
+	}
+	if pkt.Opcode() != bth.RCReadResponseOnly || len(pkt.Payload()) != 0 {
+		q.failWQE(now, w, cq.BadRespErr)
+		return progress, false
+	}
+	q.comp.psn = p.Add(1)
+	q.complete(now, w, cq.Success)
 	return true, true
 }
 

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -539,14 +540,22 @@ func (q *QP) postOne(wr *SendWR) error {
 	default:
 		switch wr.Opcode {
 		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv, WRLocalInv, WRBindMW:
+			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv, WRLocalInv, WRBindMW, WRFlush, WRAtomicWrite:
 		default:
 			return newErr(op, q.qpn, syscall.EINVAL, "unknown opcode %d", wr.Opcode)
 		}
 	}
-	if (wr.Opcode == WRLocalInv || wr.Opcode == WRBindMW) && (len(wr.SGL) > 0 || wr.Flags&SendInline != 0) {
-		// A local operation carries no data (rxe validate_send_wr for BIND_MW).
-		return newErr(op, q.qpn, syscall.EINVAL, "%s carries no data: no SGEs, not inline", wcOpcode(wr.Opcode))
+	switch wr.Opcode {
+	case WRLocalInv, WRBindMW, WRFlush, WRAtomicWrite:
+		// A local operation or a FLUSH carries no data (rxe validate_send_wr
+		// for BIND_MW); an ATOMIC_WRITE's 8 bytes are the WR's Swap.
+		if len(wr.SGL) > 0 || wr.Flags&SendInline != 0 {
+			return newErr(op, q.qpn, syscall.EINVAL, "%s takes no SGEs and no inline data", wcOpcode(wr.Opcode))
+		}
+	}
+	if f := wr.Flush; wr.Opcode == WRFlush &&
+		(f.Type == 0 || f.Type&^(bth.FlushGlobal|bth.FlushPersistent) != 0 || f.Level > bth.FlushMR || f.Length > 1<<31) {
+		return newErr(op, q.qpn, syscall.EINVAL, "FLUSH placement type %#x, selectivity level %d, length %d", f.Type, f.Level, f.Length)
 	}
 	if len(wr.SGL) > int(q.init.Cap.MaxSendSGE) {
 		return newErr(op, q.qpn, syscall.EINVAL, "%d SGEs above max_send_sge %d", len(wr.SGL), q.init.Cap.MaxSendSGE)
@@ -588,8 +597,14 @@ func (q *QP) postOne(wr *SendWR) error {
 		w.av.DGID = w.av.DGID.Unmap()
 	}
 	w.length = uint32(length)
-	if isAtomic {
+	switch {
+	case isAtomic:
 		w.length = 8
+	case wr.Opcode == WRAtomicWrite:
+		w.length = 8
+		binary.NativeEndian.PutUint64(w.value[:], wr.Swap)
+	case wr.Opcode == WRFlush:
+		w.length = wr.Flush.Length
 	}
 	if inline {
 		// Inline data is copied now, so the caller may reuse the buffer at

@@ -77,6 +77,14 @@ func (q *QP) duplicate(now time.Time, pkt *bth.Packet) {
 				return
 			}
 		}
+	case op.IsFlush() || op.IsAtomicWrite():
+		for i := range q.resp.res {
+			r := &q.resp.res[i]
+			if r.valid && r.empty && r.first == p {
+				q.sendEmptyReadResponse(p)
+				return
+			}
+		}
 	}
 }
 
@@ -112,6 +120,15 @@ func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
 	f := bth.Fields{Opcode: bth.RCAtomicAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
 		AETH:      bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn},
 		AtomicAck: bth.AtomicAckETH{Orig: orig}}
+	q.emit(&f, nil, &q.attr.AV)
+}
+
+// sendEmptyReadResponse answers a FLUSH or ATOMIC_WRITE at PSN p: an RDMA READ
+// RESPONSE ONLY with an ACK AETH and no payload.
+func (q *QP) sendEmptyReadResponse(p bth.PSN) {
+	q.flushAck()
+	f := bth.Fields{Opcode: bth.RCReadResponseOnly, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
+		AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn}}
 	q.emit(&f, nil, &q.attr.AV)
 }
 

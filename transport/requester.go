@@ -34,6 +34,8 @@ var wireOps = [...]bth.Op{
 	WRAtomicFetchAndAdd: bth.OpFetchAdd,
 	WRLocalInv:          0xFF, // not carried on the wire
 	WRBindMW:            0xFF,
+	WRFlush:             bth.OpFlush,
+	WRAtomicWrite:       bth.OpAtomicWrite,
 }
 
 // transports is the BTH transport of each QP type.
@@ -297,6 +299,12 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 			f.Atomic = bth.AtomicETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.Swap, Compare: w.wr.CompareAdd}
 		case WRAtomicFetchAndAdd:
 			f.Atomic = bth.AtomicETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
+		case WRFlush:
+			f.FETH = bth.FETH{PlacementType: w.wr.Flush.Type, Selectivity: w.wr.Flush.Level}
+			f.RETH = bth.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.wr.Flush.Length}
+		case WRAtomicWrite:
+			f.RETH = bth.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: 8}
+			payload = w.value[:]
 		default:
 			n = min(w.length-q.req.off, q.pmtu)
 			if f.Opcode.HasRETH() {

@@ -71,6 +71,7 @@ func newResponder(res []rdResource, wr srq.RecvWR) responder {
 type rdResource struct {
 	valid       bool
 	atomic      bool
+	empty       bool // a FLUSH or ATOMIC_WRITE: answered by an empty READ RESPONSE
 	first, last bth.PSN
 	va          uint64
 	rkey        uint32
@@ -106,15 +107,36 @@ func checkPSN(expected, p bth.PSN) verdict {
 // two QPs on different shards never interleave a read-modify-write.
 var atomicMu sync.Mutex
 
-// remoteRange resolves an rkey for a remote access (rxe check_rkey): the key
-// must exist, belong to the QP's PD (a type 2B window: be bound to this QP),
-// grant want, and cover [va, va+n).
-func (q *QP) remoteRange(rkey uint32, va uint64, n uint32, want Access) []byte {
+// remoteRegion resolves an rkey for a remote access (rxe check_rkey): the key
+// must exist, belong to the QP's PD (a type 2B window: be bound to this QP)
+// and grant want.
+func (q *QP) remoteRegion(rkey uint32, want Access) *Region {
 	r := q.e.mem.RemoteRegion(rkey)
 	if r == nil || r.PD != q.init.PD || (r.QPN != 0 && r.QPN != q.qpn) || r.Access&want != want {
 		return nil
 	}
-	return r.slice(va, uint64(n))
+	return r
+}
+
+// remoteRange is remoteRegion for the bytes [va, va+n), which it must cover.
+func (q *QP) remoteRange(rkey uint32, va uint64, n uint32, want Access) []byte {
+	if r := q.remoteRegion(rkey, want); r != nil {
+		return r.slice(va, uint64(n))
+	}
+	return nil
+}
+
+// flushAccess is the access a FLUSH needs for its placement types, of the QP
+// and of the memory (rxe check_qp_attr_access, check_rkey).
+func flushAccess(f bth.FETH) Access {
+	var a Access
+	if f.PlacementType&bth.FlushGlobal != 0 {
+		a |= AccessFlushGlobal
+	}
+	if f.PlacementType&bth.FlushPersistent != 0 {
+		a |= AccessFlushPersistent
+	}
+	return a
 }
 
 // request is one inbound RC or UC request as the responder checks and
@@ -268,17 +290,19 @@ func (q *QP) checkOpSequence(r *request) respErr {
 func (q *QP) checkOpAllowed(r *request) respErr {
 	var want Access
 	switch {
-	case r.op.IsWrite():
+	case r.op.IsWrite() || r.op.IsAtomicWrite():
 		want = AccessRemoteWrite
 	case r.op.IsReadRequest():
 		want = AccessRemoteRead
 	case r.op.IsAtomic():
 		want = AccessRemoteAtomic
+	case r.op.IsFlush():
+		want = flushAccess(r.pkt.FETH())
 	}
 	if q.attr.AccessFlags&want != want {
 		return errOpNotAllowed
 	}
-	if (r.op.IsReadRequest() || r.op.IsAtomic()) && !q.haveRDResources() {
+	if (r.op.IsReadRequest() || r.op.IsAtomic() || r.op.IsAtomicWrite()) && !q.haveRDResources() {
 		return errNoResources
 	}
 	return respOK
@@ -295,6 +319,11 @@ func (q *QP) checkLength(r *request) respErr {
 		return errLength
 	}
 	if op.HasRETH() && r.pkt.RETH().DMALen > 1<<31 {
+		return errLength
+	}
+	if op.IsAtomicWrite() && (n != 8 || r.pkt.RETH().DMALen != 8) {
+		// rxe's check_rkey lets any length through that matches the DMA
+		// length and then writes 8 bytes; an ATOMIC_WRITE is exactly 8.
 		return errLength
 	}
 	if !op.IsWrite() {
@@ -339,6 +368,24 @@ func (q *QP) checkRKey(r *request) respErr {
 		if r.mem = q.remoteRange(ae.RKey, ae.VA, 8, AccessRemoteAtomic); r.mem == nil {
 			return errRKey
 		}
+	case r.op.IsAtomicWrite():
+		// rxe: the R_Key and range first, the alignment when it executes
+		// (rxe_mr_do_atomic_write, IBA A19.4.2: 8-byte aligned).
+		reth := r.pkt.RETH()
+		if r.mem = q.remoteRange(reth.RKey, reth.VA, 8, AccessRemoteWrite); r.mem == nil {
+			return errRKey
+		}
+		if reth.VA&7 != 0 {
+			return errMisaligned
+		}
+	case r.op.IsFlush():
+		// The memory must grant the placement types; a FLUSH of the whole
+		// MR names no range (rxe check_rkey: skip_check_range).
+		reth, feth := r.pkt.RETH(), r.pkt.FETH()
+		reg := q.remoteRegion(reth.RKey, flushAccess(feth))
+		if reg == nil || feth.Selectivity == bth.FlushRange && reg.slice(reth.VA, uint64(reth.DMALen)) == nil {
+			return errRKey
+		}
 	}
 	return respOK
 }
@@ -354,10 +401,32 @@ func (q *QP) execute(r *request) respErr {
 		q.executeRead(r)
 	case r.op.IsAtomic():
 		q.executeAtomic(r)
+	case r.op.IsAtomicWrite(), r.op.IsFlush():
+		q.executeFlush(r)
 	default:
 		return errOpNotAllowed
 	}
 	return respOK
+}
+
+// executeFlush carries out an ATOMIC_WRITE (its 8 bytes stored at once, under
+// atomicMu so no atomic sees half of them) or a FLUSH, keeps it as a responder
+// resource so a duplicate is answered without executing again (oA19-14), and
+// answers with an empty READ RESPONSE ONLY (rxe send_read_response_ack).
+// FLUSH of global visibility has nothing to wait for: the responder places
+// every earlier request before it takes this one, and the memory is the
+// process's own. Persistence cannot be asked for: no MR of this device grants
+// it (Go memory is not persistent memory), so checkRKey refused such a FLUSH.
+func (q *QP) executeFlush(r *request) {
+	if r.op.IsAtomicWrite() {
+		atomicMu.Lock()
+		copy(r.mem, r.data[:8])
+		atomicMu.Unlock()
+	}
+	q.saveResource(rdResource{valid: true, empty: true, first: r.psn, last: r.psn})
+	q.resp.msn++
+	q.advance(r, 1)
+	q.sendEmptyReadResponse(r.psn)
 }
 
 // placeSend copies a SEND packet into the receive WR (taken at the start of

@@ -36,11 +36,16 @@ type sendWQE struct {
 	sentAt   time.Time // first transmission, for the request-to-ACK latency
 	orig     uint64    // atomic: original remote value
 	status   cq.Status // a local operation's outcome, once executed
+	value    [8]byte   // ATOMIC_WRITE: the bytes to write (Swap, in host order)
 }
 
+// isReadOrAtomic reports whether w is answered by a response carrying data or
+// a result (a READ, an atomic, and FLUSH and ATOMIC_WRITE, which an empty READ
+// RESPONSE answers): such a WQE counts against max_rd_atomic and completes only
+// on its response.
 func (w *sendWQE) isReadOrAtomic() bool {
 	switch w.wr.Opcode {
-	case WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+	case WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush, WRAtomicWrite:
 		return true
 	}
 	return false
@@ -54,7 +59,7 @@ func (w *sendWQE) isAtomic() bool {
 // request packet, or for a READ one per response packet (at least one).
 func numPackets(op WROpcode, length, pmtu uint32) uint32 {
 	switch op {
-	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush, WRAtomicWrite:
 		return 1
 	}
 	if length == 0 {
@@ -78,6 +83,10 @@ func wcOpcode(op WROpcode) cq.Opcode {
 		return cq.OpLocalInv
 	case WRBindMW:
 		return cq.OpBindMW
+	case WRFlush:
+		return cq.OpFlush
+	case WRAtomicWrite:
+		return cq.OpAtomicWrite
 	}
 	return cq.OpSend
 }

@@ -27,6 +27,7 @@ var (
 	LayerTypeAtomicAckETH = register(5, "AtomicAckETH", nil)
 	LayerTypeImmDt        = register(6, "ImmDt", nil)
 	LayerTypeIETH         = register(7, "IETH", nil)
+	LayerTypeFETH         = register(8, "FETH", nil)
 )
 
 func register(n int, name string, dec func([]byte, gopacket.PacketBuilder) error) gopacket.LayerType {
@@ -150,6 +151,10 @@ func decodeBTH(data []byte, p gopacket.PacketBuilder) error {
 		l := &DETH{DETH: pkt.DETH(), Opcode: op}
 		add(l, &l.BaseLayer, bth.DETHLen)
 	}
+	if op.HasFETH() {
+		l := &FETH{FETH: pkt.FETH(), Opcode: op}
+		add(l, &l.BaseLayer, bth.FETHLen)
+	}
 	if op.HasRETH() {
 		l := &RETH{RETH: pkt.RETH(), Opcode: op}
 		add(l, &l.BaseLayer, bth.RETHLen)
@@ -184,6 +189,7 @@ var extOrder = []struct {
 	has func(bth.Opcode) bool
 }{
 	{&LayerTypeDETH, bth.Opcode.HasDETH},
+	{&LayerTypeFETH, bth.Opcode.HasFETH},
 	{&LayerTypeRETH, bth.Opcode.HasRETH},
 	{&LayerTypeAtomicETH, bth.Opcode.HasAtomicETH},
 	{&LayerTypeAETH, bth.Opcode.HasAETH},
@@ -216,6 +222,19 @@ func (l *DETH) LayerType() gopacket.LayerType { return LayerTypeDETH }
 // NextLayerType returns the layer after the DETH.
 func (l *DETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 1) }
 
+// FETH is the FLUSH Extended Transport Header layer.
+type FETH struct {
+	layers.BaseLayer
+	bth.FETH
+	Opcode bth.Opcode
+}
+
+// LayerType returns LayerTypeFETH.
+func (l *FETH) LayerType() gopacket.LayerType { return LayerTypeFETH }
+
+// NextLayerType returns the layer after the FETH.
+func (l *FETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 2) }
+
 // RETH is the RDMA Extended Transport Header layer.
 type RETH struct {
 	layers.BaseLayer
@@ -227,7 +246,7 @@ type RETH struct {
 func (l *RETH) LayerType() gopacket.LayerType { return LayerTypeRETH }
 
 // NextLayerType returns the layer after the RETH.
-func (l *RETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 2) }
+func (l *RETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 3) }
 
 // AtomicETH is the Atomic Extended Transport Header layer.
 type AtomicETH struct {
@@ -240,7 +259,7 @@ type AtomicETH struct {
 func (l *AtomicETH) LayerType() gopacket.LayerType { return LayerTypeAtomicETH }
 
 // NextLayerType returns the layer after the AtomicETH.
-func (l *AtomicETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 3) }
+func (l *AtomicETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 4) }
 
 // AETH is the ACK Extended Transport Header layer.
 type AETH struct {
@@ -253,7 +272,7 @@ type AETH struct {
 func (l *AETH) LayerType() gopacket.LayerType { return LayerTypeAETH }
 
 // NextLayerType returns the layer after the AETH.
-func (l *AETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 4) }
+func (l *AETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 5) }
 
 // AtomicAckETH is the Atomic ACK Extended Transport Header layer.
 type AtomicAckETH struct {
@@ -266,7 +285,7 @@ type AtomicAckETH struct {
 func (l *AtomicAckETH) LayerType() gopacket.LayerType { return LayerTypeAtomicAckETH }
 
 // NextLayerType returns the layer after the AtomicAckETH.
-func (l *AtomicAckETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 5) }
+func (l *AtomicAckETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 6) }
 
 // ImmDt is the immediate data layer.
 type ImmDt struct {
@@ -279,7 +298,7 @@ type ImmDt struct {
 func (l *ImmDt) LayerType() gopacket.LayerType { return LayerTypeImmDt }
 
 // NextLayerType returns the layer after the ImmDt.
-func (l *ImmDt) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 6) }
+func (l *ImmDt) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 7) }
 
 // IETH is the Invalidate Extended Transport Header layer.
 type IETH struct {
@@ -292,4 +311,4 @@ type IETH struct {
 func (l *IETH) LayerType() gopacket.LayerType { return LayerTypeIETH }
 
 // NextLayerType returns the layer after the IETH.
-func (l *IETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 7) }
+func (l *IETH) NextLayerType() gopacket.LayerType { return nextAfter(l.Opcode, 8) }

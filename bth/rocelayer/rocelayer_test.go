@@ -3,6 +3,7 @@ package rocelayer_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/google/gopacket"
@@ -21,7 +22,7 @@ func wantLayers(p bth.Packet) []gopacket.LayerType {
 		has bool
 		t   gopacket.LayerType
 	}{
-		{op.HasDETH(), rocelayer.LayerTypeDETH}, {op.HasRETH(), rocelayer.LayerTypeRETH},
+		{op.HasDETH(), rocelayer.LayerTypeDETH}, {op.HasFETH(), rocelayer.LayerTypeFETH}, {op.HasRETH(), rocelayer.LayerTypeRETH},
 		{op.HasAtomicETH(), rocelayer.LayerTypeAtomicETH}, {op.HasAETH(), rocelayer.LayerTypeAETH},
 		{op.HasAtomicAckETH(), rocelayer.LayerTypeAtomicAckETH}, {op.HasImm(), rocelayer.LayerTypeImmDt},
 		{op.HasIETH(), rocelayer.LayerTypeIETH},
@@ -173,5 +174,38 @@ func TestSerializeCNP(t *testing.T) {
 	bad := &rocelayer.BTH{Fields: bth.Fields{Opcode: bth.RCAck}}
 	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{}, bad, gopacket.Payload{1}); !errors.Is(err, bth.ErrUnexpectedPayload) {
 		t.Fatalf("ACK with payload: %v", err)
+	}
+}
+
+// TestFlushAndAtomicWriteLayers: a FLUSH decodes as BTH, FETH, RETH (the FETH
+// first), an ATOMIC WRITE as BTH, RETH and its 8-byte payload.
+func TestFlushAndAtomicWriteLayers(t *testing.T) {
+	for _, f := range []bth.Fields{
+		{Opcode: bth.RCFlush, PKey: 0xFFFF, DestQP: 0x11, PSN: 5, AckReq: true,
+			FETH: bth.FETH{PlacementType: bth.FlushGlobal | bth.FlushPersistent, Selectivity: bth.FlushMR},
+			RETH: bth.RETH{VA: 0x1000, RKey: 0x2233, DMALen: 64}},
+		{Opcode: bth.RCAtomicWrite, PKey: 0xFFFF, DestQP: 0x11, PSN: 6, AckReq: true,
+			RETH: bth.RETH{VA: 0x1008, RKey: 0x2233, DMALen: 8}},
+	} {
+		var payload []byte
+		if f.Opcode == bth.RCAtomicWrite {
+			payload = []byte{1, 2, 3, 4, 5, 6, 7, 8}
+		}
+		b := bth.Append(nil, &f, payload)
+		pkt := gopacket.NewPacket(b, rocelayer.LayerTypeBTH, gopacket.Default)
+		p, _ := bth.Parse(b)
+		var got []gopacket.LayerType
+		for _, l := range pkt.Layers() {
+			got = append(got, l.LayerType())
+		}
+		if want := wantLayers(p); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%v: layers %v, want %v", f.Opcode, got, want)
+		}
+		if r := pkt.Layer(rocelayer.LayerTypeRETH).(*rocelayer.RETH); r.RETH != f.RETH {
+			t.Fatalf("%v: RETH %+v", f.Opcode, r.RETH)
+		}
+		if l := pkt.Layer(rocelayer.LayerTypeFETH); l != nil && l.(*rocelayer.FETH).FETH != f.FETH {
+			t.Fatalf("FETH %+v", l.(*rocelayer.FETH).FETH)
+		}
 	}
 }

@@ -171,6 +171,10 @@ func writeHuman(sb *strings.Builder, d *datagram, p bth.Packet) {
 		dt := p.DETH()
 		fmt.Fprintf(sb, " qkey %#x srcqp %#x", dt.QKey, dt.SrcQP)
 	}
+	if op.HasFETH() {
+		f := p.FETH()
+		fmt.Fprintf(sb, " placement %#x selectivity %d", f.PlacementType, f.Selectivity)
+	}
 	if op.HasRETH() {
 		r := p.RETH()
 		fmt.Fprintf(sb, " va %#x rkey %#x dma-len %d", r.VA, r.RKey, r.DMALen)
