@@ -36,5 +36,6 @@
 // the peer's (QPParams.SQPSN).
 //
 // Package cm/rping implements rping's protocol on top; cmd/rping-go is its
-// command line.
+// command line. Package cm/mcast is rdma_join_multicast on RoCE, which needs
+// no MADs.
 package cm

@@ -16,12 +16,14 @@ type AH struct {
 }
 
 // CreateAH is ibv_create_ah. EINVAL when the attribute is not a RoCEv2 route from this
-// device (see checkAV); ENOMEM when max_ah AHs exist.
+// device (see checkAV); ENOMEM when max_ah AHs exist. A multicast DGID (an IPv4
+// group as ::ffff:a.b.c.d, or an IPv6 one) makes an AH to the group: UD sends
+// through it name RemoteQPN McastQPN and reach every QP attached to the group.
 func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	const op = "ibv_create_ah"
 	d := pd.dev
 	obj := d.obj("pd", pd.id)
-	if err := d.checkAV(op, obj, &attr); err != nil {
+	if err := d.checkAV(op, obj, &attr, true); err != nil {
 		return nil, err
 	}
 	if err := pd.use(op); err != nil {
@@ -55,18 +57,19 @@ func (ah *AH) Close() error {
 }
 
 // checkAV validates an address vector for this device: RoCE carries every packet in
-// a GRH, so IsGlobal must be set; the destination must be a unicast address of the
-// same family as the device's (an IPv4 device reaches IPv4-mapped GIDs only); the
-// source GID index must name the RoCEv2 entry the socket is bound to. The
-// destination is normalised (IPv4-mapped to IPv4) in place.
-func (d *Device) checkAV(op, obj string, av *AddressVector) error {
+// a GRH, so IsGlobal must be set; the destination must be an address of the same
+// family as the device's (an IPv4 device reaches IPv4-mapped GIDs only), and a
+// multicast group only where group allows it (an AH: UD multicast; never a
+// connected QP's path); the source GID index must name the RoCEv2 entry the socket
+// is bound to. The destination is normalised (IPv4-mapped to IPv4) in place.
+func (d *Device) checkAV(op, obj string, av *AddressVector, group bool) error {
 	switch {
 	case !av.IsGlobal:
 		return newErr(op, obj, syscall.EINVAL, "RoCE requires a GRH (is_global)")
 	case !av.DGID.IsValid() || av.DGID.IsUnspecified():
 		return newErr(op, obj, syscall.EINVAL, "no destination GID")
-	case av.DGID.IsMulticast():
-		return newErr(op, obj, syscall.ENOSYS, "multicast destinations are not supported")
+	case av.DGID.IsMulticast() && !group:
+		return newErr(op, obj, syscall.EINVAL, "a connected QP's path cannot lead to multicast group %v", av.DGID.Unmap())
 	case int(av.SGIDIndex) >= len(d.gids):
 		return newErr(op, obj, syscall.EINVAL, "sgid_index %d outside the GID table (%d entries)", av.SGIDIndex, len(d.gids))
 	case int(av.SGIDIndex) != d.gidIdx:

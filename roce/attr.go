@@ -102,6 +102,13 @@ type Limits struct {
 	MaxSRQSGE       int    // max_srq_sge: SGEs per SRQ WR
 	MaxQPRdAtom     int    // responder resources (max_dest_rd_atomic limit)
 	MaxQPInitRdAtom int    // initiator depth (max_rd_atomic limit)
+	// MaxMcastGrp is max_mcast_grp: multicast groups QPs are attached to at once.
+	MaxMcastGrp int
+	// MaxMcastQPAttach is max_mcast_qp_attach: QPs attached to one group.
+	MaxMcastQPAttach int
+	// MaxTotalMcastQPAttach is max_total_mcast_qp_attach: attachments of all
+	// QPs to all groups.
+	MaxTotalMcastQPAttach int
 	// NoSRQResize turns off IBV_DEVICE_SRQ_RESIZE, so ibv_modify_srq with
 	// IBV_SRQ_MAX_WR fails with ENOSYS, as on devices without it.
 	NoSRQResize bool
@@ -125,6 +132,10 @@ var DefaultLimits = Limits{
 	MaxSRQSGE:       27,
 	MaxQPRdAtom:     128,
 	MaxQPInitRdAtom: 128,
+	// rxe: RXE_MAX_MCAST_GRP, RXE_MAX_MCAST_QP_ATTACH and their product.
+	MaxMcastGrp:           8192,
+	MaxMcastQPAttach:      56,
+	MaxTotalMcastQPAttach: 8192 * 56,
 }
 
 func (l Limits) withDefaults() Limits {
@@ -149,6 +160,9 @@ func (l Limits) withDefaults() Limits {
 	set(&d.MaxSRQSGE, l.MaxSRQSGE)
 	set(&d.MaxQPRdAtom, l.MaxQPRdAtom)
 	set(&d.MaxQPInitRdAtom, l.MaxQPInitRdAtom)
+	set(&d.MaxMcastGrp, l.MaxMcastGrp)
+	set(&d.MaxMcastQPAttach, l.MaxMcastQPAttach)
+	set(&d.MaxTotalMcastQPAttach, l.MaxTotalMcastQPAttach)
 	if l.MaxMRSize > 0 {
 		d.MaxMRSize = l.MaxMRSize
 	}
@@ -191,6 +205,9 @@ func (l Limits) deviceAttr(guid uint64) DeviceAttr {
 		LocalCAAckDelay: 15,
 		PhysPortCnt:     1,
 		MaxInlineData:   l.MaxInlineData,
+		MaxMcastGrp:     l.MaxMcastGrp,
+		MaxMcastQPAttch: l.MaxMcastQPAttach,
+		MaxTotalMcastQP: l.MaxTotalMcastQPAttach,
 	}
 }
 

@@ -125,6 +125,10 @@ type Device struct {
 	cqs   map[*cq.Queue]*CQ
 	srqs  map[*srq.Queue]*SRQ
 
+	// mcMu guards: mcast, and every QP's mcast.
+	mcMu  sync.Mutex
+	mcast mcastState
+
 	// Resource counts against Limits; atomics so create/destroy stay cheap.
 	nPD, nMR, nMW, nCQ, nQP, nSRQ, nAH atomic.Int64
 	ids                                atomic.Uint32 // handle numbers for PD, CQ, SRQ, AH

@@ -56,6 +56,8 @@
 //	ibv_destroy_ah               (*AH).Close() error
 //	ibv_init_ah_from_wc          (*Device).InitAHFromWC(wc, grh) (AHAttr, error)
 //	ibv_create_ah_from_wc        (*PD).CreateAHFromWC(wc, grh) (*AH, error)
+//	ibv_attach_mcast             (*QP).AttachMcast(gid, lid) error
+//	ibv_detach_mcast             (*QP).DetachMcast(gid, lid) error
 //	ibv_create_cq                (*Device).CreateCQ(cqe) (*CQ, error)
 //	ibv_destroy_cq               (*CQ).Close() error
 //	ibv_poll_cq                  (*CQ).Poll(wc []WC) (int, error)
@@ -123,6 +125,20 @@
 // carries AccessFlushPersistent (RegMR: EINVAL, as rxe for ordinary pages) and a
 // persistent FLUSH is a remote access error.
 //
+// # UD multicast
+//
+// On RoCE a multicast GID is an IP multicast group: ::ffff:a.b.c.d for an IPv4
+// group, the IPv6 group itself. QP.AttachMcast attaches a UD QP to it; the first
+// QP of the device to attach joins the IP group on the device's interface (IGMP or
+// MLD, as the kernel does for rdma_join_multicast), the last to detach leaves it. A
+// UD send through an AH whose DGID is the group, with RemoteQPN McastQPN
+// (0xFFFFFF), reaches every QP attached to the group on every member device, the
+// sender's own included (the kernel's multicast loopback), each with its own copy,
+// each checking the Q_Key as for any datagram. The datagram's IP header carries
+// the AH's traffic class and hop limit (and flow label on IPv6), so rdma_cm's
+// multicast AH sends with hop limit 64. Package cm/mcast maps an IP group to its
+// MGID and joins it as rdma_join_multicast does on RoCE (no SA).
+//
 // # Errors
 //
 // Every verb returns *Error, whose cause is a syscall.Errno, so
@@ -139,9 +155,10 @@
 //	        a QP with an SRQ given to PostRecv, a verb on a destroyed object (which
 //	        also matches net.ErrClosed).
 //	ENOMEM  a resource is exhausted: a full send, receive or shared receive queue;
-//	        max_qp, max_mr, max_cq, max_pd, max_ah or max_srq reached.
+//	        max_qp, max_mr, max_mw, max_cq, max_pd, max_ah, max_srq or a multicast
+//	        limit reached.
 //	ENOSYS  not implemented by this device: SRQ resize when WithLimits turned it off,
-//	        multicast.
+//	        multicast on a link that cannot join IP groups (OpenLink).
 //	EPERM   ibv_bind_mw with an MR of another PD than the window's.
 //	EOPNOTSUPP  an access flag rxe does not support (ON_DEMAND, ZERO_BASED or
 //	        HUGETLB on an MR).

@@ -2,6 +2,7 @@ package roce
 
 import (
 	"fmt"
+	"net/netip"
 	"sync"
 	"syscall"
 
@@ -31,6 +32,8 @@ type QP struct {
 	// mu guards: closed.
 	mu     sync.Mutex
 	closed bool
+
+	mcast map[netip.Addr]bool // the groups attached; Device.mcMu guards
 }
 
 // CreateQP is ibv_create_qp. The QP starts in RESET. EINVAL for a missing CQ, a CQ or
@@ -135,7 +138,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 // against the GID table, the access flags against the verbs' vocabulary.
 func (d *Device) checkQPAttr(op, obj string, a *QPAttr, mask QPAttrMask) error {
 	if mask&QPAttrAV != 0 {
-		if err := d.checkAV(op, obj, &a.AV); err != nil {
+		if err := d.checkAV(op, obj, &a.AV, false); err != nil {
 			return err
 		}
 	}
@@ -218,6 +221,7 @@ func (q *QP) Close() error {
 		return wrapErr(op, q.obj, -1, err)
 	}
 	q.closed = true
+	d.forgetAllMcast(q) // the engine detached it from its groups
 	d.objMu.Lock()
 	delete(d.qps, q.qpn)
 	d.objMu.Unlock()

@@ -333,7 +333,8 @@ func TestCreateAHChecks(t *testing.T) {
 		{"sgid index outside table", func(a *AHAttr) { a.SGIDIndex = 2 }, syscall.EINVAL},
 		{"other family", func(a *AHAttr) { a.DGID = netip.MustParseAddr("2001:db8::2") }, syscall.EINVAL},
 		{"flow label over 20 bits", func(a *AHAttr) { a.FlowLabel = 1 << 20 }, syscall.EINVAL},
-		{"multicast", func(a *AHAttr) { a.DGID = netip.MustParseAddr("224.0.0.1") }, syscall.ENOSYS},
+		{"multicast group (UD multicast)", func(a *AHAttr) { a.DGID = netip.MustParseAddr("224.0.0.1") }, 0},
+		{"multicast group of the other family", func(a *AHAttr) { a.DGID = netip.MustParseAddr("ff05::1") }, syscall.EINVAL},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -345,7 +346,7 @@ func TestCreateAHChecks(t *testing.T) {
 				return
 			}
 			noErr(t, err)
-			if ah.AV().DGID != addrB {
+			if ah.AV().DGID != a.DGID.Unmap() {
 				t.Fatalf("destination %v not normalised", ah.AV().DGID)
 			}
 			noErr(t, ah.Close())

@@ -61,6 +61,12 @@
 //	                          onAck: NAK seq ─► go-back-N; RNR NAK ─► wait RNR timer; others ─► ERR
 //	                          onReadResponse, onAtomicAck: place the data, complete the WQE
 //
+// A datagram with DestQP 0xFFFFFF (McastQPN) goes to every UD QP attached to
+// the multicast group it was sent to (mcast.go: a copy per QP, each checked
+// as that QP's own datagram). A group's datagrams arrive on a receive path of
+// their own (link.Multicaster), opened when its first QP attaches and closed
+// when the last detaches.
+//
 // The responder holds a positive ACK until the end of the step and sends one
 // cumulative ACK for the newest PSN (NAKs, READ responses and atomic ACKs
 // send the held ACK first). Completions made during a slice are held too and

@@ -51,6 +51,10 @@ type Engine struct {
 	// mu guards: writes of qps (lookups are lock-free).
 	qps qpTable
 
+	// mcMu serialises multicast attach and detach; readers load mcast.
+	mcMu  sync.Mutex
+	mcast atomic.Pointer[mcastTable]
+
 	closed atomic.Bool
 	fatal  atomic.Bool // the Link died under the engine (DEVICE_FATAL)
 	done   chan struct{}

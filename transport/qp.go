@@ -28,6 +28,8 @@ type QP struct {
 	srq  *srq.Queue
 	sq   sendQueue
 
+	mcastGone bool // Engine.mcMu guards: destroyed, attaches no more groups
+
 	state  atomic.Uint32 // mirror of attr.State for the posting verbs
 	queued atomic.Bool   // on the shard's ready list
 	fatal  atomic.Bool   // a CQ this QP feeds overran: move to ERR
@@ -478,6 +480,7 @@ func (q *QP) Destroy() error {
 		return newErr(op, q.qpn, syscall.EINVAL, "already destroyed")
 	}
 	e := q.e
+	q.detachAll()
 	e.mu.Lock()
 	e.qps.remove(q)
 	e.mu.Unlock()

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +75,7 @@ func (it *rxItem) detach() {
 type reader struct {
 	e      *Engine
 	recv   link.ReceiveFunc
+	group  netip.Addr // the multicast group this path serves; zero for the Link's own paths
 	msgs   []link.Message
 	bufs   []*[link.MaxDatagram]byte // without GRO
 	trains []*rxTrain                // with GRO
@@ -107,8 +109,8 @@ func (r *reader) loop() {
 		}
 		if e.closed.Load() || linkGone(err) {
 			r.close()
-			if !e.closed.Load() {
-				e.fail()
+			if !e.closed.Load() && !r.group.IsValid() {
+				e.fail() // a group's path ends when its last QP leaves the group
 			}
 			return
 		}
@@ -180,11 +182,21 @@ func (r *reader) dispatch(it rxItem, m *link.Message) bool {
 		e.stats.Malformed.Add(1)
 		return false
 	}
+	if qpn == McastQPN {
+		return r.dispatchMcast(it, m)
+	}
 	q := e.lookup(qpn)
 	if q == nil {
 		e.stats.UnknownQP.Add(1)
 		return false
 	}
+	return r.enqueue(it, m, q)
+}
+
+// enqueue queues packet it, which arrived as m, on q's shard, and reports
+// whether the shard took it.
+func (r *reader) enqueue(it rxItem, m *link.Message, q *QP) bool {
+	e := r.e
 	it.src, it.local, it.tos, it.ttl, it.flow, it.qp = m.Addr, m.Local, m.TOS, m.TTL, m.FlowLabel, q
 	s := q.sh
 	if !s.enqueue(it) {
