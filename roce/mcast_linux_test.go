@@ -30,15 +30,15 @@ func TestMulticastOverUDP(t *testing.T) {
 		t.Cleanup(func() { da.Close() })
 		db := must[*Device](t)(Open(addrB, WithPort(port), WithMTU(MTU1024)))
 		t.Cleanup(func() { db.Close() })
-		var sn *sniffer // the delivery is tested without root too
+		var sn *nettest.Sniffer // the delivery is tested without root too
 		if os.Geteuid() == 0 {
-			sn = sniff(t, "lo", port)
+			sn = nettest.Sniff(t, "lo", port)
 		}
 		multicastRound(t, da, db, netip.MustParseAddr("239.9.8.7"), av, sn, false)
 	})
 	for _, group := range []string{"ff05::9:8", "ff02::9:8"} {
 		t.Run("IPv6-veth-"+group, func(t *testing.T) {
-			needRoot(t, "network namespaces")
+			nettest.NeedRoot(t, "network namespaces")
 			nsA, nsB := nettest.NewNetns(t), nettest.NewNetns(t)
 			nettest.VethPair(nsA, nsB, "rma", "rmb", []string{"fd00:203::1/64"}, []string{"fd00:203::2/64"})
 			nsA.WaitUp("rma")
@@ -54,9 +54,9 @@ func TestMulticastOverUDP(t *testing.T) {
 				return err
 			})
 			t.Cleanup(func() { db.Close() })
-			var sn *sniffer
+			var sn *nettest.Sniffer
 			nsB.In(t, func() error {
-				sn = sniff(t, "rmb", RoCEv2Port)
+				sn = nettest.Sniff(t, "rmb", RoCEv2Port)
 				return nil
 			})
 			multicastRound(t, da, db, netip.MustParseAddr(group), av, sn, true)
@@ -67,7 +67,7 @@ func TestMulticastOverUDP(t *testing.T) {
 // multicastRound attaches two QPs of each device to group, sends one datagram
 // from a third QP of da through an AH of fields av, and checks every member's
 // receive and the captured datagrams.
-func multicastRound(t *testing.T, da, db *Device, group netip.Addr, av func(*Device, netip.Addr) AHAttr, sn *sniffer, v6 bool) {
+func multicastRound(t *testing.T, da, db *Device, group netip.Addr, av func(*Device, netip.Addr) AHAttr, sn *nettest.Sniffer, v6 bool) {
 	const qkey, n = 0x2222, 300
 	sender := newSide(t, da, QPTypeUD, 4096, nil, nil)
 	readyUDQKey(t, sender, qkey)
@@ -98,8 +98,8 @@ func multicastRound(t *testing.T, da, db *Device, group netip.Addr, av func(*Dev
 	}
 	time.Sleep(20 * time.Millisecond)
 	seen := 0
-	for _, p := range sn.stop() {
-		if p.dst != group || p.destQP != McastQPN {
+	for _, p := range sn.Stop() {
+		if p.Dst != group || p.DestQP != McastQPN {
 			continue
 		}
 		seen++
@@ -107,9 +107,9 @@ func multicastRound(t *testing.T, da, db *Device, group netip.Addr, av func(*Dev
 		if !v6 {
 			want = 0
 		}
-		if p.tos != attr.TrafficClass || p.ttl != attr.HopLimit || p.flow != want {
+		if p.TOS != attr.TrafficClass || p.TTL != attr.HopLimit || p.Flow != want {
 			t.Errorf("captured datagram to %v: traffic class %#x hop limit %d flow label %#x, want %#x %d %#x",
-				p.dst, p.tos, p.ttl, p.flow, attr.TrafficClass, attr.HopLimit, want)
+				p.Dst, p.TOS, p.TTL, p.Flow, attr.TrafficClass, attr.HopLimit, want)
 		}
 	}
 	if seen == 0 {

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/nettest"
 )
 
 // TestAddressVectorFieldsOnTheWire captures on lo, with an AF_PACKET socket, the
@@ -17,7 +19,7 @@ import (
 // the responder's path for its ACKs and READ responses, the AH for the UD
 // datagram. The UD receiver's GRH area reports what the kernel delivered.
 func TestAddressVectorFieldsOnTheWire(t *testing.T) {
-	needRoot(t, "an AF_PACKET capture")
+	nettest.NeedRoot(t, "an AF_PACKET capture")
 	for _, fam := range []struct {
 		name   string
 		a, b   netip.Addr
@@ -44,7 +46,7 @@ func TestAddressVectorFieldsOnTheWire(t *testing.T) {
 			avUD := AddressVector{DGID: db.Addr(), SGIDIndex: uint8(da.GIDIndex()), IsGlobal: true,
 				TrafficClass: 0x2e << 2, HopLimit: 3, FlowLabel: 0x55555}
 
-			sn := sniff(t, "lo", port)
+			sn := nettest.Sniff(t, "lo", port)
 			a := newSide(t, da, QPTypeRC, 8192, nil, nil)
 			b := newSide(t, db, QPTypeRC, 8192, nil, nil)
 			connectRCWith(t, a, b, MTU1024, avAB, avBA)
@@ -66,7 +68,7 @@ func TestAddressVectorFieldsOnTheWire(t *testing.T) {
 				SGL: []SGE{{Addr: ua.mr.Addr(), Length: 100, LKey: ua.mr.LKey()}}, AH: ah.AV(), RemoteQPN: ub.qp.QPN(), RemoteQKey: 0x77}}))
 			wc := pollN(t, ub.rcq, 1, wcTimeout)[0]
 			time.Sleep(50 * time.Millisecond) // let the last ACK reach the capture
-			pkts := sn.stop()
+			pkts := sn.Stop()
 
 			// A packet is told by its destination QP at its destination address
 			// (the two IPv4 devices hand out the same QPNs).
@@ -78,7 +80,7 @@ func TestAddressVectorFieldsOnTheWire(t *testing.T) {
 			want := map[to]AddressVector{bq: avAB, aq: avBA, uq: avUD}
 			seen := map[to]int{}
 			for _, p := range pkts {
-				k := to{p.dst, p.destQP}
+				k := to{p.Dst, p.DestQP}
 				av, ok := want[k]
 				if !ok {
 					continue
@@ -86,13 +88,13 @@ func TestAddressVectorFieldsOnTheWire(t *testing.T) {
 				seen[k]++
 				flow := uint32(0)
 				if fam.v6 {
-					flow = p.flow
+					flow = p.Flow
 				} else {
 					av.FlowLabel = 0
 				}
-				if p.tos != av.TrafficClass || p.ttl != av.HopLimit || flow != av.FlowLabel {
+				if p.TOS != av.TrafficClass || p.TTL != av.HopLimit || flow != av.FlowLabel {
 					t.Errorf("%v to QP %#x: traffic class %#x hop limit %d flow label %#x, want %#x %d %#x",
-						p.opcode, p.destQP, p.tos, p.ttl, flow, av.TrafficClass, av.HopLimit, av.FlowLabel)
+						p.Opcode, p.DestQP, p.TOS, p.TTL, flow, av.TrafficClass, av.HopLimit, av.FlowLabel)
 				}
 			}
 			// WRITE FIRST, MIDDLE, LAST and READ request; READ responses and ACKs; the datagram.

@@ -3,7 +3,9 @@
 // Package nettest holds what tests that touch real sockets share: the root
 // check, network namespaces a test creates (and deletes) with veth pairs
 // between them, so a test can use interfaces and addresses of its own without
-// sending anything outside the machine. Only tests import it.
+// sending anything outside the machine, and an AF_PACKET capture (Sniff) of
+// the RoCEv2 packets on an interface with their IP header fields. Only tests
+// import it.
 package nettest
 
 import (

@@ -1,6 +1,6 @@
 //go:build linux
 
-package roce
+package nettest
 
 import (
 	"encoding/binary"
@@ -16,38 +16,38 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/nettest"
 )
 
-var needRoot = nettest.NeedRoot
-
-// wirePacket is one RoCEv2 datagram as an AF_PACKET socket saw it on an
+// WirePacket is one RoCEv2 packet as an AF_PACKET socket saw it on an
 // interface: the IP header fields the kernel sent and the BTH.
-type wirePacket struct {
-	src, dst netip.Addr
-	tos, ttl uint8  // IPv4 TOS / IPv6 traffic class; TTL / hop limit
-	flow     uint32 // IPv6 flow label
-	dport    uint16
-	opcode   bth.Opcode
-	destQP   uint32
+type WirePacket struct {
+	Src, Dst netip.Addr
+	TOS, TTL uint8  // IPv4 TOS / IPv6 traffic class; TTL / hop limit
+	Flow     uint32 // IPv6 flow label
+	DPort    uint16
+	Opcode   bth.Opcode
+	DestQP   uint32
 }
 
-// sniffer captures the UDP datagrams to or from port on one interface until
-// stopped.
-type sniffer struct {
+// Sniffer captures the RoCEv2 packets to or from one UDP port on one
+// interface until stopped.
+type Sniffer struct {
 	fd       int
 	port     uint16
 	done     chan struct{}
 	stopping atomic.Bool
 	mu       sync.Mutex
-	pkts     []wirePacket
+	pkts     []WirePacket
 }
 
-// sniff starts capturing on the interface named ifname (an AF_PACKET socket,
-// which needs root).
-func sniff(t *testing.T, ifname string, port uint16) *sniffer {
+// Sniff starts capturing the datagrams to or from UDP port on the interface
+// named ifname of the calling thread's network namespace (an AF_PACKET socket
+// with a BPF port filter, which needs root: NeedRoot). A UDP GSO train is
+// split into its segments, as its receiver does; on lo each datagram is kept
+// once (the incoming copy).
+func Sniff(t testing.TB, ifname string, port uint16) *Sniffer {
 	t.Helper()
-	needRoot(t, "an AF_PACKET capture")
+	NeedRoot(t, "an AF_PACKET capture")
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
 		t.Fatal(err)
@@ -87,12 +87,12 @@ func sniff(t *testing.T, ifname string, port uint16) *sniffer {
 		unix.Close(fd)
 		t.Fatal(err)
 	}
-	s := &sniffer{fd: fd, port: port, done: make(chan struct{})}
+	s := &Sniffer{fd: fd, port: port, done: make(chan struct{})}
 	go s.run()
 	return s
 }
 
-func (s *sniffer) run() {
+func (s *Sniffer) run() {
 	defer close(s.done)
 	buf := make([]byte, 65536)
 	for {
@@ -124,8 +124,8 @@ func (s *sniffer) run() {
 	}
 }
 
-// stop ends the capture once the socket is read dry and returns what it saw.
-func (s *sniffer) stop() []wirePacket {
+// Stop ends the capture once the socket is read dry and returns what it saw.
+func (s *Sniffer) Stop() []WirePacket {
 	s.stopping.Store(true)
 	<-s.done
 	unix.Close(s.fd)
@@ -145,7 +145,7 @@ const (
 // parseWire decodes an IPv4 or IPv6 UDP datagram to or from port that holds
 // BTHs: one, or for a UDP GSO super-packet (seg > 0) one per seg bytes of
 // UDP payload, each with the super-packet's IP header fields.
-func parseWire(b []byte, port uint16, seg int) []wirePacket {
+func parseWire(b []byte, port uint16, seg int) []WirePacket {
 	p, payload, ok := parseIPUDP(b, port)
 	if !ok {
 		return nil
@@ -153,13 +153,13 @@ func parseWire(b []byte, port uint16, seg int) []wirePacket {
 	if seg <= 0 {
 		seg = len(payload)
 	}
-	var out []wirePacket
+	var out []WirePacket
 	for lo := 0; lo < len(payload); lo += seg {
 		pkt, err := bth.Parse(payload[lo:min(lo+seg, len(payload))])
 		if err != nil {
 			continue
 		}
-		p.opcode, p.destQP = pkt.Opcode(), pkt.DestQP()
+		p.Opcode, p.DestQP = pkt.Opcode(), pkt.DestQP()
 		out = append(out, p)
 	}
 	return out
@@ -167,8 +167,8 @@ func parseWire(b []byte, port uint16, seg int) []wirePacket {
 
 // parseIPUDP decodes the IP and UDP headers of a datagram to or from port
 // and returns its UDP payload.
-func parseIPUDP(b []byte, port uint16) (wirePacket, []byte, bool) {
-	var p wirePacket
+func parseIPUDP(b []byte, port uint16) (WirePacket, []byte, bool) {
+	var p WirePacket
 	var udp []byte
 	switch {
 	case len(b) >= 20 && b[0]>>4 == 4:
@@ -176,16 +176,16 @@ func parseIPUDP(b []byte, port uint16) (wirePacket, []byte, bool) {
 		if b[9] != unix.IPPROTO_UDP || len(b) < ihl+8 {
 			return p, nil, false
 		}
-		p.src, p.dst = netip.AddrFrom4([4]byte(b[12:16])), netip.AddrFrom4([4]byte(b[16:20]))
-		p.tos, p.ttl = b[1], b[8]
+		p.Src, p.Dst = netip.AddrFrom4([4]byte(b[12:16])), netip.AddrFrom4([4]byte(b[16:20]))
+		p.TOS, p.TTL = b[1], b[8]
 		udp = b[ihl:]
 	case len(b) >= 48 && b[0]>>4 == 6:
 		if b[6] != unix.IPPROTO_UDP {
 			return p, nil, false
 		}
 		w := binary.BigEndian.Uint32(b)
-		p.tos, p.flow, p.ttl = uint8(w>>20), w&0xFFFFF, b[7]
-		p.src, p.dst = netip.AddrFrom16([16]byte(b[8:24])), netip.AddrFrom16([16]byte(b[24:40]))
+		p.TOS, p.Flow, p.TTL = uint8(w>>20), w&0xFFFFF, b[7]
+		p.Src, p.Dst = netip.AddrFrom16([16]byte(b[8:24])), netip.AddrFrom16([16]byte(b[24:40]))
 		udp = b[40:]
 	default:
 		return p, nil, false
@@ -194,7 +194,7 @@ func parseIPUDP(b []byte, port uint16) (wirePacket, []byte, bool) {
 	if dport != port && sport != port {
 		return p, nil, false
 	}
-	p.dport = dport
+	p.DPort = dport
 	return p, udp[8:], true
 }
 

@@ -1,0 +1,61 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/nettest"
+)
+
+// TestTOSReachesTheDataPath: rping-go -t puts its type of service in the REQ's
+// path (rdma_set_option(RDMA_OPTION_ID_TOS)), and both sides' QPs send every
+// data-path packet (SENDs, READs, WRITEs, their responses and ACKs) with it in
+// the IP header, as an AF_PACKET capture on lo shows.
+func TestTOSReachesTheDataPath(t *testing.T) {
+	nettest.NeedRoot(t, "an AF_PACKET capture")
+	const tos = 0x68
+	port := freePort(t)
+	sn := nettest.Sniff(t, "lo", uint16(port))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var sout, serr, cout, cerr syncBuf
+	scode := make(chan int, 1)
+	go func() {
+		scode <- run(ctx, []string{"-s", "-a", "127.0.0.2", "-p", "7174", "--udp-port", fmt.Sprint(port)}, &sout, &serr)
+	}()
+	var ccode int
+	for attempt := 0; attempt < 50; attempt++ {
+		cerr.b.Reset()
+		ccode = run(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "-C", "3", "-S", "5000", "-t", fmt.Sprint(tos),
+			"--udp-port", fmt.Sprint(port)}, &cout, &cerr)
+		if ccode == 0 || !strings.Contains(cerr.String(), "REJECTED") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ccode != 0 {
+		t.Fatalf("client exit %d: %s", ccode, cerr.String())
+	}
+	if c := <-scode; c != 0 {
+		t.Fatalf("server exit %d: %s", c, serr.String())
+	}
+	perSide := map[string]int{}
+	for _, p := range sn.Stop() {
+		if p.DestQP == 1 { // CM MADs on QP1
+			continue
+		}
+		perSide[p.Src.String()]++
+		if p.TOS != tos {
+			t.Errorf("%v %v -> %v QP %#x: TOS %#x, want %#x", p.Opcode, p.Src, p.Dst, p.DestQP, p.TOS, tos)
+		}
+	}
+	if perSide["127.0.0.1"] == 0 || perSide["127.0.0.2"] == 0 {
+		t.Fatalf("data-path packets captured per sender: %v", perSide)
+	}
+	t.Logf("data-path packets with TOS %#x per sender: %v", tos, perSide)
+}
