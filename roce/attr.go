@@ -24,6 +24,23 @@ const (
 	DeviceManagedFlowSte DeviceCapFlags = 1 << 29 // IBV_DEVICE_MANAGED_FLOW_STEERING
 )
 
+// DeviceCapFlagsEx are the device_cap_flags_ex of ibv_device_attr_ex: the bits of
+// DeviceCapFlags and those above bit 31 (IB_UVERBS_DEVICE_*).
+type DeviceCapFlagsEx uint64
+
+// Extended device capability bits this device reports, as rxe since Linux 6.2.
+const (
+	// DeviceFlushGlobal: FLUSH to global visibility (IB_UVERBS_DEVICE_FLUSH_GLOBAL).
+	DeviceFlushGlobal DeviceCapFlagsEx = 1 << 38
+	// DeviceFlushPersistent: FLUSH to persistence
+	// (IB_UVERBS_DEVICE_FLUSH_PERSISTENT). As on rxe, it takes an MR of
+	// persistent memory, and Go memory never is (RegMR refuses
+	// AccessFlushPersistent).
+	DeviceFlushPersistent DeviceCapFlagsEx = 1 << 39
+	// DeviceAtomicWrite: ATOMIC_WRITE (IB_UVERBS_DEVICE_ATOMIC_WRITE).
+	DeviceAtomicWrite DeviceCapFlagsEx = 1 << 40
+)
+
 // AtomicCap is the atomic_cap of ibv_device_attr (enum ibv_atomic_cap).
 type AtomicCap uint8
 
@@ -37,46 +54,49 @@ const (
 // DeviceAttr is what Device.Query returns (struct ibv_device_attr). Field names drop
 // the max_ prefix only where Go would stutter; every field keeps its C meaning.
 type DeviceAttr struct {
-	FWVer           string         // fw_ver
-	NodeGUID        uint64         // node_guid (host order; printed as the big-endian bytes)
-	SysImageGUID    uint64         // sys_image_guid
-	MaxMRSize       uint64         // max_mr_size: largest MR in bytes
-	PageSizeCap     uint64         // page_size_cap
-	VendorID        uint32         // vendor_id (0xffffff, as rxe)
-	VendorPartID    uint32         // vendor_part_id
-	HWVer           uint32         // hw_ver
-	MaxQP           int            // max_qp
-	MaxQPWR         int            // max_qp_wr: send and receive queue depth limit
-	DeviceCapFlags  DeviceCapFlags // device_cap_flags
-	MaxSGE          int            // max_sge: SGEs per send or receive WR
-	MaxSGERD        int            // max_sge_rd
-	MaxCQ           int            // max_cq
-	MaxCQE          int            // max_cqe: CQ size limit
-	MaxMR           int            // max_mr
-	MaxPD           int            // max_pd
-	MaxQPRdAtom     int            // max_qp_rd_atom: outstanding READ/atomic as responder (max_dest_rd_atomic limit)
-	MaxEECRdAtom    int            // max_ee_rd_atom
-	MaxResRdAtom    int            // max_res_rd_atom
-	MaxQPInitRdAtom int            // max_qp_init_rd_atom: outstanding READ/atomic as requester (max_rd_atomic limit)
-	MaxEECInitRdAt  int            // max_ee_init_rd_atom
-	AtomicCap       AtomicCap      // atomic_cap
-	MaxEE           int            // max_ee
-	MaxRDD          int            // max_rdd
-	MaxMW           int            // max_mw
-	MaxRawIPv6QP    int            // max_raw_ipv6_qp
-	MaxRawEthyQP    int            // max_raw_ethy_qp
-	MaxMcastGrp     int            // max_mcast_grp
-	MaxMcastQPAttch int            // max_mcast_qp_attach
-	MaxTotalMcastQP int            // max_total_mcast_qp_attach
-	MaxAH           int            // max_ah
-	MaxFMR          int            // max_fmr
-	MaxMapPerFMR    int            // max_map_per_fmr
-	MaxSRQ          int            // max_srq
-	MaxSRQWR        int            // max_srq_wr
-	MaxSRQSGE       int            // max_srq_sge
-	MaxPKeys        int            // max_pkeys
-	LocalCAAckDelay uint8          // local_ca_ack_delay
-	PhysPortCnt     uint8          // phys_port_cnt
+	FWVer          string         // fw_ver
+	NodeGUID       uint64         // node_guid (host order; printed as the big-endian bytes)
+	SysImageGUID   uint64         // sys_image_guid
+	MaxMRSize      uint64         // max_mr_size: largest MR in bytes
+	PageSizeCap    uint64         // page_size_cap
+	VendorID       uint32         // vendor_id (0xffffff, as rxe)
+	VendorPartID   uint32         // vendor_part_id
+	HWVer          uint32         // hw_ver
+	MaxQP          int            // max_qp
+	MaxQPWR        int            // max_qp_wr: send and receive queue depth limit
+	DeviceCapFlags DeviceCapFlags // device_cap_flags
+	// DeviceCapFlagsEx is ibv_query_device_ex's device_cap_flags_ex:
+	// DeviceCapFlags and the extended bits (FLUSH, ATOMIC_WRITE).
+	DeviceCapFlagsEx DeviceCapFlagsEx
+	MaxSGE           int       // max_sge: SGEs per send or receive WR
+	MaxSGERD         int       // max_sge_rd
+	MaxCQ            int       // max_cq
+	MaxCQE           int       // max_cqe: CQ size limit
+	MaxMR            int       // max_mr
+	MaxPD            int       // max_pd
+	MaxQPRdAtom      int       // max_qp_rd_atom: outstanding READ/atomic as responder (max_dest_rd_atomic limit)
+	MaxEECRdAtom     int       // max_ee_rd_atom
+	MaxResRdAtom     int       // max_res_rd_atom
+	MaxQPInitRdAtom  int       // max_qp_init_rd_atom: outstanding READ/atomic as requester (max_rd_atomic limit)
+	MaxEECInitRdAt   int       // max_ee_init_rd_atom
+	AtomicCap        AtomicCap // atomic_cap
+	MaxEE            int       // max_ee
+	MaxRDD           int       // max_rdd
+	MaxMW            int       // max_mw
+	MaxRawIPv6QP     int       // max_raw_ipv6_qp
+	MaxRawEthyQP     int       // max_raw_ethy_qp
+	MaxMcastGrp      int       // max_mcast_grp
+	MaxMcastQPAttch  int       // max_mcast_qp_attach
+	MaxTotalMcastQP  int       // max_total_mcast_qp_attach
+	MaxAH            int       // max_ah
+	MaxFMR           int       // max_fmr
+	MaxMapPerFMR     int       // max_map_per_fmr
+	MaxSRQ           int       // max_srq
+	MaxSRQWR         int       // max_srq_wr
+	MaxSRQSGE        int       // max_srq_sge
+	MaxPKeys         int       // max_pkeys
+	LocalCAAckDelay  uint8     // local_ca_ack_delay
+	PhysPortCnt      uint8     // phys_port_cnt
 	// MaxInlineData is the largest max_inline_data a QP may ask for. It is not in
 	// ibv_device_attr (there a too-large request just fails); it is here so callers
 	// can size requests without trial and error.
@@ -177,37 +197,38 @@ func (l Limits) deviceAttr(guid uint64) DeviceAttr {
 		flags |= DeviceSRQResize
 	}
 	return DeviceAttr{
-		FWVer:           "0.0.0",
-		NodeGUID:        guid,
-		SysImageGUID:    guid,
-		MaxMRSize:       l.MaxMRSize,
-		PageSizeCap:     0xfffff000,
-		VendorID:        0xffffff,
-		MaxQP:           l.MaxQP,
-		MaxQPWR:         l.MaxQPWR,
-		DeviceCapFlags:  flags,
-		MaxSGE:          l.MaxSGE,
-		MaxSGERD:        l.MaxSGE,
-		MaxCQ:           l.MaxCQ,
-		MaxCQE:          l.MaxCQE,
-		MaxMR:           l.MaxMR,
-		MaxMW:           l.MaxMW,
-		MaxPD:           l.MaxPD,
-		MaxQPRdAtom:     l.MaxQPRdAtom,
-		MaxResRdAtom:    l.MaxQPRdAtom * l.MaxQP,
-		MaxQPInitRdAtom: l.MaxQPInitRdAtom,
-		AtomicCap:       AtomicHCA,
-		MaxAH:           l.MaxAH,
-		MaxSRQ:          l.MaxSRQ,
-		MaxSRQWR:        l.MaxSRQWR,
-		MaxSRQSGE:       l.MaxSRQSGE,
-		MaxPKeys:        1,
-		LocalCAAckDelay: 15,
-		PhysPortCnt:     1,
-		MaxInlineData:   l.MaxInlineData,
-		MaxMcastGrp:     l.MaxMcastGrp,
-		MaxMcastQPAttch: l.MaxMcastQPAttach,
-		MaxTotalMcastQP: l.MaxTotalMcastQPAttach,
+		FWVer:            "0.0.0",
+		NodeGUID:         guid,
+		SysImageGUID:     guid,
+		MaxMRSize:        l.MaxMRSize,
+		PageSizeCap:      0xfffff000,
+		VendorID:         0xffffff,
+		MaxQP:            l.MaxQP,
+		MaxQPWR:          l.MaxQPWR,
+		DeviceCapFlags:   flags,
+		DeviceCapFlagsEx: DeviceCapFlagsEx(flags) | DeviceFlushGlobal | DeviceFlushPersistent | DeviceAtomicWrite,
+		MaxSGE:           l.MaxSGE,
+		MaxSGERD:         l.MaxSGE,
+		MaxCQ:            l.MaxCQ,
+		MaxCQE:           l.MaxCQE,
+		MaxMR:            l.MaxMR,
+		MaxMW:            l.MaxMW,
+		MaxPD:            l.MaxPD,
+		MaxQPRdAtom:      l.MaxQPRdAtom,
+		MaxResRdAtom:     l.MaxQPRdAtom * l.MaxQP,
+		MaxQPInitRdAtom:  l.MaxQPInitRdAtom,
+		AtomicCap:        AtomicHCA,
+		MaxAH:            l.MaxAH,
+		MaxSRQ:           l.MaxSRQ,
+		MaxSRQWR:         l.MaxSRQWR,
+		MaxSRQSGE:        l.MaxSRQSGE,
+		MaxPKeys:         1,
+		LocalCAAckDelay:  15,
+		PhysPortCnt:      1,
+		MaxInlineData:    l.MaxInlineData,
+		MaxMcastGrp:      l.MaxMcastGrp,
+		MaxMcastQPAttch:  l.MaxMcastQPAttach,
+		MaxTotalMcastQP:  l.MaxTotalMcastQPAttach,
 	}
 }
 

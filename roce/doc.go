@@ -119,7 +119,9 @@
 // responder to make earlier writes to a range, or to the whole MR, globally
 // visible or persistent; WRAtomicWrite (0x1d: a RETH and 8 bytes) stores 8 bytes
 // at once. Both are answered by an empty RDMA READ RESPONSE ONLY and complete
-// with WCFlush and WCAtomicWrite. The responder needs the QP's AccessFlushGlobal
+// with WCFlush and WCAtomicWrite; DeviceAttr.DeviceCapFlagsEx advertises
+// DeviceFlushGlobal, DeviceFlushPersistent and DeviceAtomicWrite, as rxe. The
+// responder needs the QP's AccessFlushGlobal
 // or AccessFlushPersistent and the memory's (FLUSH), or REMOTE_WRITE
 // (ATOMIC_WRITE, 8-byte aligned). Go memory is not persistent memory, so no MR
 // carries AccessFlushPersistent (RegMR: EINVAL, as rxe for ordinary pages) and a

@@ -86,6 +86,12 @@ func TestDeviceQuery(t *testing.T) {
 	if a.DeviceCapFlags&DeviceSRQResize == 0 {
 		t.Error("SRQ_RESIZE not advertised")
 	}
+	// rxe 6.2+: FLUSH_GLOBAL, FLUSH_PERSISTENT and ATOMIC_WRITE in device_cap_flags_ex,
+	// whose low 32 bits are device_cap_flags.
+	if ex := DeviceFlushGlobal | DeviceFlushPersistent | DeviceAtomicWrite; a.DeviceCapFlagsEx&ex != ex ||
+		uint32(a.DeviceCapFlagsEx) != uint32(a.DeviceCapFlags) {
+		t.Errorf("device_cap_flags_ex %#x, want %#x and device_cap_flags %#x", a.DeviceCapFlagsEx, ex, a.DeviceCapFlags)
+	}
 	for name, v := range map[string]int{"max_qp": a.MaxQP, "max_qp_wr": a.MaxQPWR, "max_sge": a.MaxSGE,
 		"max_cqe": a.MaxCQE, "max_srq": a.MaxSRQ, "max_srq_wr": a.MaxSRQWR, "max_srq_sge": a.MaxSRQSGE,
 		"max_qp_rd_atom": a.MaxQPRdAtom, "max_qp_init_rd_atom": a.MaxQPInitRdAtom} {
