@@ -54,6 +54,20 @@ var compRules = []compRule{
 	{name: "a NAK for a PSN already acknowledged is stale and ignored",
 		wrs:  []SendWR{sendWR(1, WRSend, 0, 3000)},
 		sent: 3, resp: [][]rulePkt{{resp(bth.RCAck, 1, ack, 0)}, {resp(bth.RCAck, 1, nakSeq, 0)}}},
+	{name: "an ACK for a PSN never sent is a ghost: nothing completes, the timer still resends",
+		wrs:  []SendWR{sendWR(1, WRSend, 0, 8), sendWR(2, WRSend, 0, 8)},
+		sent: 2, resp: [][]rulePkt{{resp(bth.RCAck, 2, ack, 0)}, {resp(bth.RCAck, 0x400000, ack, 0)}},
+		check: func(t *testing.T, w *wire, buf *Region) {
+			if n := w.q.e.stats.GhostResponses.Load(); n != 2 {
+				t.Errorf("ghost responses counted: %d, want 2", n)
+			}
+			if out := w.advance(w.q.rto); len(out) != 1 || out[0].PSN() != wireSQPSN {
+				t.Errorf("after the timeout: %s, want the probe of the first PSN", pktsString(out))
+			}
+		}},
+	{name: "a NAK for a PSN never sent is a ghost and ignored",
+		wrs:  []SendWR{sendWR(1, WRSend, 0, 8)},
+		sent: 1, resp: [][]rulePkt{{resp(bth.RCAck, 1, nakAcc, 0)}}},
 	{name: "RNR NAK: wait the RNR timer, then go back N",
 		wrs:  []SendWR{sendWR(1, WRSend, 0, 8)},
 		sent: 1, resp: [][]rulePkt{{resp(bth.RCAck, 0, bth.RNRSyndrome(14), 0)}}, then: bth.RNRTimerDuration(14),

@@ -159,6 +159,14 @@ func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 	default:
 		return
 	}
+	if !pkt.PSN().Before(q.req.maxPSN) {
+		// A response to a PSN never sent is a ghost: the old incarnation of a
+		// QPN (a process that exited, its peer still resending to the same
+		// address and QPN) or a forged packet. Acting on it would retire WQEs
+		// whose packets may never have arrived.
+		q.e.stats.GhostResponses.Add(1)
+		return
+	}
 	progress, ok := q.retireAcked(now, pkt)
 	if !ok {
 		return

@@ -57,7 +57,8 @@
 //	        │                 / placeWrite / executeRead / executeAtomic ─► receive CQE (held)
 //	        │                 ─► ACK if AckReq (held) / READ responses / atomic ACK
 //	        │                 a failed check: rcFailed (NAK by class) or ucFailed (drop, resync)
-//	        └─ response ─► completer: retireAcked (cumulative ACK retires WQEs) ─► send CQE
+//	        └─ response ─► completer: a PSN never sent is a ghost, dropped and counted
+//	                          retireAcked (cumulative ACK retires WQEs) ─► send CQE
 //	                          onAck: NAK seq ─► go-back-N; RNR NAK ─► wait RNR timer; others ─► ERR
 //	                          onReadResponse, onAtomicAck: place the data, complete the WQE
 //

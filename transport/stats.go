@@ -105,6 +105,7 @@ type Counters[T uint64 | atomic.Uint64] struct {
 	DuplicateRequests T              `metric:"roce_duplicate_requests_total" help:"Requests received with a PSN already acknowledged."`             // rxe duplicate_request
 	NAKsSent          [NumNAKKinds]T `metric:"roce_naks_total" labels:"direction=tx" index:"kind" help:"NAKs sent (tx) and received (rx), by AETH kind (rnr is the RNR NAK)."`
 	NAKsRcvd          [NumNAKKinds]T `metric:"roce_naks_total" labels:"direction=rx" index:"kind" help:"NAKs sent (tx) and received (rx), by AETH kind (rnr is the RNR NAK)."`
+	GhostResponses    T              `metric:"roce_ghost_responses_total" help:"RC responses dropped because they name a PSN the QP never sent (a stale peer, or a QPN reused at the same address)."`
 	Retransmits       T              `metric:"roce_retransmits_total" help:"Request packets sent again after a timeout or a NAK."`
 	Timeouts          T              `metric:"roce_timeouts_total" help:"Retransmission timer expiries."` // rxe completer_retry
 	BackedOffTimeouts T              `metric:"roce_backed_off_timeouts_total" help:"Retransmission timeouts after an earlier one with no progress, each doubling the QP's timer."`

@@ -133,10 +133,46 @@ func (s *soak) runGood(ctx context.Context, c client) {
 				return
 			}
 			tl.failed++
-			why := fmt.Sprintf("%v: %v (timed out %v), %d of %d completions: %s", c.argv[1:], err, timedOut, got, c.want, lastLines(string(out), 3))
+			why := fmt.Sprintf("%v: %v (timed out %v), %d of %d completions: %s%s", c.argv[1:], err, timedOut, got, c.want, lastLines(string(out), 3), s.diagnose(c.argv))
 			tl.failures = append(tl.failures, why)
 		})
 	}
+}
+
+// diagnose says what roced knows of a failed client: its QPs with that peer and
+// the daemon's log lines naming the client's address.
+func (s *soak) diagnose(argv []string) string {
+	var addr string
+	for i, a := range argv {
+		if (a == "-d" || a == "-I") && i+1 < len(argv) {
+			addr = argv[i+1]
+		}
+	}
+	if addr == "" {
+		return ""
+	}
+	var b strings.Builder
+	if resp, err := http.Get("http://" + s.p.metrics + "/debug/qps"); err == nil {
+		var rows []qpJSON
+		if json.NewDecoder(resp.Body).Decode(&rows) == nil {
+			for _, r := range rows {
+				if strings.Contains(r.Peer, addr) {
+					fmt.Fprintf(&b, "\n  roced qp %+v", r)
+				}
+			}
+		}
+		resp.Body.Close()
+	}
+	var logs []string
+	for _, l := range strings.Split(s.p.stderr.String(), "\n") {
+		if strings.Contains(l, addr) || strings.Contains(l, "session ended") {
+			logs = append(logs, l)
+		}
+	}
+	for _, l := range logs[max(0, len(logs)-8):] {
+		b.WriteString("\n  roced: " + l)
+	}
+	return b.String()
 }
 
 // runPerftest runs write_bw pairs (roced has no perftest responder, so both ends
@@ -384,7 +420,7 @@ func TestSoak(t *testing.T) {
 	}
 	s := &soak{t: t, tools: buildSoakTools(t), tallys: map[string]*tally{}}
 	metricsPort := strings.TrimPrefix(freeTCPAddr(t), "127.0.0.1:")
-	s.p = startDaemon(t, "-bind", soakServer, "-metrics", soakServer+":"+metricsPort, "-log-level", "warn",
+	s.p = startDaemon(t, "-bind", soakServer, "-metrics", soakServer+":"+metricsPort, "-log-level", "info",
 		"-pingpong-idle", "3s", "-rping-idle", "3s", "-cm-pending-timeout", "3s")
 	time.Sleep(time.Second)
 	heap0, g0 := s.liveHeap()
