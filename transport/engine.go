@@ -178,11 +178,9 @@ func (e *Engine) Close() error {
 // callback, which runs on a shard.
 func (e *Engine) Barrier() {
 	for _, s := range e.shards {
-		// The command channel is unbuffered and a shard only receives
-		// between steps: the send completing is the barrier.
-		select {
-		case s.cmds <- func() {}:
-		case <-e.done:
+		// A shard steps only under its token, and takes commands only
+		// between steps: an empty command that ran is the barrier.
+		if !s.call(func() {}) {
 			e.wg.Wait()
 			return
 		}

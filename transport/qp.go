@@ -183,8 +183,21 @@ func (q *QP) run(op string, fn func(), closing bool) error {
 }
 
 // call runs fn on the shard as a command, between two slices, and waits for
-// it. It reports false when the engine stopped first.
+// it. It reports false when the engine stopped first. An idle shard's token
+// is taken and fn runs here, on the caller's goroutine (no hand-off: this is
+// what makes creating and connecting QPs cheap); a busy shard gets fn on its
+// command channel and runs it after its current slice.
 func (s *shard) call(fn func()) bool {
+	select {
+	case <-s.e.done:
+		return false
+	default:
+	}
+	if s.mu.TryLock() {
+		fn()
+		s.mu.Unlock()
+		return true
+	}
 	done := make(chan struct{})
 	select {
 	case s.cmds <- func() { fn(); close(done) }:

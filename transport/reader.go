@@ -82,7 +82,14 @@ type reader struct {
 	kicked []*shard
 }
 
+// groBatch is the most messages a reader asks for at once with GRO: each
+// needs a 64 KiB buffer, and 16 trains hold up to 1024 packets.
+const groBatch = 16
+
 func newReader(e *Engine, recv link.ReceiveFunc, batch int) *reader {
+	if !e.noGRO {
+		batch = min(batch, groBatch)
+	}
 	r := &reader{e: e, recv: recv, msgs: make([]link.Message, batch), kicked: make([]*shard, 0, len(e.shards))}
 	if e.noGRO {
 		r.bufs = make([]*[link.MaxDatagram]byte, batch)

@@ -114,6 +114,7 @@ func (r *respRig) feed(f bth.Fields, payload []byte) {
 	it := rxItem{buf: buf, n: len(pkt), src: peer, local: addrA.Addr(), qp: q}
 	if err := q.run("feed", func() {
 		now := r.n.e.clock.Now()
+		q.sh.budget = slicePackets // as a step starts
 		q.receive(now, &it)
 		q.service(now)
 		q.sh.flush()

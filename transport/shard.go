@@ -69,6 +69,14 @@ type shard struct {
 	// that keeps working still updates it once per slice.
 	passDone atomic.Int64
 
+	// mu is the shard's token: whoever holds it may run the shard's work
+	// and write the state of its QPs. The shard goroutine holds it while it
+	// runs slices and commands; a command finding the shard idle takes it
+	// and runs on the caller's goroutine instead of waiting for a hand-off
+	// (call). So a QP never has two writers at once, whichever goroutine
+	// writes.
+	mu sync.Mutex
+
 	inMu sync.Mutex
 	// inMu guards: in, ready.
 	in    []rxItem
@@ -143,10 +151,10 @@ func (s *shard) wakeQP(q *QP) {
 func (s *shard) run() {
 	defer s.e.wg.Done()
 	for {
+		var fn func()
 		select {
 		case <-s.kick:
-		case fn := <-s.cmds:
-			fn()
+		case fn = <-s.cmds:
 		case <-s.e.done:
 			s.inMu.Lock()
 			for i := range s.in {
@@ -156,7 +164,12 @@ func (s *shard) run() {
 			s.inMu.Unlock()
 			return
 		}
+		s.mu.Lock()
+		if fn != nil {
+			fn()
+		}
 		s.process()
+		s.mu.Unlock()
 		s.passDone.Store(s.e.clock.Now().UnixNano()) // health: Engine.ShardLoopAges
 	}
 }
