@@ -118,8 +118,12 @@ type end struct {
 	qp       *roce.QP
 }
 
+// devOpts are the device options of the benchmark running now, beyond port and
+// MTU: the variants of a benchmark set them (run-to-completion, readers...).
+var devOpts []roce.Option
+
 func openEnd(b *testing.B, addr netip.Addr, port uint16, bufLen, sq, rq int) *end {
-	dev, err := roce.Open(addr, roce.WithPort(port), roce.WithMTU(roce.MTU4096))
+	dev, err := roce.Open(addr, append([]roce.Option{roce.WithPort(port), roce.WithMTU(roce.MTU4096)}, devOpts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -188,6 +192,11 @@ type waiter struct {
 	stop  <-chan struct{} // nil, or closed to give up waiting
 }
 
+// spinFor is how long a waiter keeps polling (yielding between polls) before it
+// arms the CQ and sleeps: a few polls by default, longer in the ping-pong variants
+// that busy-poll.
+var spinFor time.Duration
+
 func newWaiter(cq *roce.CQ, n int) *waiter {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
@@ -196,9 +205,13 @@ func newWaiter(cq *roce.CQ, n int) *waiter {
 
 // wait returns at least one successful completion.
 func (w *waiter) wait() ([]roce.WC, error) {
+	var until time.Time
+	if spinFor > 0 {
+		until = time.Now().Add(spinFor)
+	}
 	for i := 0; ; i++ {
 		n, err := w.cq.Poll(w.wc)
-		if err == nil && n == 0 && i >= 4 {
+		if err == nil && n == 0 && i >= 4 && (spinFor == 0 || time.Now().After(until)) {
 			if err = w.cq.ReqNotify(false); err == nil {
 				if n, err = w.cq.Poll(w.wc); err == nil && n == 0 {
 					w.timer.Reset(10 * time.Second)
@@ -218,9 +231,7 @@ func (w *waiter) wait() ([]roce.WC, error) {
 			return nil, err
 		}
 		if n == 0 {
-			if i < 4 {
-				runtime.Gosched()
-			}
+			runtime.Gosched()
 			continue
 		}
 		for _, wc := range w.wc[:n] {
@@ -414,8 +425,55 @@ func BenchmarkRCSend(b *testing.B) {
 
 // BenchmarkRCPingPong is the 64-byte SEND round trip (ibv_rc_pingpong -s 64): the
 // client sends, the server's receive completes and it sends back, the client's
-// receive completes.
+// receive completes. It runs the engine's latency mode: run-to-completion devices
+// (roce.WithRunToCompletion), each side busy-polling its CQ (as ibv_rc_pingpong
+// without -e and ib_send_lat do) for up to 200 µs before it arms the CQ and sleeps,
+// so the polling goroutine receives, completes and sends itself.
+// BenchmarkRCPingPongModes/events is the default device with event-driven waits.
 func BenchmarkRCPingPong(b *testing.B) {
+	devOpts, spinFor = []roce.Option{roce.WithRunToCompletion(true)}, pollSpin
+	defer func() { devOpts, spinFor = nil, 0 }()
+	pingPong(b, false)
+}
+
+// pollSpin is how long the busy-polling ping-pong variants poll before sleeping.
+const pollSpin = 200 * time.Microsecond
+
+// BenchmarkRCPingPongModes is the round trip in the engine's other modes and with
+// other ways of waiting, to compare them in one run:
+//
+//	events         default devices; each side polls a few times, then arms the CQ
+//	               and sleeps (ibv_rc_pingpong -e): the engine's goroutines hand the
+//	               packet and the completion on
+//	rtc-events     run-to-completion devices, waiting as in events
+//	busypoll       default devices, each side polling for up to 200 µs on a goroutine
+//	               locked to its thread (runtime.LockOSThread)
+//	rtc-busypoll   run-to-completion devices, polling as in busypoll
+//	readers2       default devices with two SO_REUSEPORT readers each, events
+func BenchmarkRCPingPongModes(b *testing.B) {
+	rtc := []roce.Option{roce.WithRunToCompletion(true)}
+	for _, m := range []struct {
+		name string
+		opts []roce.Option
+		spin time.Duration
+		lock bool
+	}{
+		{"events", nil, 0, false},
+		{"rtc-events", rtc, 0, false},
+		{"busypoll", nil, pollSpin, true},
+		{"rtc-busypoll", rtc, pollSpin, true},
+		{"readers2", []roce.Option{roce.WithReaders(2)}, 0, false},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			devOpts, spinFor = m.opts, m.spin
+			defer func() { devOpts, spinFor = nil, 0 }()
+			pingPong(b, m.lock)
+		})
+	}
+}
+
+// pingPong runs the round trips; lock pins each side's goroutine to its thread.
+func pingPong(b *testing.B, lock bool) {
 	const size, depth = 64, 16
 	bl := rawBaseline()
 	if bl.err != nil {
@@ -469,6 +527,10 @@ func BenchmarkRCPingPong(b *testing.B) {
 	stop := make(chan struct{})
 	echoDone := make(chan error, 1)
 	go func() {
+		if lock {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+		}
 		s, rw, sw := newSender(srv), newWaiter(srv.rcq, 1), newWaiter(srv.scq, 1)
 		rw.stop = stop
 		for {
@@ -491,6 +553,10 @@ func BenchmarkRCPingPong(b *testing.B) {
 			}
 		}
 	}()
+	if lock {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	c, rw, sw := newSender(cli), newWaiter(cli.rcq, 1), newWaiter(cli.scq, 1)
 	roundTrip := func() error {
 		if err := send(c, sw); err != nil {

@@ -59,12 +59,18 @@ func (c *CQ) Len() int { return c.q.Len() }
 
 // Poll is ibv_poll_cq: it copies up to len(wc) completions, oldest first, and returns
 // how many. It never blocks; wait on Notify after ReqNotify instead. After a CQ
-// overrun (CQ_ERR) it returns the completions still held, then an error.
+// overrun (CQ_ERR) it returns the completions still held, then an error. On a device
+// in run-to-completion mode (WithRunToCompletion), an empty CQ first takes what the
+// socket holds and runs it through the engine on the caller's goroutine.
 func (c *CQ) Poll(wc []WC) (int, error) {
 	if c.dev.closed.Load() {
 		return 0, closedErr("ibv_poll_cq", c.obj)
 	}
 	n, err := c.q.Poll(engineWCs(wc))
+	if n == 0 && err == nil && c.dev.rtc && c.dev.eng.Poll() > 0 {
+		// Run to completion: the poller receives what is queued itself.
+		n, err = c.q.Poll(engineWCs(wc))
+	}
 	if err != nil {
 		return n, wrapErr("ibv_poll_cq", c.obj, -1, err)
 	}

@@ -10,7 +10,16 @@ import (
 // TestCQWait: Wait returns a completion that arrives while it sleeps, returns
 // at once when one is already held, and gives up with ctx's error.
 func TestCQWait(t *testing.T) {
-	da, db := pipePair(t)
+	for _, m := range []struct {
+		name string
+		opts []Option
+	}{{"default", nil}, {"run-to-completion", []Option{WithRunToCompletion(true)}}} {
+		t.Run(m.name, func(t *testing.T) { cqWait(t, m.opts...) })
+	}
+}
+
+func cqWait(t *testing.T, opts ...Option) {
+	da, db := pipePair(t, opts...)
 	pdB := must[*PD](t)(db.AllocPD())
 	b := newSide(t, db, QPTypeRC, 64, nil, pdB)
 	a := newSide(t, da, QPTypeRC, 64, nil, nil)
@@ -43,6 +52,49 @@ func TestCQWait(t *testing.T) {
 	// A completion already held comes back without sleeping.
 	if n, err := a.scq.Wait(ctx, wc); n != 1 || err != nil || wc[0].WRID != 1 {
 		t.Fatalf("held completion: %d, %v, %+v", n, err, wc[0])
+	}
+}
+
+// TestRunToCompletionPingPong: devices in run-to-completion mode, each side
+// waiting by polling its CQ only (ib_send_lat's busy poll): the polling
+// goroutine receives, so every round trip completes without waiting for the
+// engine's goroutines, and the ACKs held behind replies all go out.
+func TestRunToCompletionPingPong(t *testing.T) {
+	da, db := pipePair(t, WithRunToCompletion(true))
+	a := newSide(t, da, QPTypeRC, 64, nil, nil)
+	b := newSide(t, db, QPTypeRC, 64, nil, nil)
+	connectRC(t, a, b, MTU1024)
+	const rounds = 200
+	for _, s := range []*side{a, b} {
+		for range 4 {
+			_ = must[int](t)(s.qp.PostRecv([]RecvWR{{SGL: []SGE{{Addr: s.mr.Addr(), Length: 64, LKey: s.mr.LKey()}}}}))
+		}
+	}
+	send := func(s *side, id uint64) {
+		_ = must[int](t)(s.qp.PostSend([]SendWR{{WRID: id, Opcode: WRSend, Flags: SendSignaled,
+			SGL: []SGE{{Addr: s.mr.Addr(), Length: 64, LKey: s.mr.LKey()}}}}))
+	}
+	echo := make(chan error, 1)
+	go func() {
+		for i := range rounds {
+			pollN(t, b.rcq, 1, wcTimeout)
+			_ = must[int](t)(b.qp.PostRecv([]RecvWR{{SGL: []SGE{{Addr: b.mr.Addr(), Length: 64, LKey: b.mr.LKey()}}}}))
+			send(b, uint64(i))
+		}
+		echo <- nil
+	}()
+	for i := range rounds {
+		send(a, uint64(i))
+		pollN(t, a.rcq, 1, wcTimeout)
+		_ = must[int](t)(a.qp.PostRecv([]RecvWR{{SGL: []SGE{{Addr: a.mr.Addr(), Length: 64, LKey: a.mr.LKey()}}}}))
+	}
+	<-echo
+	for _, s := range []*side{a, b} {
+		for _, wc := range pollN(t, s.scq, rounds, wcTimeout) {
+			if wc.Status != WCSuccess {
+				t.Fatalf("send completion %+v", wc)
+			}
+		}
 	}
 }
 

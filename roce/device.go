@@ -37,6 +37,7 @@ type options struct {
 	noGSO    bool
 	noGRO    bool
 	readers  int
+	rtc      bool
 }
 
 // WithPort binds a UDP port other than 4791. Both ends of a connection must use the
@@ -83,6 +84,15 @@ func WithGSO(on bool) Option { return func(o *options) { o.noGSO = !on } }
 // arrives on its own.
 func WithGRO(on bool) Option { return func(o *options) { o.noGRO = !on } }
 
+// WithRunToCompletion turns run-to-completion on or off (the default is
+// off). On, the goroutine that has the work does it when the QP's engine
+// shard is idle: PostSend builds and sends its packets before it returns, and
+// the goroutine that reads the socket runs the receive side through to the
+// completion, instead of handing either to the shard's goroutine. It removes
+// goroutine wake-ups from a small message's round trip; a busy shard still
+// takes the work as in the default mode.
+func WithRunToCompletion(on bool) Option { return func(o *options) { o.rtc = on } }
+
 // WithReaders sets how many receive sockets Open binds to the address with
 // SO_REUSEPORT, each read by its own goroutine (link.Config.Readers): the
 // kernel spreads flows over them by their source ports, which RoCE varies per
@@ -108,6 +118,7 @@ type Device struct {
 	mem   *memory
 
 	closed   atomic.Bool
+	rtc      bool          // run-to-completion: an empty CQ.Poll receives (Engine.Poll)
 	done     chan struct{} // closed by Close, so CQ.Wait never outlives the device
 	portDown atomic.Bool   // PORT_ERR seen (the link died): QueryPort says DOWN
 
@@ -201,6 +212,7 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		limits: lim,
 		stats:  new(transport.Stats),
 		done:   make(chan struct{}),
+		rtc:    o.rtc,
 		qps:    make(map[uint32]*QP),
 		cqs:    make(map[*cq.Queue]*CQ),
 		srqs:   make(map[*srq.Queue]*SRQ),
@@ -253,6 +265,7 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		PortMTU:         active,
 		NoGSO:           o.noGSO,
 		NoGRO:           o.noGRO,
+		RunToCompletion: o.rtc,
 	})
 	if err != nil {
 		return nil, wrapErr("ibv_open_device", "", -1, err)

@@ -390,6 +390,13 @@ type Config struct {
 	// NoGRO reads the Link with one-datagram buffers, so UDP GRO is never
 	// turned on and every datagram arrives on its own.
 	NoGRO bool
+	// RunToCompletion makes the goroutine that has the work do it when the
+	// QP's shard is idle: PostSend sends its packets itself, and a reader
+	// runs the responder and completer for what it read, instead of handing
+	// either to the shard goroutine (rtc.go). It saves the wake-ups that
+	// dominate a small message's latency; the shard goroutines still take
+	// whatever finds its shard busy.
+	RunToCompletion bool
 	// PortMTU is the port's active MTU (0: MTU1024, what rxe derives from a
 	// 1500-byte Ethernet). A UD QP has no path MTU of its own: its messages
 	// may be up to this size.

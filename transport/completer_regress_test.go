@@ -235,7 +235,18 @@ func TestRCPipelinedOpsUnderLoss(t *testing.T) {
 	}
 }
 
-func pipelinedUnderLoss(t *testing.T, rate float64, seed int64) {
+// TestRCPipelinedOpsUnderLossRunToCompletion is TestRCPipelinedOpsUnderLoss
+// with run-to-completion nodes, the waiting goroutine receiving itself.
+func TestRCPipelinedOpsUnderLossRunToCompletion(t *testing.T) {
+	for _, rate := range []float64{0.05, 0.20} {
+		seed := int64(rate*1000) + 91
+		t.Run(fmt.Sprintf("loss%.0f%%/seed%d", rate*100, seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { pipelinedUnderLoss(t, rate, seed, runToCompletion) })
+		})
+	}
+}
+
+func pipelinedUnderLoss(t *testing.T, rate float64, seed int64, opts ...func(*Config)) {
 	const (
 		rounds = 4
 		depth  = 32
@@ -244,7 +255,7 @@ func pipelinedUnderLoss(t *testing.T, rate float64, seed int64) {
 		n      = rounds * depth
 	)
 	loss := &impair.LossConfig{Seed: seed, Drop: rate, Dup: rate / 2, Reorder: rate / 2}
-	a, b := pair(t, loss)
+	a, b := pair(t, loss, opts...)
 	defer a.close(t)
 	defer b.close(t)
 	qa, qb := rcPair(t, a, b, rcOpts{mtu: MTU1024, timeout: 10})

@@ -45,6 +45,20 @@
 // meanwhile wait behind it (at most 256) so responses still leave in PSN
 // order, and its R_Key is resolved again each turn.
 //
+// # Run to completion
+//
+// With Config.RunToCompletion the goroutine that has the work does it when
+// the QP's shard is idle (rtc.go), under the shard's token (the same token
+// the shard goroutine holds for its slices, so a QP never has two writers):
+// PostSend runs the requester and sends; a reader runs the responder and
+// completer for what it read; and Engine.Poll, which roce's CQ.Poll calls on
+// an empty CQ, reads the socket without waiting and runs the receive side on
+// the polling goroutine. A poll-driven slice makes its completions visible
+// at once and holds its ACKs until the poller's next post sends them after
+// its reply (or an empty poll, or 50 µs): the ACK leaves the round trip, in
+// the order rxe uses (complete, then acknowledge). A busy shard gets the
+// work through its goroutine, as in the default mode.
+//
 // # Receive flow
 //
 //	Link.ReadBatch ─► reader (reader.go): GRO train ─► segments ─► bth.PeekDestQP ─► QP table

@@ -43,8 +43,10 @@ type Engine struct {
 	portMTU   MTU
 	noGSO     bool // Config.NoGSO: never hand the Link a train
 	noGRO     bool // Config.NoGRO: read with MaxDatagram buffers
+	rtc       bool // Config.RunToCompletion (rtc.go)
 
 	shards  []*shard
+	pollers []*poller    // run-to-completion: the receive paths Poll reads
 	retries *retryBudget // timer-driven retries, device-wide
 
 	mu sync.Mutex
@@ -76,6 +78,13 @@ func NewEngine(cfg Config) (*Engine, error) {
 	for _, recv := range readers {
 		go newReader(e, recv, e.shards[0].batch).loop()
 	}
+	if e.rtc {
+		for _, recv := range link.PollFuncs(cfg.Link) {
+			r := newReader(e, recv, pollBatch)
+			r.poll = true
+			e.pollers = append(e.pollers, &poller{r: r})
+		}
+	}
 	return e, nil
 }
 
@@ -98,6 +107,7 @@ func newEngine(cfg Config) (*Engine, error) {
 		portMTU:   cfg.PortMTU,
 		noGSO:     cfg.NoGSO,
 		noGRO:     cfg.NoGRO,
+		rtc:       cfg.RunToCompletion,
 		retries:   newRetryBudget(cfg.RetryRate, cfg.RetryBurst),
 		done:      make(chan struct{}),
 	}

@@ -159,7 +159,35 @@ func newNode(t testing.TB, l link.Link, shards int, opts ...func(*Config)) *node
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.RunToCompletion {
+		pollersMu.Lock()
+		pollers[n.scq], pollers[n.rcq] = n.e, n.e
+		pollersMu.Unlock()
+		t.Cleanup(func() {
+			pollersMu.Lock()
+			delete(pollers, n.scq)
+			delete(pollers, n.rcq)
+			pollersMu.Unlock()
+		})
+	}
 	return n
+}
+
+// pollers maps the CQs of run-to-completion nodes to their engines: waitWC
+// polls the engine (Engine.Poll) before the CQ, as roce's CQ.Poll does, so
+// the waiting goroutine receives and completes itself.
+var (
+	pollersMu sync.Mutex
+	pollers   = map[*cq.Queue]*Engine{}
+)
+
+func enginePoll(c *cq.Queue) {
+	pollersMu.Lock()
+	e := pollers[c]
+	pollersMu.Unlock()
+	if e != nil {
+		e.Poll()
+	}
 }
 
 var (
@@ -168,7 +196,7 @@ var (
 )
 
 // pair makes two nodes joined by a Pipe, optionally impaired.
-func pair(t testing.TB, loss *impair.LossConfig) (*node, *node) {
+func pair(t testing.TB, loss *impair.LossConfig, opts ...func(*Config)) (*node, *node) {
 	t.Helper()
 	la, lb := link.Pipe(addrA, addrB)
 	if loss != nil {
@@ -177,8 +205,11 @@ func pair(t testing.TB, loss *impair.LossConfig) (*node, *node) {
 		lc.Seed++
 		lb = impair.NewLossy(lb, lc)
 	}
-	return newNode(t, la, 2), newNode(t, lb, 2)
+	return newNode(t, la, 2, opts...), newNode(t, lb, 2, opts...)
 }
+
+// runToCompletion is the option of nodes in run-to-completion mode.
+func runToCompletion(c *Config) { c.RunToCompletion = true }
 
 func (n *node) close(t testing.TB) {
 	if err := n.e.Close(); err != nil {
@@ -288,6 +319,7 @@ func waitWC(t testing.TB, c *cq.Queue, n int, within time.Duration) []cq.WorkCom
 	buf := make([]cq.WorkCompletion, 64)
 	deadline := time.Now().Add(within)
 	for len(out) < n {
+		enginePoll(c)
 		k, _ := c.Poll(buf)
 		out = append(out, buf[:k]...)
 		if k == 0 {

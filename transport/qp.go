@@ -532,7 +532,8 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) {
 		n++
 	}
 	if n > 0 {
-		q.sh.wakeQP(q)
+		q.sh.readyQP(q)
+		q.sh.kickOrDrive(false)
 	}
 	return n, err
 }

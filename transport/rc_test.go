@@ -155,32 +155,50 @@ func TestRCOpsUnderLoss(t *testing.T) {
 	for _, mtu := range []MTU{MTU1024, MTU4096} {
 		for _, rate := range []float64{0.01, 0.05, 0.20} {
 			t.Run(fmt.Sprintf("mtu%d/loss%.0f%%", mtu.Bytes(), rate*100), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					seed := int64(rate*1000) + int64(mtu)
-					t.Logf("seed %d", seed)
-					loss := &impair.LossConfig{Seed: seed, Drop: rate, Dup: rate / 2, Reorder: rate / 2, Corrupt: rate / 4}
-					a, b := pair(t, loss)
-					defer a.close(t)
-					defer b.close(t)
-					qa, qb := rcPair(t, a, b, rcOpts{mtu: mtu, timeout: 10})
-					id := uint64(1)
-					for _, op := range allOps {
-						sizes := sizesFor(mtu, true)
-						if op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd {
-							sizes = []int{8, 8, 8}
-						}
-						for _, size := range sizes {
-							transfer(t, a, b, qa, qb, op, size, id, 10*time.Minute)
-							id++
-						}
-					}
-					noMoreWC(t, a.scq, time.Second)
-					noMoreWC(t, b.rcq, time.Second)
-					sa, sb := a.e.Stats().Snapshot(), b.e.Stats().Snapshot()
-					t.Logf("A: retransmits %d timeouts %d naks rcvd %v icrc errors %d; B: dup %d oos %d naks sent %v icrc errors %d",
-						sa.Retransmits, sa.Timeouts, sa.NAKsRcvd, sa.ICRCErrors, sb.DuplicateRequests, sb.OutOfSequence, sb.NAKsSent, sb.ICRCErrors)
-				})
+				synctest.Test(t, func(t *testing.T) { opsUnderLoss(t, mtu, rate) })
 			})
 		}
 	}
+}
+
+// TestRCOpsUnderLossRunToCompletion is TestRCOpsUnderLoss in run-to-completion
+// mode: posts send their own packets, readers run the receive side inline, and
+// the waiting goroutine polls the engines (Engine.Poll) before each CQ poll, so
+// completions arrive on every path the mode has, ACKs held behind replies.
+func TestRCOpsUnderLossRunToCompletion(t *testing.T) {
+	for _, mtu := range []MTU{MTU1024, MTU4096} {
+		for _, rate := range []float64{0.05, 0.20} {
+			t.Run(fmt.Sprintf("mtu%d/loss%.0f%%", mtu.Bytes(), rate*100), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { opsUnderLoss(t, mtu, rate, runToCompletion) })
+			})
+		}
+	}
+}
+
+// opsUnderLoss runs every operation at every size over a Pipe that drops,
+// duplicates, reorders and corrupts at rate.
+func opsUnderLoss(t *testing.T, mtu MTU, rate float64, opts ...func(*Config)) {
+	seed := int64(rate*1000) + int64(mtu)
+	t.Logf("seed %d", seed)
+	loss := &impair.LossConfig{Seed: seed, Drop: rate, Dup: rate / 2, Reorder: rate / 2, Corrupt: rate / 4}
+	a, b := pair(t, loss, opts...)
+	defer a.close(t)
+	defer b.close(t)
+	qa, qb := rcPair(t, a, b, rcOpts{mtu: mtu, timeout: 10})
+	id := uint64(1)
+	for _, op := range allOps {
+		sizes := sizesFor(mtu, true)
+		if op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd {
+			sizes = []int{8, 8, 8}
+		}
+		for _, size := range sizes {
+			transfer(t, a, b, qa, qb, op, size, id, 10*time.Minute)
+			id++
+		}
+	}
+	noMoreWC(t, a.scq, time.Second)
+	noMoreWC(t, b.rcq, time.Second)
+	sa, sb := a.e.Stats().Snapshot(), b.e.Stats().Snapshot()
+	t.Logf("A: retransmits %d timeouts %d naks rcvd %v icrc errors %d trains tx %d rx %d; B: dup %d oos %d naks sent %v icrc errors %d",
+		sa.Retransmits, sa.Timeouts, sa.NAKsRcvd, sa.ICRCErrors, sa.TxTrains, sb.RxTrains, sb.DuplicateRequests, sb.OutOfSequence, sb.NAKsSent, sb.ICRCErrors)
 }

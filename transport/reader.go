@@ -80,6 +80,7 @@ type reader struct {
 	bufs   []*[link.MaxDatagram]byte // without GRO
 	trains []*rxTrain                // with GRO
 	kicked []*shard
+	poll   bool // a poller's reader (Engine.Poll), not a goroutine's
 }
 
 // groBatch is the most messages a reader asks for at once with GRO: each
@@ -110,7 +111,7 @@ func (r *reader) loop() {
 	e := r.e
 	defer e.wg.Done()
 	for {
-		err := r.once()
+		_, err := r.once()
 		if err == nil {
 			continue
 		}
@@ -125,8 +126,9 @@ func (r *reader) loop() {
 	}
 }
 
-// once reads one batch and hands its packets to their shards.
-func (r *reader) once() error {
+// once reads one batch and hands its packets to their shards; it returns
+// how many messages it read.
+func (r *reader) once() (int, error) {
 	for i := range r.msgs {
 		if r.trains != nil {
 			r.msgs[i] = link.Message{Buf: r.trains[i].buf[:]}
@@ -136,7 +138,7 @@ func (r *reader) once() error {
 	}
 	n, err := r.recv(r.msgs)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	r.kicked = r.kicked[:0]
 	for i := range n {
@@ -147,9 +149,9 @@ func (r *reader) once() error {
 		}
 	}
 	for _, s := range r.kicked {
-		s.wake()
+		s.kickOrDrive(r.poll)
 	}
-	return nil
+	return n, nil
 }
 
 // takeTrain hands on what arrived in trains[i]: each segment of a train, or

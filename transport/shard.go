@@ -77,6 +77,9 @@ type shard struct {
 	// writes.
 	mu sync.Mutex
 
+	heldTimer Timer       // sends what poll-driven slices hold (token holder)
+	heldArmed atomic.Bool // heldTimer is running
+
 	inMu sync.Mutex
 	// inMu guards: in, ready.
 	in    []rxItem
@@ -89,6 +92,7 @@ type shard struct {
 	rpos    int
 	touched []*QP
 	out     []txPacket // the slice's output list
+	held    int        // out[:held] come from poll-driven slices, their completions visible (rtc.go)
 	tx      []link.Message
 	pieces  [][]byte   // the gather lists of tx's trains
 	budget  int        // budgeted packets the slice may still emit
@@ -140,11 +144,7 @@ func (s *shard) enqueue(it rxItem) bool {
 // wakeQP asks the shard to service q (run its requester, check its timers).
 // Safe from any goroutine.
 func (s *shard) wakeQP(q *QP) {
-	if q.queued.CompareAndSwap(false, true) {
-		s.inMu.Lock()
-		s.ready = append(s.ready, q)
-		s.inMu.Unlock()
-	}
+	s.readyQP(q)
 	s.wake()
 }
 
@@ -180,8 +180,11 @@ func (s *shard) process() {
 	for {
 		s.serveCommands()
 		if !s.slice() {
-			return
+			break
 		}
+	}
+	if len(s.out) > 0 {
+		s.flush() // what poll-driven slices held (rtc.go)
 	}
 }
 
@@ -323,15 +326,10 @@ func (q *QP) emit(f *bth.Fields, payload []byte, av *AddressVector) {
 // will give it. A Link's sockets send IPv4 with DF set and, for a datagram
 // sent alone, ID 0 (see package link); the ICRC covers both.
 func (s *shard) flush() {
-	for i := 0; i < len(s.out); {
-		s.tx, s.pieces = s.tx[:0], s.pieces[:0]
-		for i < len(s.out) && len(s.tx) < s.batch {
-			j := s.trainEnd(i)
-			s.tx = append(s.tx, s.message(i, j))
-			i = j
-		}
-		s.write(s.tx)
-	}
+	// Packets held by poll-driven slices go after the newer ones (rtc.go).
+	s.flushRange(s.held, len(s.out))
+	s.flushRange(0, s.held)
+	s.held = 0
 	for i := range s.out {
 		link.PutBuffer(s.out[i].buf)
 		s.out[i] = txPacket{}
@@ -339,6 +337,19 @@ func (s *shard) flush() {
 	s.out = s.out[:0]
 	clear(s.tx)
 	clear(s.pieces)
+}
+
+// flushRange sends out[lo:hi] in link batches.
+func (s *shard) flushRange(lo, hi int) {
+	for i := lo; i < hi; {
+		s.tx, s.pieces = s.tx[:0], s.pieces[:0]
+		for i < hi && len(s.tx) < s.batch {
+			j := s.trainEnd(i, hi)
+			s.tx = append(s.tx, s.message(i, j))
+			i = j
+		}
+		s.write(s.tx)
+	}
 }
 
 // write hands msgs to the Link, skipping a message it fails to send.

@@ -23,21 +23,21 @@ import (
 // link). A Link that has to send the train datagram by datagram re-keys each
 // ICRC for the ID that datagram gets.
 
-// trainEnd returns the end of the train that starts at s.out[i]: the packets
+// trainEnd returns the end, at most hi, of the train that starts at s.out[i]: the packets
 // out[i:end] share the QP and the destination and all have out[i]'s size but
 // the last, which may be shorter. A shorter packet that heads a run of its
 // own size stays with its run: a FIRST longer than the MIDDLEs after it (a
 // RETH, a READ response's AETH) goes on its own. end is i+1 when trains are
 // off or no packet joins.
-func (s *shard) trainEnd(i int) int {
+func (s *shard) trainEnd(i, hi int) int {
 	j := i + 1
 	if s.e.noGSO {
 		return j
 	}
 	seg := s.out[i].n
-	for j < len(s.out) && s.joins(i, j) {
+	for j < hi && s.joins(i, j) {
 		if n := s.out[j].n; n < seg {
-			if j+1 < len(s.out) && s.joins(i, j+1) && s.out[j+1].n == n {
+			if j+1 < hi && s.joins(i, j+1) && s.out[j+1].n == n {
 				break // out[j] starts a run of its own
 			}
 			return j + 1

@@ -91,7 +91,7 @@ func TestTrainEnd(t *testing.T) {
 			}
 			var got []string
 			for i := 0; i < len(s.out); {
-				j := s.trainEnd(i)
+				j := s.trainEnd(i, len(s.out))
 				got = append(got, fmt.Sprint(j-i))
 				i = j
 			}
@@ -189,7 +189,7 @@ func TestReaderSplitsGROTrain(t *testing.T) {
 	}
 	r := newReader(w.e, recv, 4)
 	tr := r.trains[0]
-	if err := r.once(); err != nil {
+	if _, err := r.once(); err != nil {
 		t.Fatal(err)
 	}
 	lone.release()

@@ -112,10 +112,18 @@ func TestSharedSRQManyQPsUnderLoss(t *testing.T) {
 	}
 }
 
+// TestSharedSRQManyQPsUnderLossRunToCompletion is the same with
+// run-to-completion nodes.
+func TestSharedSRQManyQPsUnderLossRunToCompletion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sharedSRQRun(t, &impair.LossConfig{Seed: 77, Drop: 0.1, Dup: 0.05, Reorder: 0.05, Corrupt: 0.025}, runToCompletion)
+	})
+}
+
 // sharedSRQRun sends 8 messages on each of 4 RC QPs whose responders share one
 // SRQ, over loss (nil: a clean pipe), and checks every message arrived once.
-func sharedSRQRun(t *testing.T, loss *impair.LossConfig) {
-	a, b := pair(t, loss)
+func sharedSRQRun(t *testing.T, loss *impair.LossConfig, opts ...func(*Config)) {
+	a, b := pair(t, loss, opts...)
 	defer a.close(t)
 	defer b.close(t)
 	s, err := srq.New(&srq.Attr{MaxWR: 64, MaxSGE: 1}, srq.Caps{MaxWR: 1024, MaxSGE: 4})

@@ -102,9 +102,25 @@ func Open(addr netip.Addr, port uint16, opts ...roce.Option) (*roce.Device, *Con
 // into the earlier slot's buffer, never by swapping slices: callers (the
 // engine) keep their own index → buffer table and hand bufs[i] on with
 // msgs[i]'s length. A diverted slot's bytes are already copied out.
-func (g *Link) ReadBatch(msgs []link.Message) (int, error) {
+func (g *Link) ReadBatch(msgs []link.Message) (int, error) { return g.diverted(g.Link.ReadBatch, msgs) }
+
+// ReceiveFuncs implements link.Receivers: every receive path of the wrapped
+// link (SO_REUSEPORT readers), each with QP1 diverted.
+func (g *Link) ReceiveFuncs() []link.ReceiveFunc {
+	return link.WrapReceiveFuncs(link.ReceiveFuncs(g.Link), g.diverted)
+}
+
+// PollFuncs implements link.Poller when the wrapped link does (nil
+// otherwise): its non-blocking receive paths, QP1 diverted.
+func (g *Link) PollFuncs() []link.ReceiveFunc {
+	return link.WrapReceiveFuncs(link.PollFuncs(g.Link), g.diverted)
+}
+
+// diverted reads through fn and keeps what is not for QP1. A function that
+// does not wait (a poll) returns what is left, even nothing.
+func (g *Link) diverted(fn link.ReceiveFunc, msgs []link.Message) (int, error) {
 	for {
-		n, err := g.Link.ReadBatch(msgs)
+		n, err := fn(msgs)
 		k := 0
 		for i := 0; i < n; i++ {
 			if g.conn.divert(&msgs[i]) {
@@ -118,7 +134,7 @@ func (g *Link) ReadBatch(msgs []link.Message) (int, error) {
 			}
 			k++
 		}
-		if k > 0 || err != nil {
+		if k > 0 || err != nil || n == 0 {
 			return k, err
 		}
 	}

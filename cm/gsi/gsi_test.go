@@ -171,7 +171,14 @@ func TestDivertGROTrain(t *testing.T) {
 	fl := &fakeLink{local: to, rx: []link.Message{train(cm.GSIQPN, 3, 1), other}, done: make(chan struct{})}
 	l, c := Wrap(fl)
 	msgs := []link.Message{{Buf: make([]byte, 0, link.MaxTrain)}, {Buf: make([]byte, 0, link.MaxTrain)}}
-	n, err := l.ReadBatch(msgs)
+	if len(l.PollFuncs()) != 0 {
+		t.Fatal("poll paths over a link that has none")
+	}
+	recv := l.ReceiveFuncs() // the wrapped link's one path, QP1 diverted
+	if len(recv) != 1 {
+		t.Fatalf("%d receive paths, want 1", len(recv))
+	}
+	n, err := recv[0](msgs)
 	if err != nil || n != 1 {
 		t.Fatalf("ReadBatch %d, %v; want the other QP's train alone", n, err)
 	}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/goroce/goroce/transport/link"
 )
 
 // Defaults of the embedded configuration: what `go run ./cmd/roced` serves on a fresh
@@ -67,6 +69,9 @@ type config struct {
 	cmPendingTimeout      time.Duration // a pending connection not established by then is withdrawn
 	drainTimeout          time.Duration
 	sourcePorts           int // per-QP UDP source ports per address; 0 sends everything from -port
+	gso, gro              bool
+	readers               int  // SO_REUSEPORT receive sockets per address
+	runToCompletion       bool // the goroutine that has the work does it (roce.WithRunToCompletion)
 }
 
 // addrList is a repeatable flag of IP addresses; "-bind a,b" and "-bind a -bind b"
@@ -163,6 +168,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	cmPendingFor := fs.Duration("cm-pending-timeout", defaultCMPendingFor, "withdraw a CM connection (REJ timeout) not established this long after its REQ")
 	drain := fs.Duration("drain-timeout", defaultDrainTimeout, "on SIGINT/SIGTERM, how long to wait for sessions to finish")
 	sourcePorts := fs.Int("source-ports", defaultSourcePorts, "most per-QP UDP source `ports` (rxe's, for ECMP entropy; one socket each) per address; 0 sends all from -port")
+	gso := fs.Bool("gso", true, "send runs of a QP's equal-size packets as UDP GSO segment trains (false: one datagram per packet)")
+	gro := fs.Bool("gro", true, "receive with UDP GRO: coalesced datagrams split by the engine (false: one datagram per read slot)")
+	readers := fs.Int("readers", 1, "receive sockets per address (SO_REUSEPORT), each read by its own goroutine; the kernel spreads QPs over them by source port")
+	rtc := fs.Bool("run-to-completion", false, "the goroutine that has the work does it when the engine shard is idle (posts send their own packets, the socket reader runs the receive side), saving hand-offs")
 	fs.Usage = func() {} // a mistake gets one line, not the whole usage
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -199,6 +208,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		cmPendingTimeout:      *cmPendingFor,
 		drainTimeout:          *drain,
 		sourcePorts:           *sourcePorts,
+		gso:                   *gso,
+		gro:                   *gro,
+		readers:               *readers,
+		runToCompletion:       *rtc,
+	}
+	if c.readers < 1 || c.readers > link.MaxReaders {
+		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -readers: want 1..%d", c.readers, link.MaxReaders)}
 	}
 	if c.sourcePorts < 0 || c.sourcePorts > 16384 {
 		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -source-ports: want 0..16384", c.sourcePorts)}

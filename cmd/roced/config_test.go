@@ -71,6 +71,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-drain-timeout", "0s"}, nil, "-drain-timeout"},
 		{[]string{"-source-ports", "-1"}, nil, "-source-ports: want 0..16384"},
 		{[]string{"-source-ports", "0"}, func(c *config) bool { return c.sourcePorts == 0 }, ""},
+		{[]string{"-readers", "0"}, nil, "-readers: want 1..64"},
+		{[]string{"-readers", "2"}, func(c *config) bool { return c.readers == 2 && c.gso && c.gro && !c.runToCompletion }, ""},
+		{[]string{"-gso=false", "-gro=false", "-run-to-completion"}, func(c *config) bool { return !c.gso && !c.gro && c.runToCompletion }, ""},
 		{[]string{"-nosuchflag"}, nil, "flag provided but not defined: -nosuchflag"},
 		{[]string{"extra"}, nil, `unexpected argument "extra"`},
 	}

@@ -311,7 +311,7 @@ func (d *daemon) watchEvents(dev *roce.Device) error {
 func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 	cfg := d.cfg
 	ap := netip.AddrPortFrom(a, cfg.port)
-	lcfg := link.Config{MaxSourcePorts: cfg.sourcePorts}
+	lcfg := link.Config{MaxSourcePorts: cfg.sourcePorts, NoGSO: !cfg.gso, NoGRO: !cfg.gro, Readers: cfg.readers}
 	if cfg.sourcePorts == 0 {
 		lcfg.MaxSourcePorts = -1 // link.Config's 0 means its default
 	}
@@ -350,7 +350,8 @@ func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 		// engine sees it; inside the tap, so captures show the CM exchange too.
 		l, s.mads = gsi.Wrap(l)
 	}
-	s.dev, err = roce.OpenLink(l, roce.WithMTU(roce.MTU(mtuCode(cfg.mtu))))
+	s.dev, err = roce.OpenLink(l, roce.WithMTU(roce.MTU(mtuCode(cfg.mtu))), roce.WithGSO(cfg.gso), roce.WithGRO(cfg.gro),
+		roce.WithRunToCompletion(cfg.runToCompletion))
 	if err != nil {
 		l.Close()
 		if s.pcap != nil {

@@ -191,6 +191,36 @@ func ReceiveFuncs(l Link) []ReceiveFunc {
 	return []ReceiveFunc{l.ReadBatch}
 }
 
+// WrapReceiveFuncs returns fns, each passed through wrap: the receive paths
+// of a Link that wraps another (a tap records what each path reads, a
+// filter drops from it).
+func WrapReceiveFuncs(fns []ReceiveFunc, wrap func(ReceiveFunc, []Message) (int, error)) []ReceiveFunc {
+	out := make([]ReceiveFunc, len(fns))
+	for i, fn := range fns {
+		out[i] = func(msgs []Message) (int, error) { return wrap(fn, msgs) }
+	}
+	return out
+}
+
+// Poller is implemented by a Link whose receive paths can also be read
+// without waiting, by a goroutine other than the path's reader: each
+// function takes what is queued on its path (the ReceiveFuncs in the same
+// order) and returns (0, nil) at once when nothing is. A run-to-completion
+// caller polls with them while the reader goroutines stay parked; both may
+// read a path at the same time, each datagram going to one of them.
+type Poller interface {
+	PollFuncs() []ReceiveFunc
+}
+
+// PollFuncs returns the non-blocking receive paths of l, or nil when l is not
+// a Poller.
+func PollFuncs(l Link) []ReceiveFunc {
+	if p, ok := l.(Poller); ok {
+		return p.PollFuncs()
+	}
+	return nil
+}
+
 // Multicaster is implemented by a Link that can join IP multicast groups
 // (RoCE UD multicast: the MGID maps to an IP group, and datagrams to the
 // group arrive at every member on the RoCEv2 port).

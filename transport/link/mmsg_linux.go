@@ -51,6 +51,8 @@ type mmsgScratch struct {
 	errno  syscall.Errno
 	recvFn func(fd uintptr) bool
 	sendFn func(fd uintptr) bool
+	got    bool             // pollFn's result: something was read
+	pollFn func(fd uintptr) // one recvmmsg that does not wait (RawConn.Control)
 }
 
 func newMmsgScratch(batch int) *mmsgScratch {
@@ -71,6 +73,7 @@ func newMmsgScratch(batch int) *mmsgScratch {
 	}
 	s.recvFn = s.recv
 	s.sendFn = s.send
+	s.pollFn = func(fd uintptr) { s.got = s.recv(fd) }
 	return s
 }
 

@@ -78,6 +78,7 @@ type PipeEnd struct {
 var (
 	_ Link        = (*PipeEnd)(nil)
 	_ Receivers   = (*PipeEnd)(nil)
+	_ Poller      = (*PipeEnd)(nil)
 	_ Multicaster = (*PipeEnd)(nil)
 )
 
@@ -120,8 +121,22 @@ func (p *PipeEnd) ReceiveFuncs() []ReceiveFunc {
 	return fns
 }
 
+// PollFuncs implements Poller: each receive queue read without waiting.
+func (p *PipeEnd) PollFuncs() []ReceiveFunc {
+	fns := make([]ReceiveFunc, len(p.in))
+	for i, q := range p.in {
+		fns[i] = func(msgs []Message) (int, error) { return p.readWait(q, nil, msgs, false) }
+	}
+	return fns
+}
+
 // read reads queue q until the end closes or stop (a group left) is closed.
 func (p *PipeEnd) read(q chan datagram, stop chan struct{}, msgs []Message) (int, error) {
+	return p.readWait(q, stop, msgs, true)
+}
+
+// readWait is read; without wait it returns (0, nil) when nothing is queued.
+func (p *PipeEnd) readWait(q chan datagram, stop chan struct{}, msgs []Message, wait bool) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
@@ -145,7 +160,7 @@ func (p *PipeEnd) read(q chan datagram, stop chan struct{}, msgs []Message) (int
 		select {
 		case d = <-q:
 		default:
-			if n > 0 {
+			if n > 0 || !wait {
 				return n, nil
 			}
 			select { // nothing yet (or all truncated): block

@@ -40,6 +40,18 @@ type reader struct {
 // never turn GRO on and get one datagram per message, as before.
 func (u *UDP) ReadBatch(msgs []Message) (int, error) { return u.readers[0].read(msgs) }
 
+// PollFuncs implements Poller: each receive socket read without waiting.
+// The read goes through the socket's descriptor directly (RawConn.Control),
+// not through the poller's read lock, which a reader goroutine parked in
+// ReadBatch holds.
+func (u *UDP) PollFuncs() []ReceiveFunc {
+	fns := make([]ReceiveFunc, len(u.readers))
+	for i, r := range u.readers {
+		fns[i] = r.poll
+	}
+	return fns
+}
+
 func (r *reader) where() string {
 	if r.group.IsValid() {
 		return netip.AddrPortFrom(r.group, r.u.local.Port()).String()
@@ -69,7 +81,13 @@ func (r *reader) enableGRO() {
 	r.gro.Store(true)
 }
 
-func (r *reader) read(msgs []Message) (int, error) {
+func (r *reader) read(msgs []Message) (int, error) { return r.recv(msgs, true) }
+
+func (r *reader) poll(msgs []Message) (int, error) { return r.recv(msgs, false) }
+
+// recv reads one batch into msgs; without wait it returns (0, nil) when
+// nothing is queued.
+func (r *reader) recv(msgs []Message, wait bool) (int, error) {
 	u := r.u
 	if len(msgs) > u.batch {
 		msgs = msgs[:u.batch]
@@ -104,15 +122,24 @@ func (r *reader) read(msgs []Message) (int, error) {
 			h.len = 0
 		}
 		s.count = len(msgs)
-		err := r.rc.Read(s.recvFn)
+		s.got = true
+		var err error
+		if wait {
+			err = r.rc.Read(s.recvFn)
+		} else {
+			err = r.rc.Control(s.pollFn)
+		}
 		s.clear(len(msgs))
 		if err != nil {
 			return 0, fmt.Errorf("link: read %v: %w", r.where(), err)
 		}
+		if !s.got {
+			return 0, nil // nothing queued
+		}
 		if s.errno != 0 {
 			return 0, fmt.Errorf("link: recvmmsg on %v: %w", r.where(), s.errno)
 		}
-		if n := r.fill(s, msgs); n > 0 {
+		if n := r.fill(s, msgs); n > 0 || !wait {
 			raceAcquireIO()
 			return n, nil
 		}

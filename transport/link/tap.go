@@ -71,6 +71,7 @@ type Tap struct {
 var (
 	_ Link        = (*Tap)(nil)
 	_ Receivers   = (*Tap)(nil)
+	_ Poller      = (*Tap)(nil)
 	_ Multicaster = (*Tap)(nil)
 )
 
@@ -121,14 +122,11 @@ func (t *Tap) ReadBatch(msgs []Message) (int, error) { return t.recorded(t.l.Rea
 
 // ReceiveFuncs implements Receivers: each of the wrapped Link's receive
 // paths, recorded.
-func (t *Tap) ReceiveFuncs() []ReceiveFunc {
-	inner := ReceiveFuncs(t.l)
-	fns := make([]ReceiveFunc, len(inner))
-	for i, fn := range inner {
-		fns[i] = func(msgs []Message) (int, error) { return t.recorded(fn, msgs) }
-	}
-	return fns
-}
+func (t *Tap) ReceiveFuncs() []ReceiveFunc { return WrapReceiveFuncs(ReceiveFuncs(t.l), t.recorded) }
+
+// PollFuncs implements Poller for a wrapped Link that does (nil otherwise):
+// each of its non-blocking receive paths, recorded.
+func (t *Tap) PollFuncs() []ReceiveFunc { return WrapReceiveFuncs(PollFuncs(t.l), t.recorded) }
 
 // JoinGroup implements Multicaster for a wrapped Link that does: the
 // group's datagrams are recorded too. Otherwise it is ENOSYS.

@@ -72,6 +72,7 @@ type UDP struct {
 var (
 	_ Link        = (*UDP)(nil)
 	_ Receivers   = (*UDP)(nil)
+	_ Poller      = (*UDP)(nil)
 	_ Multicaster = (*UDP)(nil)
 )
 

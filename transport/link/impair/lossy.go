@@ -104,6 +104,7 @@ type pending struct {
 var (
 	_ link.Link        = (*Lossy)(nil)
 	_ link.Receivers   = (*Lossy)(nil)
+	_ link.Poller      = (*Lossy)(nil)
 	_ link.Multicaster = (*Lossy)(nil)
 )
 
@@ -335,12 +336,13 @@ func (l *Lossy) ReadBatch(msgs []link.Message) (int, error) { return l.filtered(
 // ReceiveFuncs implements link.Receivers: each of the wrapped Link's receive
 // paths, with DropFn applied.
 func (l *Lossy) ReceiveFuncs() []link.ReceiveFunc {
-	inner := link.ReceiveFuncs(l.l)
-	fns := make([]link.ReceiveFunc, len(inner))
-	for i, fn := range inner {
-		fns[i] = func(msgs []link.Message) (int, error) { return l.filtered(fn, msgs) }
-	}
-	return fns
+	return link.WrapReceiveFuncs(link.ReceiveFuncs(l.l), l.filtered)
+}
+
+// PollFuncs implements link.Poller for a wrapped Link that does (nil
+// otherwise): its non-blocking receive paths, with DropFn applied.
+func (l *Lossy) PollFuncs() []link.ReceiveFunc {
+	return link.WrapReceiveFuncs(link.PollFuncs(l.l), l.filtered)
 }
 
 // filtered reads through fn and applies DropFn to what arrives.
