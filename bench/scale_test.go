@@ -71,7 +71,7 @@ func scaleDevices(b *testing.B) (*scaleEnd, *scaleEnd) {
 	port := sharedPort(b)
 	var ends [2]*scaleEnd
 	for i, addr := range []netip.Addr{addrA, addrB} {
-		dev, err := roce.Open(addr, roce.WithPort(port), roce.WithMTU(roce.MTU4096))
+		dev, err := roce.Open(addr, append([]roce.Option{roce.WithPort(port), roce.WithMTU(roce.MTU4096)}, devOpts...)...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -365,6 +365,19 @@ func BenchmarkRCSendQPs(b *testing.B) {
 				b.ReportMetric(pps/base, "x-1QP")
 			}
 			scaleRecord(n, func(r *scaleRow) { r.haveSendQP, r.sendPPS, r.sendRatio = true, pps, pps/max(base, 1) })
+		})
+	}
+}
+
+// BenchmarkRCReaders is BenchmarkRCSendQPs/16 on devices with one receive socket
+// and with two SO_REUSEPORT receive sockets (roce.WithReaders), each read by its
+// own goroutine: the QPs' source ports spread their flows over the sockets.
+func BenchmarkRCReaders(b *testing.B) {
+	for _, readers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("readers%d", readers), func(b *testing.B) {
+			devOpts = []roce.Option{roce.WithReaders(readers)}
+			defer func() { devOpts = nil }()
+			b.ReportMetric(sendQPsRate(b, 16, b.N), "pkts/s")
 		})
 	}
 }

@@ -44,15 +44,31 @@ func PacketLen(op Opcode, payloadLen int) int {
 // Append panics if f.Opcode is not Valid, or if payload is non-empty for an
 // opcode without payload: both are programming errors, not wire input.
 func Append(dst []byte, f *Fields, payload []byte) []byte {
+	start := len(dst)
+	dst = AppendHeaders(dst, f, len(payload))
+	h := len(dst) - start
+	n := h + len(payload) + PadCount(len(payload)) + ICRCLen
+	dst = slices.Grow(dst, n-h)[:start+n]
+	b := dst[start:]
+	copy(b[h:], payload)
+	clear(b[h+len(payload):])
+	return dst
+}
+
+// AppendHeaders appends the BTH and extension headers of a packet with
+// payloadLen payload bytes (PadCnt derived from it), without the payload,
+// pad and ICRC: for a packet sent as a gather list of headers, payload and
+// tail (pad and ICRC; see ICRCParts). It panics as Append does.
+func AppendHeaders(dst []byte, f *Fields, payloadLen int) []byte {
 	in := &opTable[f.Opcode]
 	if in.flags&fValid == 0 {
 		panic("bth: Append with invalid opcode " + f.Opcode.String())
 	}
-	if len(payload) > 0 && in.flags&fPayload == 0 {
+	if payloadLen > 0 && in.flags&fPayload == 0 {
 		panic("bth: Append with payload for " + f.Opcode.String())
 	}
-	pad := PadCount(len(payload))
-	n := int(in.hdrLen) + len(payload) + pad + ICRCLen
+	pad := PadCount(payloadLen)
+	n := int(in.hdrLen)
 	start := len(dst)
 	dst = slices.Grow(dst, n)[:start+n]
 	b := dst[start:]
@@ -115,7 +131,5 @@ func Append(dst []byte, f *Fields, payload []byte) []byte {
 	if in.flags&fCNP != 0 {
 		clear(b[BTHLen:in.hdrLen])
 	}
-	copy(b[in.hdrLen:], payload)
-	clear(b[int(in.hdrLen)+len(payload):])
 	return dst
 }

@@ -35,7 +35,13 @@ const (
 // packet into ph and returns how many bytes it used and how many BTH bytes
 // of udpPayload it consumed.
 func pseudo(ph *[maxPseudo]byte, env *Envelope, udpPayload []byte, id uint16) (n, used int) {
-	udpLen := udpHdrLen + len(udpPayload)
+	return pseudoHead(ph, env, len(udpPayload), udpPayload, id)
+}
+
+// pseudoHead is pseudo for a packet of total UDP payload bytes whose first
+// bytes are head (at least the BTH, or the whole packet).
+func pseudoHead(ph *[maxPseudo]byte, env *Envelope, total int, head []byte, id uint16) (n, used int) {
+	udpLen := udpHdrLen + total
 	for i := range maskedLRH {
 		ph[i] = 0xFF
 	}
@@ -73,8 +79,8 @@ func pseudo(ph *[maxPseudo]byte, env *Envelope, udpPayload []byte, id uint16) (n
 	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
 	u[6], u[7] = 0xFF, 0xFF // UDP checksum masked
 	n += udpHdrLen
-	used = min(BTHLen, max(len(udpPayload)-ICRCLen, 0))
-	copy(ph[n:], udpPayload[:used])
+	used = min(BTHLen, max(total-ICRCLen, 0), len(head))
+	copy(ph[n:], head[:used])
 	if used > 4 {
 		ph[n+4] = 0xFF // FECN, BECN, reserved masked
 	}
@@ -99,6 +105,20 @@ func icrc(env *Envelope, udpPayload []byte, id uint16) uint32 {
 // allocate or copy the packet.
 func ICRC(env *Envelope, udpPayload []byte) uint32 {
 	return icrc(env, udpPayload, env.IPID)
+}
+
+// ICRCParts is ICRC for a packet held as a gather list of three pieces:
+// hdr (the BTH and extension headers, at least BTHLen bytes), payload, and
+// tail (the pad bytes and the 4-byte trailer, which is not covered). The CRC
+// runs over each piece where it lies, so a payload sent straight from
+// registered memory is never copied.
+func ICRCParts(env *Envelope, hdr, payload, tail []byte) uint32 {
+	var ph [maxPseudo]byte
+	n, used := pseudoHead(&ph, env, len(hdr)+len(payload)+len(tail), hdr, env.IPID)
+	c := crcUpdate(0, ph[:n])
+	c = crc32.Update(c, crc32.IEEETable, hdr[used:])
+	c = crc32.Update(c, crc32.IEEETable, payload)
+	return crc32.Update(c, crc32.IEEETable, tail[:len(tail)-ICRCLen])
 }
 
 // ICRCOverHeaders is ICRC for a packet whose IP and UDP headers are at hand as

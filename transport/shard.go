@@ -48,8 +48,10 @@ type rxItem struct {
 // under. The shard writes the ICRC and sends the list when the slice ends; a
 // QP's packets of one turn are contiguous in it.
 type txPacket struct {
-	buf  *[link.MaxDatagram]byte
-	n    int
+	buf  *[link.MaxDatagram]byte // the packet; or, with pay, its headers then pad and ICRC
+	n    int                     // the packet's length
+	hdr  int                     // with pay: the headers' length in buf
+	pay  []byte                  // a payload sent from where it lies (gather send), or nil
 	q    *QP
 	dst  netip.Addr
 	tos  uint8  // traffic class: IPv4 TOS or IPv6 traffic class
@@ -109,7 +111,7 @@ func newShard(e *Engine, batch int) *shard {
 	s := &shard{e: e, kick: make(chan struct{}, 1), cmds: make(chan func()), batch: batch,
 		in: make([]rxItem, 0, rxQueueLen), work: make([]rxItem, 0, rxQueueLen),
 		out: make([]txPacket, 0, slicePackets+sliceInbound), tx: make([]link.Message, 0, batch),
-		pieces: make([][]byte, 0, slicePackets+sliceInbound)}
+		pieces: make([][]byte, 0, 3*(slicePackets+sliceInbound))}
 	s.passDone.Store(e.clock.Now().UnixNano())
 	return s
 }
@@ -313,11 +315,42 @@ func (s *shard) touch(q *QP) {
 // for everything it sends (requests, ACKs, READ responses), a UD WR's
 // address handle for its datagram.
 func (q *QP) emit(f *bth.Fields, payload []byte, av *AddressVector) {
-	buf := link.GetBuffer()
-	pkt := bth.Append(buf[:0], f, payload)
-	q.sh.out = append(q.sh.out, txPacket{buf: buf, n: len(pkt), q: q, dst: av.DGID,
-		tos: av.TrafficClass, ttl: av.HopLimit, flow: av.FlowLabel})
+	p := txPacket{buf: link.GetBuffer(), q: q, dst: av.DGID, tos: av.TrafficClass, ttl: av.HopLimit, flow: av.FlowLabel}
+	if len(payload) >= gatherMin && !q.sh.isScratch(payload) {
+		// Gather send: the payload stays where it is (registered memory or
+		// a WR's inline copy) until the slice's flush, which sends headers,
+		// payload and tail as one gather list and runs the ICRC over the
+		// payload in place (bth.ICRCParts). A key's memory cannot go away
+		// meanwhile: ibv_dereg_mr waits for the slice (Engine.Barrier).
+		h := bth.AppendHeaders(p.buf[:0], f, len(payload))
+		tail := bth.PadCount(len(payload)) + bth.ICRCLen
+		clear(p.buf[len(h) : len(h)+tail])
+		p.hdr, p.pay, p.n = len(h), payload, len(h)+len(payload)+tail
+	} else {
+		p.n = len(bth.Append(p.buf[:0], f, payload))
+	}
+	q.sh.out = append(q.sh.out, p)
 	q.cnt.txPackets.Add(1)
+}
+
+// gatherMin is the smallest payload sent in place (gather send); a smaller
+// one is cheaper to copy next to its headers than to give its own iovec.
+const gatherMin = 512
+
+// isScratch reports whether b lies in the shard's gather scratch, which the
+// next gather overwrites: such a payload must be copied now.
+func (s *shard) isScratch(b []byte) bool {
+	return len(b) > 0 && &b[0] == &s.scratch[0]
+}
+
+// packet returns a copy of the whole packet p (for tests and taps).
+func (p *txPacket) packet() []byte {
+	if p.pay == nil {
+		return append([]byte(nil), p.buf[:p.n]...)
+	}
+	b := append([]byte(nil), p.buf[:p.hdr]...)
+	b = append(b, p.pay...)
+	return append(b, p.buf[p.hdr:p.hdr+p.n-p.hdr-len(p.pay)]...)
 }
 
 // flush sends the output list, in order, in link batches, runs of one QP's

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"net/netip"
 
 	"github.com/goroce/goroce/bth"
@@ -67,23 +68,31 @@ func (s *shard) message(i, j int) link.Message {
 	first := len(s.pieces)
 	for k := i; k < j; k++ {
 		o := &s.out[k]
-		pkt := o.buf[:o.n]
 		if j-i > 1 {
 			env.IPID = link.TrainIPv4ID(seg, k-i)
 		}
-		bth.PutICRC(&env, pkt)
-		class := classOf(bth.Opcode(pkt[0]))
+		class := classOf(bth.Opcode(o.buf[0]))
 		e.stats.SentPackets[class].Add(1)
-		e.stats.SentBytes[class].Add(uint64(len(pkt)))
-		if j-i == 1 {
-			m.Buf = pkt
-			return m
+		e.stats.SentBytes[class].Add(uint64(o.n))
+		if o.pay == nil {
+			pkt := o.buf[:o.n]
+			bth.PutICRC(&env, pkt)
+			if j-i == 1 {
+				m.Buf = pkt
+				return m
+			}
+			s.pieces = append(s.pieces, pkt)
+			continue
 		}
-		s.pieces = append(s.pieces, pkt)
+		hdr, tail := o.buf[:o.hdr], o.buf[o.hdr:o.n-len(o.pay)]
+		binary.LittleEndian.PutUint32(tail[len(tail)-bth.ICRCLen:], bth.ICRCParts(&env, hdr, o.pay, tail))
+		s.pieces = append(s.pieces, hdr, o.pay, tail)
 	}
-	e.stats.TxTrains.Add(1)
-	e.stats.TxTrainSegments.Add(uint64(j - i))
+	if j-i > 1 {
+		e.stats.TxTrains.Add(1)
+		e.stats.TxTrainSegments.Add(uint64(j - i))
+		m.SegSize = seg
+	}
 	m.Pieces = s.pieces[first:len(s.pieces):len(s.pieces)]
-	m.SegSize = seg
 	return m
 }

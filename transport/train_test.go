@@ -119,15 +119,17 @@ func TestFlushTrainICRC(t *testing.T) {
 			q := &QP{e: e, sh: s, wport: 50000}
 			const segs = 70 // more than one super-datagram (62 segments of 1040 bytes)
 			payload := pattern(1024, 7)
+			av := &AddressVector{DGID: peer}
 			for i := range segs + 1 {
 				f := bth.Fields{Opcode: bth.RCWriteMiddle, PKey: 0xFFFF, DestQP: 0x77, PSN: bth.PSN(i)}
-				p := payload
+				p := payload // sent in place: headers, payload and tail as three pieces
 				if i == segs {
-					f.Opcode, f.AckReq, p = bth.RCWriteLast, true, payload[:100]
+					f.Opcode, f.AckReq, p = bth.RCWriteLast, true, payload[:100] // copied
 				}
-				buf := link.GetBuffer()
-				pkt := bth.Append(buf[:0], &f, p)
-				s.out = append(s.out, txPacket{buf: buf, n: len(pkt), q: q, dst: peer})
+				q.emit(&f, p, av)
+			}
+			if s.out[0].pay == nil || s.out[segs].pay != nil {
+				t.Fatal("a 1024-byte payload was copied, or a 100-byte one was not")
 			}
 			s.flush()
 			if len(l.msgs) != 1 || l.msgs[0].SegSize != 1040 {
@@ -139,6 +141,10 @@ func TestFlushTrainICRC(t *testing.T) {
 				env.IPID = link.TrainIPv4ID(m.SegSize, k)
 				if !bth.CheckICRC(&env, m.Segment(k)) {
 					t.Fatalf("segment %d: ICRC wrong for IPv4 ID %d", k, env.IPID)
+				}
+				pkt, err := bth.Parse(m.Segment(k))
+				if err != nil || pkt.PSN() != bth.PSN(k) || len(pkt.Payload()) > 0 && pkt.Payload()[1] != payload[1] {
+					t.Fatalf("segment %d: %v, PSN %v", k, err, pkt.PSN())
 				}
 			}
 			if n := e.stats.TxTrainSegments.Load(); n != segs+1 || e.stats.TxTrains.Load() != 1 {

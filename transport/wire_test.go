@@ -153,7 +153,7 @@ func (w *wire) step() []bth.Packet {
 	s.step()
 	var out []bth.Packet
 	for _, p := range s.out {
-		pkt, err := bth.Parse(append([]byte(nil), p.buf[:p.n]...))
+		pkt, err := bth.Parse(p.packet())
 		if err != nil {
 			w.t.Fatalf("emitted a malformed packet: %v", err)
 		}

@@ -48,6 +48,14 @@
 // source address:port and cm_cma_dst its destination address. For IPv4 the
 // ICRC is checked with the IP Identification recorded in the capture.
 //
+// A UDP GSO super-datagram, which a capture on the sending host (or on a
+// bridge it crosses whole) holds as one frame of several packets end to end,
+// is split as the receiver splits it: at the segment size where the next
+// packet's BTH (same QP and P_Key) begins and the first packet's ICRC holds,
+// the last segment possibly shorter. Each packet prints on its own line with
+// the frame's number, its ICRC checked with the ID the kernel gives segment
+// k (the frame's ID plus k) and its own lengths.
+//
 // Link types (LINKTYPE_* numbers, per interface in pcapng files):
 //
 //	1                      Ethernet, with 802.1Q, 802.1ad and 0x9100 VLAN tags

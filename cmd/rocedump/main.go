@@ -218,8 +218,10 @@ func dump(p *printer, r io.Reader) (stats, error) {
 		if err != nil {
 			continue
 		}
-		if p.print(no, ts, &d) && p.done() {
-			return st, nil
+		for _, seg := range segments(&d) { // a GSO super-datagram: each packet on its line
+			if p.print(no, ts, &seg) && p.done() {
+				return st, nil
+			}
 		}
 	}
 }
