@@ -54,7 +54,11 @@
 // limit: all set to ones), the UDP header (checksum set to ones), the BTH
 // (byte 4 set to ones) and everything after it up to the trailer. The IPv4
 // Identification is covered, so a UDP socket that cannot read it recovers it
-// with SolveIPv4ID.
+// with SolveIPv4ID. One exception, for rxe: its ICRC of an RC FLUSH (Linux
+// 6.2 and later) runs over the packet's headers a second time, unmasked
+// (its opcode table gives FLUSH no payload offset). ICRC and PutICRC compute
+// that for FLUSH, so rxe takes goroce's; the checks accept it and IBA's
+// (IBAICRC).
 //
 // # Use
 //

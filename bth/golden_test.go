@@ -101,13 +101,13 @@ func goldenVectors() []vector {
 				f.AETH = bth.AETH{Syndrome: 0x1F, MSN: 3}
 				f.AtomicAck = bth.AtomicAckETH{Orig: 0x2222222222222222}
 			}), nil},
-		{"flush.hex", "rc-flush-range-global", "RC FLUSH: FETH (placement global, selectivity range) before the RETH", env4,
+		{"flush.hex", "rc-flush-range-global", "RC FLUSH: FETH (placement global, selectivity range) before the RETH; rxe's ICRC (the headers twice)", env4,
 			with(rc(bth.RCFlush, 11), func(f *bth.Fields) {
 				f.AckReq = true
 				f.FETH = bth.FETH{PlacementType: bth.FlushGlobal, Selectivity: bth.FlushRange}
 				f.RETH = bth.RETH{VA: 0x7F0000002000, RKey: 0x1234567, DMALen: 64}
 			}), nil},
-		{"flush.hex", "rc-flush-mr-persistent", "RC FLUSH of the whole MR, persistent placement, over IPv6", env6,
+		{"flush.hex", "rc-flush-mr-persistent", "RC FLUSH of the whole MR, persistent placement, over IPv6; rxe's ICRC", env6,
 			with(rc(bth.RCFlush, 12), func(f *bth.Fields) {
 				f.AckReq = true
 				f.FETH = bth.FETH{PlacementType: bth.FlushPersistent, Selectivity: bth.FlushMR}

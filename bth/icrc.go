@@ -87,7 +87,7 @@ func pseudoHead(ph *[maxPseudo]byte, env *Envelope, total int, head []byte, id u
 	return n + used, used
 }
 
-// icrc computes the ICRC with IPv4 Identification id.
+// icrc computes IBA's ICRC with IPv4 Identification id.
 func icrc(env *Envelope, udpPayload []byte, id uint16) uint32 {
 	var ph [maxPseudo]byte
 	n, used := pseudo(&ph, env, udpPayload, id)
@@ -98,12 +98,46 @@ func icrc(env *Envelope, udpPayload []byte, id uint16) uint32 {
 	return c
 }
 
-// ICRC returns the invariant CRC of a RoCEv2 packet: CRC-32 (IEEE) over 8
-// bytes of 0xFF, the IP and UDP headers described by env with the variant
-// fields set to ones, the BTH with byte 4 set to ones, and everything after
-// it except the last 4 bytes of udpPayload (the trailer). It does not
-// allocate or copy the packet.
+// rxeFlush reports whether udpPayload is an RC FLUSH, whose ICRC rxe computes
+// its own way (see ICRC).
+func rxeFlush(udpPayload []byte) bool {
+	return len(udpPayload) >= BTHLen+ICRCLen && Opcode(udpPayload[0]) == RCFlush
+}
+
+// rxeTwice continues c, IBA's ICRC of an RC FLUSH, into rxe's: the CRC once
+// more over every byte before the trailer, unmasked.
+func rxeTwice(c uint32, udpPayload []byte) uint32 {
+	return crc32.Update(c, crc32.IEEETable, udpPayload[:len(udpPayload)-ICRCLen])
+}
+
+// wireICRC is the ICRC a packet carries on the wire: IBA's, or rxe's for an
+// RC FLUSH.
+func wireICRC(env *Envelope, udpPayload []byte, id uint16) uint32 {
+	c := icrc(env, udpPayload, id)
+	if rxeFlush(udpPayload) {
+		c = rxeTwice(c, udpPayload)
+	}
+	return c
+}
+
+// ICRC returns the invariant CRC of a RoCEv2 packet as rxe puts it on the wire
+// and checks it: CRC-32 (IEEE) over 8 bytes of 0xFF, the IP and UDP headers
+// described by env with the variant fields set to ones, the BTH with byte 4
+// set to ones, and everything after it except the last 4 bytes of udpPayload
+// (the trailer), which is IBA's ICRC (IBAICRC) for every opcode but RC FLUSH
+// (0x1c). rxe's opcode table gives FLUSH no payload offset, so rxe (Linux 6.2
+// to at least 6.12) takes its payload to start at the BTH: its ICRC of a FLUSH
+// continues IBA's over every byte before the trailer once more, unmasked
+// (seen on rxe 6.12's FLUSH packets, testdata/rxe-6.12-flush.pcap). goroce
+// sends that, to be understood by rxe, and accepts both (AcceptICRC,
+// CheckICRC). It does not allocate or copy the packet.
 func ICRC(env *Envelope, udpPayload []byte) uint32 {
+	return wireICRC(env, udpPayload, env.IPID)
+}
+
+// IBAICRC is the ICRC as IBA Annex 17.3.3 defines it for every opcode. It
+// differs from ICRC for RC FLUSH only.
+func IBAICRC(env *Envelope, udpPayload []byte) uint32 {
 	return icrc(env, udpPayload, env.IPID)
 }
 
@@ -111,22 +145,39 @@ func ICRC(env *Envelope, udpPayload []byte) uint32 {
 // hdr (the BTH and extension headers, at least BTHLen bytes), payload, and
 // tail (the pad bytes and the 4-byte trailer, which is not covered). The CRC
 // runs over each piece where it lies, so a payload sent straight from
-// registered memory is never copied.
+// registered memory is never copied. An RC FLUSH gets rxe's ICRC, as from ICRC.
 func ICRCParts(env *Envelope, hdr, payload, tail []byte) uint32 {
 	var ph [maxPseudo]byte
 	n, used := pseudoHead(&ph, env, len(hdr)+len(payload)+len(tail), hdr, env.IPID)
 	c := crcUpdate(0, ph[:n])
 	c = crc32.Update(c, crc32.IEEETable, hdr[used:])
 	c = crc32.Update(c, crc32.IEEETable, payload)
-	return crc32.Update(c, crc32.IEEETable, tail[:len(tail)-ICRCLen])
+	c = crc32.Update(c, crc32.IEEETable, tail[:len(tail)-ICRCLen])
+	if Opcode(hdr[0]) == RCFlush {
+		c = crc32.Update(c, crc32.IEEETable, hdr)
+		c = crc32.Update(c, crc32.IEEETable, payload)
+		c = crc32.Update(c, crc32.IEEETable, tail[:len(tail)-ICRCLen])
+	}
+	return c
 }
 
-// ICRCOverHeaders is ICRC for a packet whose IP and UDP headers are at hand as
-// bytes, such as a capture: ipUDP runs from the first byte of the IP header to
-// the end of the UDP header. It covers what an Envelope cannot describe (IPv4
-// options, IPv6 extension headers) as they are, and masks the same variant
-// fields as ICRC. It returns 0 when ipUDP or udpPayload is too short.
+// ICRCOverHeaders is ICRC (rxe's formula for RC FLUSH) for a packet whose IP
+// and UDP headers are at hand as bytes, such as a capture: ipUDP runs from the
+// first byte of the IP header to the end of the UDP header. It covers what an
+// Envelope cannot describe (IPv4 options, IPv6 extension headers) as they are,
+// and masks the same variant fields as ICRC. It returns 0 when ipUDP or
+// udpPayload is too short.
 func ICRCOverHeaders(ipUDP, udpPayload []byte) uint32 {
+	c := IBAICRCOverHeaders(ipUDP, udpPayload)
+	if c != 0 && rxeFlush(udpPayload) {
+		c = rxeTwice(c, udpPayload)
+	}
+	return c
+}
+
+// IBAICRCOverHeaders is ICRCOverHeaders with IBA's formula for every opcode
+// (IBAICRC).
+func IBAICRCOverHeaders(ipUDP, udpPayload []byte) uint32 {
 	if len(ipUDP) < ipv4HdrLen+udpHdrLen || len(udpPayload) < BTHLen+ICRCLen {
 		return 0
 	}
@@ -154,18 +205,21 @@ func ICRCOverHeaders(ipUDP, udpPayload []byte) uint32 {
 }
 
 // PutICRC writes ICRC(env, udpPayload) little-endian into the last 4
-// bytes of udpPayload, as rxe does. udpPayload must be at least 4 bytes.
+// bytes of udpPayload, as rxe does (for an RC FLUSH, rxe's ICRC). udpPayload must be at least 4 bytes.
 func PutICRC(env *Envelope, udpPayload []byte) {
 	binary.LittleEndian.PutUint32(udpPayload[len(udpPayload)-ICRCLen:], ICRC(env, udpPayload))
 }
 
-// CheckICRC reports whether the trailer of udpPayload matches its ICRC.
-// Packets shorter than BTH plus trailer never match.
+// CheckICRC reports whether the trailer of udpPayload matches its ICRC: for
+// an RC FLUSH, rxe's or IBA's. Packets shorter than BTH plus trailer never
+// match.
 func CheckICRC(env *Envelope, udpPayload []byte) bool {
 	if len(udpPayload) < BTHLen+ICRCLen {
 		return false
 	}
-	return binary.LittleEndian.Uint32(udpPayload[len(udpPayload)-ICRCLen:]) == ICRC(env, udpPayload)
+	want := binary.LittleEndian.Uint32(udpPayload[len(udpPayload)-ICRCLen:])
+	c := icrc(env, udpPayload, env.IPID)
+	return want == c || rxeFlush(udpPayload) && want == rxeTwice(c, udpPayload)
 }
 
 // AcceptICRC is the receive check of a RoCEv2 packet that came through a
@@ -180,7 +234,7 @@ func CheckICRC(env *Envelope, udpPayload []byte) bool {
 // CRC is affine in the ID bits, see SolveIPv4ID). An IPv4 packet is thus
 // checked to 2^-16 (a corrupted one passes with probability 1 in 65536)
 // instead of the 2^-32 of a full check. Packets shorter than BTH plus
-// trailer never pass.
+// trailer never pass. An RC FLUSH passes with rxe's ICRC or IBA's (see ICRC).
 func AcceptICRC(env *Envelope, udpPayload []byte) bool {
 	if len(udpPayload) < BTHLen+ICRCLen {
 		return false
@@ -190,11 +244,29 @@ func AcceptICRC(env *Envelope, udpPayload []byte) bool {
 	if want == c0 {
 		return true
 	}
-	if !is4(env) {
+	if is4(env) {
+		if _, ok := solveID(len(udpPayload), 0, want^c0); ok {
+			return true
+		}
+	}
+	if !rxeFlush(udpPayload) {
 		return false
 	}
-	_, ok := solveID(len(udpPayload), want^c0)
+	_, ok := solveFlushID(env, udpPayload, want, c0)
 	return ok
+}
+
+// solveFlushID checks an RC FLUSH's trailer want against rxe's ICRC, given c0,
+// IBA's ICRC with ID 0: for IPv4 it returns the ID that makes it verify.
+func solveFlushID(env *Envelope, udpPayload []byte, want, c0 uint32) (uint16, bool) {
+	r0 := rxeTwice(c0, udpPayload)
+	if want == r0 {
+		return 0, true
+	}
+	if !is4(env) {
+		return 0, false
+	}
+	return solveID(len(udpPayload), len(udpPayload)-ICRCLen, want^r0)
 }
 
 // SolveIPv4ID finds the IPv4 Identification that makes the trailer of
@@ -210,22 +282,30 @@ func AcceptICRC(env *Envelope, udpPayload []byte) bool {
 // accepted with probability 2^-16 (1 in 65536), instead of the 2^-32 of a
 // full check: a 16-bit integrity loss the caller should know about.
 // ok is false for IPv6 envelopes, short packets, and when no ID matches.
+//
+// An RC FLUSH is solved for rxe's ICRC first, then IBA's (see ICRC).
 func SolveIPv4ID(env *Envelope, udpPayload []byte) (id uint16, ok bool) {
 	if !is4(env) || len(udpPayload) < BTHLen+ICRCLen {
 		return 0, false
 	}
 	want := binary.LittleEndian.Uint32(udpPayload[len(udpPayload)-ICRCLen:])
-	return solveID(len(udpPayload), want^icrc(env, udpPayload, 0))
+	c0 := icrc(env, udpPayload, 0)
+	if rxeFlush(udpPayload) {
+		if id, ok := solveFlushID(env, udpPayload, want, c0); ok {
+			return id, true
+		}
+	}
+	return solveID(len(udpPayload), 0, want^c0)
 }
 
 // solveID returns the IPv4 ID x with L(x) = s, where s is the trailer xor
 // the ICRC computed with ID 0 over an IPv4 packet of udpLen UDP payload
-// bytes.
-func solveID(udpLen int, s uint32) (uint16, bool) {
+// bytes whose CRC input runs extra bytes past the packet (rxe's FLUSH).
+func solveID(udpLen, extra int, s uint32) (uint16, bool) {
 	// s is the bare CRC of the ID bits followed by z zero bytes (z = CRC
 	// input bytes after the ID field): s = pure16(ID) * x^(8z) mod P.
 	// Undo the shift, then invert pure16 with the fixed basis.
-	total := maskedLRH + ipv4HdrLen + udpHdrLen + udpLen - ICRCLen
+	total := maskedLRH + ipv4HdrLen + udpHdrLen + udpLen - ICRCLen + extra
 	s = multmodp(unshift(total-ipIDOffset-2), s)
 	var x uint16
 	for s != 0 {

@@ -90,6 +90,16 @@ var flushRules = []flushRule{
 		steps: [][]rulePkt{{req(bth.RCFlush, 0, 0).feth(bth.FlushGlobal, bth.FlushRange).reth(ruleKey, 0, 64).ackReq()},
 			{req(bth.RCFlush, 0, 0).feth(bth.FlushGlobal, bth.FlushRange).reth(ruleKey, 0, 64).ackReq()}},
 		want: []wantPkt{{bth.RCReadResponseOnly, 0, ack, 1}, {bth.RCReadResponseOnly, 0, ack, 1}}},
+	{name: "oA19-15 a duplicate FLUSH is answered by its PSN: rxe 6.12 retransmits a FLUSH with the RETH VA zeroed",
+		qpAccess: qpFlush, mrAccess: memWrite | AccessFlushGlobal,
+		steps: [][]rulePkt{{req(bth.RCFlush, 0, 0).feth(bth.FlushGlobal, bth.FlushRange).reth(ruleKey, 4096, 512).ackReq()}},
+		want:  []wantPkt{{bth.RCReadResponseOnly, 0, ack, 1}},
+		check: func(t *testing.T, w *wire, mr *Region) {
+			// The rkey is the MR's own, not ruleKey, so VA 0 stays 0: outside the MR.
+			dup := req(bth.RCFlush, 0, 0).feth(bth.FlushGlobal, bth.FlushRange).reth(mr.RKey, 0, 512).ackReq()
+			got := w.deliverRule([]rulePkt{dup}, wireRQPSN, mr)
+			checkPackets(t, got, []wantPkt{{bth.RCReadResponseOnly, 0, ack, 1}}, wireRQPSN)
+		}},
 	{name: "class C unsupported opcode: a FLUSH placement the QP's access flags do not allow",
 		qpAccess: AccessRemoteWrite | AccessFlushGlobal, mrAccess: memWrite | AccessFlushGlobal,
 		steps: [][]rulePkt{{req(bth.RCFlush, 0, 0).feth(bth.FlushPersistent, bth.FlushRange).reth(ruleKey, 0, 64)}},
