@@ -6,6 +6,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -13,6 +17,7 @@ import (
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/dcqcn"
 	"github.com/goroce/goroce/transport/link"
 )
 
@@ -38,6 +43,7 @@ type options struct {
 	noGRO    bool
 	readers  int
 	rtc      bool
+	cc       *dcqcn.Config
 }
 
 // WithPort binds a UDP port other than 4791. Both ends of a connection must use the
@@ -66,6 +72,13 @@ func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
 // WithEventBuffer sets the capacity of the Events channel. Events that do not fit are
 // dropped and counted (Device.DroppedEvents); the engine never waits for a reader.
 func WithEventBuffer(n int) Option { return func(o *options) { o.eventBuf = n } }
+
+// WithCongestionControl sets the device's congestion control (DCQCN, package
+// transport/dcqcn). Without it a device runs dcqcn.DefaultConfig, on, with
+// the speed of the interface that holds its address as the line rate when
+// the kernel reports one (dcqcn.DefaultLineRate otherwise). A Config with
+// Enabled false turns it off: no ECT, no CNPs, no pacing, as rxe.
+func WithCongestionControl(c dcqcn.Config) Option { return func(o *options) { o.cc = &c } }
 
 // WithLinkConfig tunes the UDP socket Open binds (batch size, socket buffers).
 func WithLinkConfig(c link.Config) Option { return func(o *options) { o.linkCfg = c } }
@@ -266,6 +279,7 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		NoGSO:           o.noGSO,
 		NoGRO:           o.noGRO,
 		RunToCompletion: o.rtc,
+		CC:              congestionControl(addr, o.cc),
 	})
 	if err != nil {
 		return nil, wrapErr("ibv_open_device", "", -1, err)
@@ -275,32 +289,59 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 	return d, nil
 }
 
+// interfaceOf returns the interface that holds addr, or nil.
+func interfaceOf(addr netip.Addr) *net.Interface {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var lo *net.Interface
+	for i, ifi := range ifs {
+		as, err := ifi.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range as {
+			if p, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(p.IP); ok && ip.Unmap() == addr.WithZone("") {
+					return &ifs[i]
+				}
+			}
+		}
+		if ifi.Flags&net.FlagLoopback != 0 && addr.IsLoopback() {
+			// 127.0.0.0/8 is all on lo even when only 127.0.0.1 is listed.
+			lo = &ifs[i]
+		}
+	}
+	return lo
+}
+
+// congestionControl is the device's congestion control: c, or the default
+// with the line rate the kernel reports for addr's interface
+// (/sys/class/net/IF/speed, Mb/s; loopback and most virtual links report
+// none).
+func congestionControl(addr netip.Addr, c *dcqcn.Config) dcqcn.Config {
+	if c != nil {
+		return *c
+	}
+	cfg := dcqcn.DefaultConfig()
+	if ifi := interfaceOf(addr); ifi != nil {
+		b, err := os.ReadFile(filepath.Join("/sys/class/net", ifi.Name, "speed"))
+		if mbps, err2 := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && err2 == nil && mbps > 0 {
+			cfg.LineRate = uint64(mbps) * 1_000_000
+		}
+	}
+	return cfg
+}
+
 // activeMTU derives the port's active MTU from the MTU of the interface that holds
 // addr, the way rxe does from its netdev: the largest IB MTU that fits in the
 // interface MTU less the RoCEv2 headers. Without an interface it assumes Ethernet
 // (1500), which gives 1024, rxe's usual value.
 func activeMTU(addr netip.Addr) MTU {
 	ifMTU := 1500
-	if ifs, err := net.Interfaces(); err == nil {
-	search:
-		for _, ifi := range ifs {
-			as, err := ifi.Addrs()
-			if err != nil {
-				continue
-			}
-			for _, a := range as {
-				if p, ok := a.(*net.IPNet); ok {
-					if ip, ok := netip.AddrFromSlice(p.IP); ok && ip.Unmap() == addr.WithZone("") {
-						ifMTU = ifi.MTU
-						break search
-					}
-				}
-			}
-			if ifi.Flags&net.FlagLoopback != 0 && addr.IsLoopback() {
-				// 127.0.0.0/8 is all on lo even when only 127.0.0.1 is listed.
-				ifMTU = ifi.MTU
-			}
-		}
+	if ifi := interfaceOf(addr); ifi != nil {
+		ifMTU = ifi.MTU
 	}
 	// IPv6 40 + UDP 8 + BTH 12 + largest extension (RETH 16 + ImmDt 4) + ICRC 4 = 84.
 	const hdr = 84

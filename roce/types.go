@@ -326,4 +326,14 @@ type QPInfo struct {
 	// Backoff is the number of consecutive retransmission timeouts without
 	// progress: the QP's timer runs at its timeout << Backoff (at most 6).
 	Backoff uint8
+	// CCRate is the DCQCN rate the QP is paced at, bit/s: the line rate
+	// until a CNP limits it. 0 when the device runs without congestion
+	// control.
+	CCRate uint64
+	// CCTargetRate is the rate DCQCN's recovery heads for, bit/s.
+	CCTargetRate uint64
+	// CCAlpha is DCQCN's congestion estimate α, in units of 1/1024.
+	CCAlpha uint32
+	// CCCuts is the number of rate cuts CNPs have caused.
+	CCCuts uint64
 }

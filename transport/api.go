@@ -10,6 +10,7 @@ import (
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/internal/verbserr"
 	"github.com/goroce/goroce/srq"
+	"github.com/goroce/goroce/transport/dcqcn"
 	"github.com/goroce/goroce/transport/link"
 )
 
@@ -405,6 +406,10 @@ type Config struct {
 	// timeouts acted on, a token bucket (0: 10000 per second, 1000 deep;
 	// RetryRate < 0: unlimited). A timeout without a token waits for one.
 	RetryRate, RetryBurst int
+	// CC is congestion control (DCQCN, package dcqcn). The zero value is
+	// off: the traffic class goes on the wire as given, CE marks are only
+	// counted, CNPs are ignored and nothing is paced, as rxe does.
+	CC dcqcn.Config
 }
 
 // newErr is the error of verb op on QP qpn (0 when there is no QP yet): the

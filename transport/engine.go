@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/goroce/goroce/transport/dcqcn"
 	"github.com/goroce/goroce/transport/link"
 )
 
@@ -41,9 +42,10 @@ type Engine struct {
 	maxInline int
 	maxRDAtom [2]int // max_rd_atomic and max_dest_rd_atomic limits
 	portMTU   MTU
-	noGSO     bool // Config.NoGSO: never hand the Link a train
-	noGRO     bool // Config.NoGRO: read with MaxDatagram buffers
-	rtc       bool // Config.RunToCompletion (rtc.go)
+	noGSO     bool         // Config.NoGSO: never hand the Link a train
+	noGRO     bool         // Config.NoGRO: read with MaxDatagram buffers
+	rtc       bool         // Config.RunToCompletion (rtc.go)
+	cc        dcqcn.Config // normalized; Enabled false: off
 
 	shards  []*shard
 	pollers []*poller    // run-to-completion: the receive paths Poll reads
@@ -108,6 +110,7 @@ func newEngine(cfg Config) (*Engine, error) {
 		noGSO:     cfg.NoGSO,
 		noGRO:     cfg.NoGRO,
 		rtc:       cfg.RunToCompletion,
+		cc:        cfg.CC,
 		retries:   newRetryBudget(cfg.RetryRate, cfg.RetryBurst),
 		done:      make(chan struct{}),
 	}
@@ -125,6 +128,9 @@ func newEngine(cfg Config) (*Engine, error) {
 	}
 	if e.maxQPWR <= 0 {
 		e.maxQPWR = DefaultMaxQPWR
+	}
+	if err := e.cc.Normalize(); err != nil {
+		return nil, newErr("create_engine", 0, syscall.EINVAL, "congestion control: %v", err)
 	}
 	if e.portMTU == 0 {
 		e.portMTU = MTU1024

@@ -11,6 +11,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cq"
 	"github.com/goroce/goroce/srq"
+	"github.com/goroce/goroce/transport/dcqcn"
 	"github.com/goroce/goroce/transport/link"
 	"github.com/goroce/goroce/transport/link/impair"
 )
@@ -230,6 +231,7 @@ type rcOpts struct {
 	skipRTS            bool
 	maxInline          uint32
 	noConnect, noSetup bool
+	cc                 dcqcn.Config // the engine's congestion control (wire)
 }
 
 func (o *rcOpts) defaults() {

@@ -51,6 +51,7 @@ type QP struct {
 	resp        responder
 	timer       Timer
 	timerAt     time.Time
+	cc          *qpCC // congestion control; nil when the device's is off
 }
 
 // qpCounters are per-QP statistics for the debug dump.
@@ -84,6 +85,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	}
 	c := init.Cap
 	q := &QP{e: e, typ: init.Type, init: *init, srq: init.SRQ}
+	q.initCC()
 	if q.init.Cap.MaxSendSGE == 0 {
 		q.init.Cap.MaxSendSGE = 1
 	}
@@ -407,6 +409,7 @@ func (q *QP) reset() {
 	if q.timer != nil {
 		q.timer.Stop()
 	}
+	q.initCC()
 	q.setState(QPSReset)
 }
 
@@ -709,6 +712,12 @@ type QPInfo struct {
 	Retransmits uint64
 	Timeouts    uint64
 	Backoff     uint8 // consecutive retransmission timeouts: the timer runs at timeout << Backoff
+	// Congestion control (zero when the device's is off): the DCQCN rate
+	// the QP is paced at and its target, bit/s (the line rate until a CNP
+	// limits it), α in 1/1024, and the rate cuts so far.
+	CCRate, CCTargetRate uint64
+	CCAlpha              uint32
+	CCCuts               uint64
 }
 
 // QPs returns a snapshot of every QP, for debugging and /debug/qps.
@@ -732,6 +741,10 @@ func (e *Engine) QPs() []QPInfo {
 					ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.comp.idx), Backoff: q.comp.backoff,
 					TxPackets: q.cnt.txPackets.Load(), RxPackets: q.cnt.rxPackets.Load(),
 					Retransmits: q.cnt.retransmits.Load(), Timeouts: q.cnt.timeouts.Load()})
+				if c := q.cc; c != nil {
+					in := &part[len(part)-1]
+					in.CCRate, in.CCTargetRate, in.CCAlpha, in.CCCuts = c.rp.Rate(), c.rp.TargetRate(), c.rp.Alpha(), c.rp.Cuts()
+				}
 			}
 		}) {
 			continue

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/transport/dcqcn"
 )
 
 // classOf maps an opcode to its counting class (UC SEND/WRITE count with
@@ -73,7 +74,7 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 	}
 	switch q.typ {
 	case QPTypeUD:
-		if !op.IsUD() {
+		if !op.IsUD() && op != bth.CNP {
 			e.stats.Malformed.Add(1)
 			return
 		}
@@ -81,14 +82,21 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 		if (q.typ == QPTypeRC && !op.IsRC()) || (q.typ == QPTypeUC && !op.IsUC()) {
 			if op != bth.CNP {
 				e.stats.Malformed.Add(1)
+				return
 			}
-			return
 		}
 		// rxe check_addr: an RC packet must come from the QP's peer.
 		if q.attr.AV.DGID.IsValid() && !sameAddr(src, q.attr.AV.DGID) {
 			e.stats.BadSource.Add(1)
 			return
 		}
+	}
+	if op == bth.CNP {
+		q.onCNP(now)
+		return
+	}
+	if dcqcn.IsCE(it.tos) {
+		q.onCE(now, &pkt, src)
 	}
 	if op.IsRequest() {
 		q.onRequest(now, &pkt, it)
@@ -134,26 +142,28 @@ func (q *QP) service(now time.Time) {
 // first (and the requests held behind them), then requests. A QP with more
 // to send queues itself behind the shard's other ready QPs.
 func (q *QP) takeTurn(now time.Time) {
-	limit := q.sh.turn()
+	limit := q.paceLimit(now, q.sh.turn())
+	start := len(q.sh.out)
 	used := q.serveResponder(now, limit)
 	sent, more := q.runRequester(now, limit-used)
 	q.sh.spend(used + sent)
-	if more || q.resp.read.active {
+	held := q.chargeCC(now, start) // the pacer's timer wakes it instead
+	if (more || q.resp.read.active) && !held {
 		q.e.stats.TurnsYielded.Add(1)
 		q.sh.wakeQP(q)
 	}
 }
 
-// nextDeadline is the earliest armed protocol timer, or zero.
+// nextDeadline is the earliest armed timer (retransmission, RNR, the
+// pacer's hold), or zero.
 func (q *QP) nextDeadline() time.Time {
-	a, b := q.comp.rtoAt, q.comp.rnrAt
-	switch {
-	case a.IsZero():
-		return b
-	case b.IsZero() || a.Before(b):
-		return a
+	d := time.Time{}
+	for _, t := range [...]time.Time{q.comp.rtoAt, q.comp.rnrAt, q.ccDeadline()} {
+		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
+			d = t
+		}
 	}
-	return b
+	return d
 }
 
 // syncTimer makes sure the QP's clock timer fires no later than its

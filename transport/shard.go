@@ -313,9 +313,10 @@ func (s *shard) touch(q *QP) {
 // carries av's traffic class, hop limit and (IPv6) flow label in its IP
 // header, as the GRH of an IB packet carries them: an RC or UC QP's path
 // for everything it sends (requests, ACKs, READ responses), a UD WR's
-// address handle for its datagram.
+// address handle for its datagram. With congestion control on, the ECN bits
+// of the traffic class are the engine's (Engine.packetTOS).
 func (q *QP) emit(f *bth.Fields, payload []byte, av *AddressVector) {
-	p := txPacket{buf: link.GetBuffer(), q: q, dst: av.DGID, tos: av.TrafficClass, ttl: av.HopLimit, flow: av.FlowLabel}
+	p := txPacket{buf: link.GetBuffer(), q: q, dst: av.DGID, tos: q.e.packetTOS(f.Opcode, av.TrafficClass), ttl: av.HopLimit, flow: av.FlowLabel}
 	if len(payload) >= gatherMin && !q.sh.isScratch(payload) {
 		// Gather send: the payload stays where it is (registered memory or
 		// a WR's inline copy) until the slice's flush, which sends headers,

@@ -111,6 +111,11 @@ type Counters[T uint64 | atomic.Uint64] struct {
 	BackedOffTimeouts T              `metric:"roce_backed_off_timeouts_total" help:"Retransmission timeouts after an earlier one with no progress, each doubling the QP's timer."`
 	RetriesDeferred   T              `metric:"roce_retries_deferred_total" help:"Retransmission timeouts that waited for the device-wide retry budget."`
 	TurnsYielded      T              `metric:"roce_turns_yielded_total" help:"Times a QP had more to send at the end of its turn and went to the back of its shard's ready queue."`
+	ECNMarked         T              `metric:"roce_ecn_marked_packets_total" help:"Packets received with ECN CE set (mlx5 np_ecn_marked_roce_packets)."`
+	CNPsSent          T              `metric:"roce_cnps_total" labels:"direction=tx" help:"Congestion notification packets sent for CE-marked packets (tx, mlx5 np_cnp_sent) and received (rx)."`
+	CNPsRcvd          T              `metric:"roce_cnps_total" labels:"direction=rx" help:"Congestion notification packets sent for CE-marked packets (tx, mlx5 np_cnp_sent) and received (rx)."`
+	CNPsIgnored       T              `metric:"roce_cnps_ignored_total" help:"CNPs received while congestion control is off (mlx5 rp_cnp_ignored)."`
+	RateCuts          T              `metric:"roce_cc_rate_cuts_total" help:"DCQCN rate decreases of QPs (one per rate_reduce_monitor_period with a CNP)."`
 	RetryExceeded     T              `metric:"roce_retry_exceeded_total" help:"Send queues that ran out of transport retries (IBV_WC_RETRY_EXC_ERR)."` // rxe retry_exceeded_err
 	RNRRetryExceeded  T              `metric:"roce_rnr_retry_exceeded_total" help:"Send queues that ran out of RNR retries (IBV_WC_RNR_RETRY_EXC_ERR)."`
 	RxQueueDrops      T              `metric:"roce_rx_queue_drops_total" help:"Received packets dropped because an engine shard's queue was full."`

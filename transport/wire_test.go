@@ -27,6 +27,7 @@ type wire struct {
 	clock  *stepClock
 	events []Event
 	peer   netip.AddrPort
+	tos    []uint8 // TOS of each packet the last step emitted
 }
 
 // stepClock is a Clock whose time only moves when the test says; its timers
@@ -62,10 +63,11 @@ const (
 	wirePeerQPN = 0x77
 	wireRQPSN   = bth.PSN(0x1000) // the PSN the QP expects first
 	wireSQPSN   = bth.PSN(0x2000) // the PSN of its first request
+	wireQKey    = 0x11111111      // a UD QP's Q_Key
 )
 
 // newWire makes a QP of typ in RTS (RTR when o.skipRTS) with peer QPN
-// wirePeerQPN at addrB.
+// wirePeerQPN at addrB; a UD QP has Q_Key wireQKey and no peer.
 func newWire(t testing.TB, typ QPType, o rcOpts) *wire {
 	t.Helper()
 	w := &wire{t: t, mem: newFakeMem(), clock: &stepClock{now: time.Unix(1000, 0)}, peer: addrB}
@@ -77,7 +79,7 @@ func newWire(t testing.TB, typ QPType, o rcOpts) *wire {
 		t.Fatal(err)
 	}
 	w.e, err = newEngine(Config{Link: noLink{t}, Memory: w.mem, Shards: 1, Clock: w.clock,
-		OnEvent: func(ev Event) { w.events = append(w.events, ev) }})
+		OnEvent: func(ev Event) { w.events = append(w.events, ev) }, CC: o.cc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +88,12 @@ func newWire(t testing.TB, typ QPType, o rcOpts) *wire {
 		Cap: QPCap{MaxSendWR: o.sendWR, MaxRecvWR: o.recvWR, MaxSendSGE: 4, MaxRecvSGE: 4}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if typ == QPTypeUD {
+		w.modify(QPAttr{State: QPSInit, PortNum: 1, QKey: wireQKey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey)
+		w.modify(QPAttr{State: QPSRTR}, QPAttrState)
+		w.modify(QPAttr{State: QPSRTS, SQPSN: uint32(wireSQPSN)}, QPAttrState|QPAttrSQPSN)
+		return w
 	}
 	w.modify(QPAttr{State: QPSInit, PortNum: 1, AccessFlags: o.access}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags)
 	rtr := QPAttr{State: QPSRTR, AV: AddressVector{DGID: w.peer.Addr()}, PathMTU: o.mtu, DestQPN: wirePeerQPN,
@@ -152,7 +160,9 @@ func (w *wire) step() []bth.Packet {
 	s.wakeQP(w.q)
 	s.step()
 	var out []bth.Packet
+	w.tos = w.tos[:0]
 	for _, p := range s.out {
+		w.tos = append(w.tos, p.tos)
 		pkt, err := bth.Parse(p.packet())
 		if err != nil {
 			w.t.Fatalf("emitted a malformed packet: %v", err)

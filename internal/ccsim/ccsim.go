@@ -17,6 +17,7 @@ import (
 
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/dcqcn"
 	"github.com/goroce/goroce/transport/link/bottleneck"
 )
 
@@ -34,9 +35,30 @@ type Config struct {
 	Duration time.Duration      // how long the run lasts, from the first flow's start
 	Sample   time.Duration      // sampling period
 	Seed     uint64             // RED's draws
-	// Options are added to every device's Open (congestion control and
-	// its parameters go here).
-	Options []roce.Option
+	// CC is every device's congestion control; its LineRate is taken as
+	// LinkRate when zero. Enabled false runs without it.
+	CC dcqcn.Config
+}
+
+// Scenario is the acceptance scenario for n flows: 40 Gb/s ports with 1 µs
+// cables, path MTU 2048, a 1 MiB bottleneck buffer (a shallow-buffer
+// switch port) marking from 5 KB to 150 KB (RED, PMax 20%), each flow
+// keeping 16 WRITEs of 64 KB outstanding, DCQCN with the ConnectX defaults
+// when cc, its pacing bucket 2 µs deep (virtual time has no timer slack).
+// Without congestion control each flow keeps its whole window queued: the
+// 128 PSNs an RC QP may have unacknowledged, 256 KB at MTU 2048.
+func Scenario(n int, cc bool) Config {
+	c := Config{
+		Flows: n, LinkRate: 40_000_000_000, Delay: time.Microsecond,
+		Buffer: 1 << 20, Mark: bottleneck.Marking{MinBytes: 5_000, MaxBytes: 150_000, PMax: 0.2},
+		MTU: roce.MTU2048, MsgSize: 64 << 10, Depth: 16,
+		Duration: 20 * time.Millisecond, Sample: 50 * time.Microsecond, Seed: 1,
+	}
+	if cc {
+		c.CC = dcqcn.DefaultConfig()
+		c.CC.PacingBurst = 2 * time.Microsecond
+	}
+	return c
 }
 
 // Sample is the state at one instant.
@@ -85,7 +107,11 @@ func Run(cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := append([]roce.Option{roce.WithMTU(cfg.MTU)}, cfg.Options...)
+	cc := cfg.CC
+	if cc.Enabled && cc.LineRate == 0 {
+		cc.LineRate = cfg.LinkRate
+	}
+	opts := []roce.Option{roce.WithMTU(cfg.MTU), roce.WithCongestionControl(cc)}
 	rdev, err := roce.OpenLink(rl, opts...)
 	if err != nil {
 		return nil, err

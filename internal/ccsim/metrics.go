@@ -17,19 +17,51 @@ func (r *Result) window(from, to time.Duration) (int, int) {
 }
 
 // Rates returns each flow's goodput in bit/s over [from, to] (completed
-// WRITE bytes, so retransmissions do not count).
+// WRITE bytes, so retransmissions do not count; it moves in steps of one
+// message).
 func (r *Result) Rates(from, to time.Duration) []float64 {
+	return r.rates(from, to, func(s *Sample) []uint64 { return s.Done })
+}
+
+// WireRates returns each flow's throughput through the bottleneck in bit/s
+// over [from, to] (every packet, retransmissions included): finer grained
+// than Rates, for fairness over short windows.
+func (r *Result) WireRates(from, to time.Duration) []float64 {
+	return r.rates(from, to, func(s *Sample) []uint64 { return s.Wire })
+}
+
+func (r *Result) rates(from, to time.Duration, bytes func(*Sample) []uint64) []float64 {
 	i, j := r.window(from, to)
 	out := make([]float64, r.Config.Flows)
 	if i < 0 || j <= i {
 		return out
 	}
-	a, b := r.Samples[i], r.Samples[j]
+	a, b := &r.Samples[i], &r.Samples[j]
 	secs := (b.At - a.At).Seconds()
 	for f := range out {
-		out[f] = float64(b.Done[f]-a.Done[f]) * 8 / secs
+		out[f] = float64(bytes(b)[f]-bytes(a)[f]) * 8 / secs
 	}
 	return out
+}
+
+// Converged returns the first instant t, on a grid of step from start,
+// after which Jain's index of the flows' WireRates over every window of
+// width win that begins at t or later (and ends by the last sample) is at
+// least jain; ok is false when there is none.
+func (r *Result) Converged(start, win, step time.Duration, jain float64) (time.Duration, bool) {
+	end := r.Samples[len(r.Samples)-1].At
+	var t time.Duration
+	found := false
+	for w := start; w+win <= end; w += step {
+		if Jain(r.WireRates(w, w+win)) < jain {
+			found = false
+			continue
+		}
+		if !found {
+			t, found = w, true
+		}
+	}
+	return t, found
 }
 
 // Jain is Jain's fairness index of xs: (Σx)² / (n·Σx²), 1 when all are

@@ -1,6 +1,9 @@
 package dcqcn
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Pacer is a token bucket that spaces one QP's packets to a rate. It never
 // sleeps and starts no goroutine: the caller asks Ready before each packet,
@@ -21,7 +24,8 @@ const scale = int64(time.Second)
 
 // SetRate paces to rate bit/s from now on, with a bucket of burst bytes
 // (at least one byte). A rate of 0 removes pacing. Credit already earned is
-// kept up to the new burst; a debt is kept and paid at the new rate.
+// kept up to the new burst; a debt is kept and paid at the new rate. An
+// unpaced Pacer starts with a full bucket: it had sent nothing it owed.
 func (p *Pacer) SetRate(now time.Time, rate uint64, burst int) {
 	if rate == 0 {
 		*p = Pacer{}
@@ -29,12 +33,13 @@ func (p *Pacer) SetRate(now time.Time, rate uint64, burst int) {
 	}
 	if p.rate != 0 {
 		p.refill(now)
-	} else {
-		p.last = now
-		p.credit = 0
 	}
+	wasPaced := p.rate != 0
 	p.rate = rate
 	p.burst = int64(max(burst, 1)) * 8 * scale
+	if !wasPaced {
+		p.last, p.credit = now, p.burst
+	}
 	p.credit = min(p.credit, p.burst)
 }
 
@@ -54,6 +59,21 @@ func (p *Pacer) Ready(now time.Time) (bool, time.Time) {
 	// Credit grows by rate per ns; the first ns with credit > 0.
 	wait := (-p.credit)/int64(p.rate) + 1
 	return false, p.last.Add(time.Duration(wait))
+}
+
+// Credit is how many bytes may be sent at now, as a bound for a batch: a
+// sender that sends packets while it has credit left (the last one may
+// overdraw) sends at most Credit plus one packet. 0 means none may go
+// before next. Unpaced, it is unbounded (math.MaxInt).
+func (p *Pacer) Credit(now time.Time) (int, time.Time) {
+	if ok, next := p.Ready(now); !ok {
+		return 0, next
+	}
+	if p.rate == 0 {
+		return math.MaxInt, now
+	}
+	bits := (p.credit + scale - 1) / scale
+	return int((bits + 7) / 8), now
 }
 
 // Sent takes n bytes sent at the last Ready from the bucket.

@@ -2,6 +2,7 @@ package dcqcn
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"syscall"
 	"testing"
@@ -12,7 +13,7 @@ func TestPacerUnpaced(t *testing.T) {
 	var p Pacer
 	for i := 0; i < 10; i++ {
 		ok, next := p.Ready(at(0))
-		if !ok || !next.Equal(at(0)) {
+		if c, _ := p.Credit(at(0)); !ok || !next.Equal(at(0)) || c != math.MaxInt {
 			t.Fatal("the zero Pacer held a packet")
 		}
 		p.Sent(1 << 20)
@@ -26,21 +27,31 @@ func TestPacerUnpaced(t *testing.T) {
 
 func TestPacerSpacing(t *testing.T) {
 	var p Pacer
-	p.SetRate(at(0), 8_000_000, 1000) // 1 byte per µs, 1000-byte bucket (starts empty)
+	p.SetRate(at(0), 8_000_000, 1000) // 1 byte per µs, 1000-byte bucket (starts full)
+	if c, _ := p.Credit(at(0)); c != 1000 {
+		t.Fatalf("a new bucket holds %d bytes, want its 1000", c)
+	}
+	p.Sent(1000)
 	if ok, next := p.Ready(at(0)); ok || !next.Equal(at(1)) {
 		t.Fatalf("empty bucket: ok %v next %v", ok, next.Sub(t0))
 	}
 	if ok, _ := p.Ready(at(1)); !ok {
 		t.Fatal("not ready once credit is positive")
 	}
+	if c, _ := p.Credit(at(1)); c != 1 {
+		t.Fatalf("credit after 1ns at 1 byte/µs = %d, want 1 (rounded up)", c)
+	}
 	p.Sent(1000) // overdraws to about -1000 bytes
+	if c, next := p.Credit(at(1)); c != 0 || next.Sub(t0) != 1000*µs+1 {
+		t.Fatalf("credit in debt = %d, next %v", c, next.Sub(t0))
+	}
 	ok, next := p.Ready(at(1))
 	if ok || next.Sub(t0) != 1000*µs+1 {
 		t.Fatalf("after 1000 bytes: ok %v next %v, want 1ms+1ns", ok, next.Sub(t0))
 	}
 	// A long idle fills the bucket to its depth, no more.
-	if ok, _ := p.Ready(at(time.Hour)); !ok {
-		t.Fatal("not ready after an hour")
+	if c, _ := p.Credit(at(time.Hour)); c != 1000 {
+		t.Fatalf("credit after an hour = %d, want the 1000-byte burst", c)
 	}
 	p.Sent(1000)
 	p.Sent(1)
