@@ -74,10 +74,10 @@ func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
 func WithEventBuffer(n int) Option { return func(o *options) { o.eventBuf = n } }
 
 // WithCongestionControl sets the device's congestion control (DCQCN, package
-// transport/dcqcn). Without it a device runs dcqcn.DefaultConfig, on, with
-// the speed of the interface that holds its address as the line rate when
-// the kernel reports one (dcqcn.DefaultLineRate otherwise). A Config with
-// Enabled false turns it off: no ECT, no CNPs, no pacing, as rxe.
+// transport/dcqcn). Without it a device runs dcqcn.DefaultConfig, on. A
+// LineRate of 0 is the speed of the interface that holds the device's
+// address when the kernel reports one, else dcqcn.DefaultLineRate. A Config
+// with Enabled false turns it off: no ECT, no CNPs, no pacing, as rxe.
 func WithCongestionControl(c dcqcn.Config) Option { return func(o *options) { o.cc = &c } }
 
 // WithLinkConfig tunes the UDP socket Open binds (batch size, socket buffers).
@@ -117,6 +117,7 @@ func WithReaders(n int) Option { return func(o *options) { o.readers = n } }
 // it. All methods are safe for concurrent use.
 type Device struct {
 	addr   netip.Addr
+	cc     dcqcn.Config // normalized
 	lport  uint16
 	guid   uint64
 	gids   []GID
@@ -263,6 +264,10 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		l = t
 	}
 	d.lnk = l
+	d.cc = congestionControl(addr, o.cc)
+	if err := d.cc.Normalize(); err != nil {
+		return nil, wrapErr("ibv_open_device", "", -1, err)
+	}
 	eng, err := transport.NewEngine(transport.Config{
 		Link:            l,
 		Memory:          d.mem,
@@ -279,7 +284,7 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		NoGSO:           o.noGSO,
 		NoGRO:           o.noGRO,
 		RunToCompletion: o.rtc,
-		CC:              congestionControl(addr, o.cc),
+		CC:              d.cc,
 	})
 	if err != nil {
 		return nil, wrapErr("ibv_open_device", "", -1, err)
@@ -316,22 +321,32 @@ func interfaceOf(addr netip.Addr) *net.Interface {
 	return lo
 }
 
-// congestionControl is the device's congestion control: c, or the default
-// with the line rate the kernel reports for addr's interface
-// (/sys/class/net/IF/speed, Mb/s; loopback and most virtual links report
-// none).
+// congestionControl is the device's congestion control: c (nil: the
+// default), its line rate, if 0, what the kernel reports for addr's
+// interface when it is a NIC (/sys/class/net/IF/speed, Mb/s). Virtual
+// devices have no device link and their speed means nothing (a tap says
+// 10 Mb/s, a veth 10 Gb/s, a bridge none): they get the default.
 func congestionControl(addr netip.Addr, c *dcqcn.Config) dcqcn.Config {
-	if c != nil {
-		return *c
-	}
 	cfg := dcqcn.DefaultConfig()
-	if ifi := interfaceOf(addr); ifi != nil {
+	if c != nil {
+		cfg = *c
+	}
+	if !cfg.Enabled || cfg.LineRate != 0 {
+		return cfg
+	}
+	if ifi := interfaceOf(addr); ifi != nil && isNIC(ifi.Name) {
 		b, err := os.ReadFile(filepath.Join("/sys/class/net", ifi.Name, "speed"))
 		if mbps, err2 := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && err2 == nil && mbps > 0 {
 			cfg.LineRate = uint64(mbps) * 1_000_000
 		}
 	}
 	return cfg
+}
+
+// isNIC reports whether the interface is backed by a device (PCI, ...).
+func isNIC(name string) bool {
+	_, err := os.Stat(filepath.Join("/sys/class/net", name, "device"))
+	return err == nil
 }
 
 // activeMTU derives the port's active MTU from the MTU of the interface that holds
@@ -352,6 +367,10 @@ func activeMTU(addr netip.Addr) MTU {
 	}
 	return MTU256
 }
+
+// CongestionControl returns the device's congestion control, its defaults
+// filled in (the line rate it found for the interface, for one).
+func (d *Device) CongestionControl() dcqcn.Config { return d.cc }
 
 // Addr returns the local IP address of the device.
 func (d *Device) Addr() netip.Addr { return d.addr }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/transport/dcqcn"
 )
 
 // TestMulticastOverUDP: a UD send to a multicast group over real sockets
@@ -16,7 +17,8 @@ import (
 // wire or lo, the sender's own through the kernel's multicast loopback), with
 // DestQP 0xFFFFFF, and the datagram carries the traffic class, hop limit and
 // (IPv6) flow label of the AH: the AH's hop limit, not the link's default
-// multicast TTL of 1 (rdma_cm's multicast AH asks 64). The capture and each
+// multicast TTL of 1 (rdma_cm's multicast AH asks 64); congestion control
+// being on, the traffic class's ECN bits are ECT(0). The capture and each
 // member's GRH area show them. IPv4 on lo (two devices, one host); IPv6
 // across a veth pair between two test namespaces, captured on the receiver's
 // veth, with a site-local and a link-local scope group.
@@ -81,6 +83,7 @@ func multicastRound(t *testing.T, da, db *Device, group netip.Addr, av func(*Dev
 	}
 	attr := av(da, group)
 	ah := must[*AH](t)(sender.pd.CreateAH(attr))
+	wantTC := dcqcn.DataTOS(attr.TrafficClass, true) // the DSCP with ECT(0)
 	sendToGroup(t, sender, ah, 7, n, qkey)
 	for i, x := range members {
 		wc := pollN(t, x.rcq, 1, wcTimeout)[0]
@@ -89,7 +92,7 @@ func multicastRound(t *testing.T, da, db *Device, group netip.Addr, av func(*Dev
 			t.Fatalf("member %d: completion %+v or payload differs", i, wc)
 		}
 		tc, hop, flow := grhFields(x.buf[:GRHLen])
-		if tc != attr.TrafficClass || hop != attr.HopLimit || (v6 && flow != attr.FlowLabel) {
+		if tc != wantTC || hop != attr.HopLimit || (v6 && flow != attr.FlowLabel) {
 			t.Fatalf("member %d: GRH area traffic class %#x hop limit %d flow label %#x, sent with %+v", i, tc, hop, flow, attr)
 		}
 	}
@@ -107,15 +110,15 @@ func multicastRound(t *testing.T, da, db *Device, group netip.Addr, av func(*Dev
 		if !v6 {
 			want = 0
 		}
-		if p.TOS != attr.TrafficClass || p.TTL != attr.HopLimit || p.Flow != want {
+		if p.TOS != wantTC || p.TTL != attr.HopLimit || p.Flow != want {
 			t.Errorf("captured datagram to %v: traffic class %#x hop limit %d flow label %#x, want %#x %d %#x",
-				p.Dst, p.TOS, p.TTL, p.Flow, attr.TrafficClass, attr.HopLimit, want)
+				p.Dst, p.TOS, p.TTL, p.Flow, wantTC, attr.HopLimit, want)
 		}
 	}
 	if seen == 0 {
 		t.Fatalf("no datagram to %v with DestQP 0xFFFFFF captured", group)
 	}
-	t.Logf("%d datagram(s) to %v captured with traffic class %#x hop limit %d flow label %#x", seen, group, attr.TrafficClass, attr.HopLimit, attr.FlowLabel)
+	t.Logf("%d datagram(s) to %v captured with traffic class %#x hop limit %d flow label %#x", seen, group, wantTC, attr.HopLimit, attr.FlowLabel)
 }
 
 // grhFields reads the traffic class, hop limit and flow label from a GRH

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/transport/dcqcn"
 )
 
 // TestAddressVectorFieldsOnTheWire captures on lo, with an AF_PACKET socket, the
@@ -32,11 +33,13 @@ func TestAddressVectorFieldsOnTheWire(t *testing.T) {
 	} {
 		t.Run(fam.name, func(t *testing.T) {
 			port := freePort(t, fam.listen, fam.a)
-			da := must[*Device](t)(Open(fam.a, WithPort(port), WithMTU(MTU1024)))
+			// Congestion control off: every packet carries the traffic class
+			// exactly as given (on, data carries ECT(0): cc_test.go).
+			da := must[*Device](t)(Open(fam.a, WithPort(port), WithMTU(MTU1024), WithCongestionControl(dcqcn.Config{})))
 			t.Cleanup(func() { da.Close() })
 			db := da // on ::1 one device talks to itself
 			if !fam.v6 {
-				db = must[*Device](t)(Open(fam.b, WithPort(port), WithMTU(MTU1024)))
+				db = must[*Device](t)(Open(fam.b, WithPort(port), WithMTU(MTU1024), WithCongestionControl(dcqcn.Config{})))
 				t.Cleanup(func() { db.Close() })
 			}
 			avAB := AddressVector{DGID: db.Addr(), SGIDIndex: uint8(da.GIDIndex()), IsGlobal: true,

@@ -4,18 +4,21 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/goroce/goroce/transport/dcqcn"
 	"github.com/goroce/goroce/transport/link"
 )
 
-// pipePairAt opens two devices on a Pipe at addresses a and b.
+// pipePairAt opens two devices on a Pipe at addresses a and b, with
+// congestion control off: the traffic class goes out exactly as given (on,
+// data carries ECT(0) in its ECN bits: cc_test.go).
 func pipePairAt(t testing.TB, a, b netip.Addr) (*Device, *Device) {
 	t.Helper()
 	la, lb := link.Pipe(netip.AddrPortFrom(a, RoCEv2Port), netip.AddrPortFrom(b, RoCEv2Port))
-	da, err := OpenLink(la, WithMTU(MTU1024))
+	da, err := OpenLink(la, WithMTU(MTU1024), WithCongestionControl(dcqcn.Config{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := OpenLink(lb, WithMTU(MTU1024))
+	db, err := OpenLink(lb, WithMTU(MTU1024), WithCongestionControl(dcqcn.Config{}))
 	if err != nil {
 		da.Close()
 		t.Fatal(err)

@@ -160,4 +160,16 @@
 // (bth.ConnectedSourcePort for RC and UC, bth.QPSourcePort for UD), for ECMP entropy, when
 // the Link grants it (link.Link.SourcePort); otherwise from the Link's own
 // port. The ICRC covers the port, so it is computed with the one used.
+//
+// # Congestion control
+//
+// With Config.CC enabled (cc.go, package dcqcn), every packet leaves with a
+// TOS from its QP's or AH's traffic class: data with ECT(0), ACKs Not-ECT,
+// CNPs cnp_dscp. A CE-marked packet that passes a QP's checks makes it send
+// a CNP to the sender (at most one per min_time_between_cnps); a CNP
+// received drives the QP's DCQCN reaction point, whose rate limits what
+// takeTurn lets the QP emit through a token bucket. A QP the bucket holds
+// is not queued again; its timer wakes it when credit is back. Off, the
+// traffic class goes out as given, CE marks are only counted and CNPs are
+// ignored, as in rxe.
 package transport

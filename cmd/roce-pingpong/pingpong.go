@@ -100,7 +100,7 @@ func runPingpong(ctx context.Context, c *config, out, errOut io.Writer) (err err
 // the receives: pp_init_ctx and the lines after it in the stock tools.
 func (s *session) open() error {
 	c := s.c
-	opts := []roce.Option{roce.WithPort(uint16(c.RoCEPort))}
+	opts := []roce.Option{roce.WithPort(uint16(c.RoCEPort)), roce.WithCongestionControl(c.CC)}
 	if c.pcap != "" {
 		f, err := os.Create(c.pcap)
 		if err != nil {

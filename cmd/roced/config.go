@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/ccflags"
+	"github.com/goroce/goroce/transport/dcqcn"
 	"github.com/goroce/goroce/transport/link"
 )
 
@@ -70,8 +72,9 @@ type config struct {
 	drainTimeout          time.Duration
 	sourcePorts           int // per-QP UDP source ports per address; 0 sends everything from -port
 	gso, gro              bool
-	readers               int  // SO_REUSEPORT receive sockets per address
-	runToCompletion       bool // the goroutine that has the work does it (roce.WithRunToCompletion)
+	readers               int          // SO_REUSEPORT receive sockets per address
+	runToCompletion       bool         // the goroutine that has the work does it (roce.WithRunToCompletion)
+	cc                    dcqcn.Config // congestion control of every device (-cc, -cc-param, ...)
 }
 
 // addrList is a repeatable flag of IP addresses; "-bind a,b" and "-bind a -bind b"
@@ -172,6 +175,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	gro := fs.Bool("gro", true, "receive with UDP GRO: coalesced datagrams split by the engine (false: one datagram per read slot)")
 	readers := fs.Int("readers", 1, "receive sockets per address (SO_REUSEPORT), each read by its own goroutine; the kernel spreads QPs over them by source port")
 	rtc := fs.Bool("run-to-completion", false, "the goroutine that has the work does it when the engine shard is idle (posts send their own packets, the socket reader runs the receive side), saving hand-offs")
+	var ccf ccflags.Flags
+	ccf.Register(fs)
 	fs.Usage = func() {} // a mistake gets one line, not the whole usage
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -215,6 +220,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.readers < 1 || c.readers > link.MaxReaders {
 		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -readers: want 1..%d", c.readers, link.MaxReaders)}
+	}
+	var err error
+	if c.cc, err = ccf.Config(); err != nil {
+		return nil, &usageError{oneLine(err.Error())}
 	}
 	if c.sourcePorts < 0 || c.sourcePorts > 16384 {
 		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -source-ports: want 0..16384", c.sourcePorts)}

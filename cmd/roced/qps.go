@@ -23,6 +23,12 @@ type qpJSON struct {
 	RxPackets   uint64 `json:"rx_packets"`
 	Retransmits uint64 `json:"retransmits"`
 	Timeouts    uint64 `json:"timeouts"`
+	// Congestion control (absent when off): the DCQCN rate the QP is paced
+	// at and its target, in Mb/s, α (0..1), and the rate cuts so far.
+	CCRateMbps   *float64 `json:"cc_rate_mbps,omitempty"`
+	CCTargetMbps *float64 `json:"cc_target_rate_mbps,omitempty"`
+	CCAlpha      *float64 `json:"cc_alpha,omitempty"`
+	CCCuts       *uint64  `json:"cc_rate_cuts,omitempty"`
 }
 
 // debugQPs lists every QP of every device, for /debug/qps.
@@ -56,6 +62,10 @@ func qpRow(dev *roce.Device, q roce.QPInfo) qpJSON {
 	}
 	if q.Peer.IsValid() {
 		r.Peer = q.Peer.String()
+	}
+	if q.CCRate != 0 {
+		rate, target, alpha, cuts := float64(q.CCRate)/1e6, float64(q.CCTargetRate)/1e6, float64(q.CCAlpha)/1024, q.CCCuts
+		r.CCRateMbps, r.CCTargetMbps, r.CCAlpha, r.CCCuts = &rate, &target, &alpha, &cuts
 	}
 	return r
 }

@@ -351,7 +351,7 @@ func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 		l, s.mads = gsi.Wrap(l)
 	}
 	s.dev, err = roce.OpenLink(l, roce.WithMTU(roce.MTU(mtuCode(cfg.mtu))), roce.WithGSO(cfg.gso), roce.WithGRO(cfg.gro),
-		roce.WithRunToCompletion(cfg.runToCompletion))
+		roce.WithRunToCompletion(cfg.runToCompletion), roce.WithCongestionControl(cfg.cc))
 	if err != nil {
 		l.Close()
 		if s.pcap != nil {
@@ -434,6 +434,11 @@ func (d *daemon) announce(w io.Writer) {
 	for _, s := range d.devs {
 		fmt.Fprintf(w, "roced: serving RoCEv2 on %s UDP %d (GID index %d %s, active MTU %d)\n",
 			s.dev.Addr(), s.dev.LocalAddr().Port(), s.dev.GIDIndex(), s.dev.GID(), d.cfg.mtu)
+		if cc := s.dev.CongestionControl(); cc.Enabled {
+			fmt.Fprintf(w, "roced: congestion control on %s: DCQCN, line rate %d Mb/s\n", s.dev.Addr(), cc.LineRate/1_000_000)
+		} else {
+			fmt.Fprintf(w, "roced: congestion control on %s: off (no ECT, no CNPs, no pacing, as rxe)\n", s.dev.Addr())
+		}
 		if s.pcap != nil {
 			fmt.Fprintf(w, "roced: capturing %s packets to %s\n", s.dev.Addr(), s.pcapPath)
 		}

@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/transport/dcqcn"
 )
 
 // TestTOSReachesTheDataPath: rping-go -t puts its type of service in the REQ's
 // path (rdma_set_option(RDMA_OPTION_ID_TOS)), and both sides' QPs send every
 // data-path packet (SENDs, READs, WRITEs, their responses and ACKs) with it in
-// the IP header, as an AF_PACKET capture on lo shows.
+// the IP header, as an AF_PACKET capture on lo shows. Congestion control is
+// on (the default): data packets carry it with ECT(0), ACKs with Not-ECT.
 func TestTOSReachesTheDataPath(t *testing.T) {
 	nettest.NeedRoot(t, "an AF_PACKET capture")
 	const tos = 0x68
@@ -50,8 +52,9 @@ func TestTOSReachesTheDataPath(t *testing.T) {
 			continue
 		}
 		perSide[p.Src.String()]++
-		if p.TOS != tos {
-			t.Errorf("%v %v -> %v QP %#x: TOS %#x, want %#x", p.Opcode, p.Src, p.Dst, p.DestQP, p.TOS, tos)
+		want := dcqcn.DataTOS(tos, !p.Opcode.IsAck())
+		if p.TOS != want {
+			t.Errorf("%v %v -> %v QP %#x: TOS %#x, want %#x", p.Opcode, p.Src, p.Dst, p.DestQP, p.TOS, want)
 		}
 	}
 	if perSide["127.0.0.1"] == 0 || perSide["127.0.0.2"] == 0 {

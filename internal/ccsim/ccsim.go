@@ -117,7 +117,7 @@ func Run(cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer rdev.Close()
-	flows := make([]*flow, cfg.Flows)
+	flows := make([]*Flow, cfg.Flows)
 	for i := range flows {
 		l, err := sw.Attach(netip.AddrPortFrom(senderAddr(i), roce.RoCEv2Port), port)
 		if err != nil {
@@ -128,10 +128,10 @@ func Run(cfg Config) (*Result, error) {
 			return nil, err
 		}
 		defer dev.Close()
-		if flows[i], err = connect(dev, rdev, cfg); err != nil {
+		if flows[i], err = Connect(dev, rdev, cfg.MTU, cfg.MsgSize, cfg.Depth); err != nil {
 			return nil, fmt.Errorf("flow %d: %w", i, err)
 		}
-		defer flows[i].close()
+		defer flows[i].Close()
 	}
 	res := &Result{Config: cfg}
 	start := time.Now()
@@ -140,7 +140,7 @@ func Run(cfg Config) (*Result, error) {
 	for i, f := range flows {
 		go func() {
 			if !sleepUntil(start.Add(time.Duration(i)*cfg.Stagger), stop) {
-				f.run(stop)
+				f.Run(stop)
 			}
 			done <- struct{}{}
 		}()
@@ -149,7 +149,7 @@ func Run(cfg Config) (*Result, error) {
 		time.Sleep(start.Add(t).Sub(time.Now()))
 		s := Sample{At: time.Since(start), Queue: rl.QueueBytes(), Done: make([]uint64, len(flows)), Wire: make([]uint64, len(flows))}
 		for i, f := range flows {
-			s.Done[i] = f.done.Load()
+			s.Done[i] = f.Done()
 			s.Wire[i] = rl.DeliveredFromAddr(senderAddr(i))
 		}
 		res.Samples = append(res.Samples, s)

@@ -7,8 +7,9 @@ import (
 	"github.com/goroce/goroce/roce"
 )
 
-// flow is one RC QP streaming RDMA WRITEs into its own MR at the receiver.
-type flow struct {
+// Flow is one RC QP streaming RDMA WRITEs into its own MR at a receiver
+// device. The real-kernel congestion test in interop/ runs these too.
+type Flow struct {
 	dev        *roce.Device
 	pd, rpd    *roce.PD
 	cq, rcq    *roce.CQ
@@ -19,10 +20,11 @@ type flow struct {
 	err        error         // first failed completion
 }
 
-// connect creates the QP pair between dev and the receiver and moves both
-// to RTS.
-func connect(dev, rdev *roce.Device, cfg Config) (*flow, error) {
-	f := &flow{dev: dev, depth: cfg.Depth, msg: cfg.MsgSize}
+// Connect creates the QP pair between dev and the receiver rdev, each
+// keeping depth WRITEs of msgSize bytes outstanding, and moves both to RTS.
+func Connect(dev, rdev *roce.Device, mtu roce.MTU, msgSize, depth int) (*Flow, error) {
+	cfg := Config{MTU: mtu, MsgSize: msgSize, Depth: depth}
+	f := &Flow{dev: dev, depth: cfg.Depth, msg: cfg.MsgSize}
 	var err error
 	if f.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
@@ -80,8 +82,8 @@ func toRTS(q *roce.QP, rqpn uint32, peer *roce.Device, mtu roce.MTU) error {
 		roce.QPAttrState|roce.QPAttrTimeout|roce.QPAttrRetryCnt|roce.QPAttrRNRRetry|roce.QPAttrSQPSN|roce.QPAttrMaxQPRDAtomic)
 }
 
-// run keeps depth WRITEs outstanding until stop is closed.
-func (f *flow) run(stop <-chan struct{}) {
+// Run keeps depth WRITEs outstanding until stop is closed or one fails.
+func (f *Flow) Run(stop <-chan struct{}) {
 	wr := roce.SendWR{Opcode: roce.WRRDMAWrite, Flags: roce.SendSignaled,
 		SGL:        []roce.SGE{{Addr: f.mr.Addr(), Length: uint32(f.msg), LKey: f.mr.LKey()}},
 		RemoteAddr: f.rmr.Addr(), RKey: f.rmr.RKey()}
@@ -134,7 +136,17 @@ func (f *flow) run(stop <-chan struct{}) {
 	}
 }
 
-func (f *flow) close() {
+// Done is the number of bytes of WRITEs completed so far.
+func (f *Flow) Done() uint64 { return f.done.Load() }
+
+// Err is the first failure, once Run has returned.
+func (f *Flow) Err() error { return f.err }
+
+// QPN is the sending QP's number.
+func (f *Flow) QPN() uint32 { return f.qp.QPN() }
+
+// Close destroys both QPs and their resources (not the devices).
+func (f *Flow) Close() {
 	f.qp.Close()
 	f.rqp.Close()
 	f.cq.Close()

@@ -19,8 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/internal/ccflags"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport/dcqcn"
 )
 
 // Flags are the options every tool has: the stock tools' -d, -i and -p, and
@@ -33,6 +35,8 @@ type Flags struct {
 	Timeout  time.Duration // --timeout: 0 is never
 	Linger   time.Duration // --linger: see Hold
 	Stats    bool          // --stats: print Stats to stderr at exit
+	CC       dcqcn.Config  // --cc, --cc-param, --cc-line-rate, --cc-pacing-burst (set by Check)
+	cc       ccflags.Flags
 
 	// Addr is the address the device binds, once resolved: from -d by Check,
 	// or later from the TCP connection (see Resolve).
@@ -40,7 +44,8 @@ type Flags struct {
 }
 
 // Register adds -d/--ib-dev, -i/--ib-port, -p/--port, --roce-port,
-// --timeout, --linger and --stats to o.
+// --timeout, --linger, --stats and the congestion control options
+// (internal/ccflags) to o.
 func (f *Flags) Register(o *Options) {
 	f.IBPort, f.TCPPort, f.RoCEPort, f.Linger = 1, oob.DefaultPort, 4791, 500*time.Millisecond
 	o.FlagLong(&f.Device, "ib-dev", 'd', "local IP address or network interface the device binds (default: the address the TCP connection uses)", "ADDR|IFACE")
@@ -50,6 +55,7 @@ func (f *Flags) Register(o *Options) {
 	o.FlagLong(&f.Timeout, "timeout", 0, "fail after this long (0: never)", "DURATION")
 	o.FlagLong(&f.Linger, "linger", 0, "keep answering retransmissions this long after the last completion", "DURATION")
 	o.FlagLong(&f.Stats, "stats", 0, "print the device's counters to stderr at exit")
+	f.cc.RegisterGetopt(o.Set)
 }
 
 // Check validates the options after Parse and resolves -d into Addr, with
@@ -66,11 +72,14 @@ func (f *Flags) Check(peer string) error {
 	case f.Timeout < 0 || f.Linger < 0:
 		return fmt.Errorf("--timeout and --linger cannot be negative")
 	}
+	var err error
+	if f.CC, err = f.cc.Config(); err != nil {
+		return err
+	}
 	if f.Device == "" {
 		return nil
 	}
 	p, _ := netip.ParseAddr(peer)
-	var err error
 	f.Addr, err = LocalAddr("-d", f.Device, p)
 	return err
 }
@@ -198,8 +207,9 @@ func Stats(dev *roce.Device) string {
 	return fmt.Sprintf("stats: sent_pkts=%d rcvd_pkts=%d icrc_err=%d malformed=%d unknown_qp=%d "+
 		"out_of_seq=%d dup_req=%d naks_sent=%d naks_rcvd=%d retransmits=%d timeouts=%d "+
 		"retry_exceeded=%d rnr_retry_exceeded=%d rx_queue_drops=%d tx_errors=%d cq_overruns=%d "+
-		"bad_pkey=%d bad_qkey=%d bad_source=%d",
+		"bad_pkey=%d bad_qkey=%d bad_source=%d ecn_marked=%d cnps_sent=%d cnps_rcvd=%d cnps_ignored=%d rate_cuts=%d",
 		sent, rcvd, st.ICRCErrors, st.Malformed, st.UnknownQP, st.OutOfSequence, st.DuplicateRequests,
 		naksSent, naksRcvd, st.Retransmits, st.Timeouts, st.RetryExceeded, st.RNRRetryExceeded,
-		st.RxQueueDrops, st.TxErrors, st.CQOverruns, st.BadPKey, st.BadQKey, st.BadSource)
+		st.RxQueueDrops, st.TxErrors, st.CQOverruns, st.BadPKey, st.BadQKey, st.BadSource,
+		st.ECNMarked, st.CNPsSent, st.CNPsRcvd, st.CNPsIgnored, st.RateCuts)
 }
