@@ -22,9 +22,11 @@ type packet struct {
 
 // Marking is a queue's ECN policy, as a switch's WRED/ECN profile on the
 // instantaneous queue depth in bytes. The decision is taken when a packet
-// leaves the queue (starts serialization), on the bytes still queued behind
-// it, as switch ASICs mark at egress: the receiver then learns of the
-// queue one queueing delay sooner than with marking on arrival. An
+// leaves the queue (its last bit is out), on the bytes still queued behind
+// it, as switch ASICs mark at egress dequeue: the receiver then learns of
+// the queue one queueing delay sooner than with marking on arrival, and
+// the decision does not depend on which goroutine ran first at an instant
+// when several packets arrive together. An
 // ECN-capable packet (ECT(0) or ECT(1)) that leaves q bytes behind is
 // marked CE with probability PMax·(q−MinBytes)/(MaxBytes−MinBytes) from
 // MinBytes on, and always from MaxBytes on. MinBytes == MaxBytes is a plain threshold (DCTCP's K). Packets
@@ -170,6 +172,10 @@ func (s *server) step(now time.Time) ([]*packet, time.Duration) {
 			p := s.queue[0]
 			s.queue = s.queue[1:]
 			s.qbytes -= p.n
+			if p.tos&3 != 0 && s.shouldMark(s.qbytes) {
+				p.tos |= 3
+				s.stats.Marked++
+			}
 			p.due = s.svcDone.Add(s.delay)
 			s.flight = append(s.flight, p)
 			s.busyTo = s.svcDone
@@ -181,10 +187,6 @@ func (s *server) step(now time.Time) ([]*packet, time.Duration) {
 		// The next packet starts when it arrived or when the line became
 		// free, whichever is later, however late this goroutine runs.
 		head := s.queue[0]
-		if head.tos&3 != 0 && s.shouldMark(s.qbytes-head.n) {
-			head.tos |= 3
-			s.stats.Marked++
-		}
 		start := head.arrived
 		if s.busyTo.After(start) {
 			start = s.busyTo
