@@ -296,8 +296,12 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 			if c.timed {
 				iters = row.iters // what the sample counted
 			}
-			// A few bytes at a time, -a's first rows can round to 0.00 MB/sec.
-			if row.bytes != size || row.iters != iters || row.iters < 1 || !(row.value > 0 || c.rows > 1 && size < 1024) {
+			// A few bytes at a time, -a's first rows can round to 0.00 MB/sec. A
+			// figure the stock tool measured (its own row, or the report goroce's
+			// passive server prints) may be 0.00 too: perftest under TCG sometimes
+			// prints that for a whole run.
+			stockFigure := side.who != "roce-perftest" || passive
+			if row.bytes != size || row.iters != iters || row.iters < 1 || !(row.value > 0 || c.rows > 1 && size < 1024 || stockFigure) {
 				t.Errorf("%s: row %+v; want %d bytes, %d iterations, a positive figure", side.who, row, size, iters)
 			}
 			if side.who == "roce-perftest" && row.value > 0 && i == 0 {
