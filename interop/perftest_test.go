@@ -129,6 +129,8 @@ func TestPerftest(t *testing.T) {
 		ptCase{test: "send_bw", size: 1024, iters: 100, extra: []string{"-c", "UD"}},
 		ptCase{test: "send_bw", size: 4096, iters: 100, extra: []string{"-c", "UC"}},
 		ptCase{test: "write_bw", size: 4096, iters: 100, extra: []string{"-c", "UC"}},
+		ptCase{test: "write_lat", size: 64, iters: 100, extra: []string{"-c", "UC"}},
+		ptCase{test: "send_lat", size: 64, iters: 100, extra: []string{"-c", "UC"}},
 		ptCase{test: "write_bw", size: 4096, iters: 100, qps: 2, extra: []string{"-R", "-q", "2"}},
 		ptCase{test: "send_bw", size: 4096, iters: 100, extra: []string{"-R"}},
 		ptCase{test: "read_lat", size: 64, iters: 100, extra: []string{"-R"}},
