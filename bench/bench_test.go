@@ -428,12 +428,14 @@ func BenchmarkRCSend(b *testing.B) {
 // receive completes. It runs the engine's latency mode: run-to-completion devices
 // (roce.WithRunToCompletion), each side busy-polling its CQ (as ibv_rc_pingpong
 // without -e and ib_send_lat do) for up to 200 µs before it arms the CQ and sleeps,
-// so the polling goroutine receives, completes and sends itself.
+// on a goroutine locked to its thread, so the polling goroutine receives,
+// completes and sends itself (BenchmarkRCPingPongModes/rtc-busypoll: unlocked
+// spinners measured 3–4× slower on the shared 2-core host).
 // BenchmarkRCPingPongModes/events is the default device with event-driven waits.
 func BenchmarkRCPingPong(b *testing.B) {
 	devOpts, spinFor = []roce.Option{roce.WithRunToCompletion(true)}, pollSpin
 	defer func() { devOpts, spinFor = nil, 0 }()
-	pingPong(b, false)
+	pingPong(b, true)
 }
 
 // pollSpin is how long the busy-polling ping-pong variants poll before sleeping.
