@@ -369,6 +369,19 @@ func BenchmarkRCSendQPs(b *testing.B) {
 	}
 }
 
+// BenchmarkRCSendQPsNoGSO is BenchmarkRCSendQPs with GSO off (one datagram per
+// packet): it separates the cost of the QP count from the train length, since one
+// QP's back-to-back bursts form longer GSO trains than many QPs in turn.
+func BenchmarkRCSendQPsNoGSO(b *testing.B) {
+	for _, n := range []int{1, 16, 4096} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			devOpts = []roce.Option{roce.WithGSO(false)}
+			defer func() { devOpts = nil }()
+			b.ReportMetric(sendQPsRate(b, n, b.N), "pkts/s")
+		})
+	}
+}
+
 // BenchmarkRCReaders is BenchmarkRCSendQPs/16 on devices with one receive socket
 // and with two SO_REUSEPORT receive sockets (roce.WithReaders), each read by its
 // own goroutine: the QPs' source ports spread their flows over the sockets.
