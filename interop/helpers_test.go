@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -33,9 +34,9 @@ func containsConnectFailure(out string) bool {
 // failed, or always with GOROCE_KEEP_CAPTURES=1 (to refresh the traces in
 // testdata).
 func captureRun(t *testing.T, lab *labtest.Lab, name string, ours netip.Addr) func() {
-	pcap := filepath.Join(lab.Dir, "run", "pcap", strings.ReplaceAll(name, "/", "_")+".pcap")
+	pcap := filepath.Join(lab.RunDir(), "pcap", strings.ReplaceAll(name, "/", "_")+".pcap")
 	os.MkdirAll(filepath.Dir(pcap), 0o755)
-	capture, err := lab.StartCapture("labbr0", pcap)
+	capture, err := lab.StartCapture(lab.Bridge, pcap)
 	if err != nil {
 		t.Logf("no capture: %v", err)
 		return func() {}
@@ -271,4 +272,60 @@ func (r *result) record(t *testing.T) {
 	ours := oursCounters(r.oursStats, "sent_pkts", "rcvd_pkts", "retransmits", "out_of_seq", "dup_req", "naks_sent", "naks_rcvd")
 	appendResult(t, resultRow{tool: "ibv_" + r.c.mode + "_pingpong", dir: string(r.dir), transport: strings.ToUpper(r.c.mode),
 		opts: opts, verdict: r.verdict, usec: r.usec, counters: r.rxe.String() + " | goroce: " + ours})
+}
+
+// goPeer is this test binary re-executed in the lab's namespace to play goroce's side of
+// a row (the init functions of cmtools_test.go and probe_test.go dispatch on its
+// environment): the engine must bind the host address, which exists only in there.
+type goPeer struct {
+	cmd       *exec.Cmd
+	out, errs lockedBuffer
+	ready     chan struct{} // closed once stdout holds the ready line
+	done      chan error    // the process's exit
+}
+
+// startGoPeer starts the peer with env added to ours. With ready set it waits, at most
+// 20 s, until the peer's stdout holds that text (a server listening).
+func startGoPeer(ctx context.Context, t *testing.T, lab *labtest.Lab, ready string, env ...string) *goPeer {
+	t.Helper()
+	p := &goPeer{cmd: lab.Command(ctx, os.Args[0], "-test.run=^$"), ready: make(chan struct{}), done: make(chan error, 1)}
+	p.out.b, p.errs.b = new(bytes.Buffer), new(bytes.Buffer)
+	p.out.onWrite = func(s string) {
+		if ready != "" && strings.Contains(s, ready) {
+			select {
+			case <-p.ready:
+			default:
+				close(p.ready)
+			}
+		}
+	}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	if ready == "" {
+		return p
+	}
+	select {
+	case <-p.ready:
+	case err := <-p.done:
+		p.done <- err
+		t.Fatalf("goroce peer exited before %q: %v\n%s%s", ready, err, p.out.String(), p.errs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("goroce peer did not print %q within 20 s\n%s", ready, p.errs.String())
+	}
+	return p
+}
+
+// wait waits up to d for the peer to exit (then kills it) and returns its exit code.
+func (p *goPeer) wait(d time.Duration) (rc int, killed bool) {
+	select {
+	case err := <-p.done:
+		return exitCode(err), false
+	case <-time.After(d):
+		p.cmd.Process.Kill()
+		return exitCode(<-p.done), true
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,13 +20,17 @@ type ptDirection string
 const (
 	ptOursToRxe ptDirection = "roce-perftest client -> rxe server"
 	ptRxeToOurs ptDirection = "rxe client -> roce-perftest server"
+	ptRxeToRxe  ptDirection = "rxe client -> rxe server"
 )
 
 func (d ptDirection) short() string {
-	if d == ptOursToRxe {
+	switch d {
+	case ptOursToRxe:
 		return "ours-to-rxe"
+	case ptRxeToOurs:
+		return "rxe-to-ours"
 	}
-	return "rxe-to-ours"
+	return "rxe-to-rxe"
 }
 
 // ptCase is one perftest run, made in both directions.
@@ -37,6 +42,12 @@ type ptCase struct {
 	rows  int      // results rows of the side that runs the test (-a: one per size); 0 is 1
 	qps   int      // QPs (-q); 0 is 1
 	timed bool     // -D: the iterations are what the sample counted
+	gens  labtest.Gens
+	// needs is what roce-perftest's usage must mention for goroce to run the case (an
+	// option); until it does, the case runs rxe to rxe only and reports that it waits.
+	needs string
+	// rxeToRxe adds a run between the lane's two guests first, which proves the row.
+	rxeToRxe bool
 }
 
 func (c ptCase) name() string {
@@ -134,12 +145,50 @@ func TestPerftest(t *testing.T) {
 		ptCase{test: "write_bw", size: 4096, iters: 100, qps: 2, extra: []string{"-R", "-q", "2"}},
 		ptCase{test: "send_bw", size: 4096, iters: 100, extra: []string{"-R"}},
 		ptCase{test: "read_lat", size: 64, iters: 100, extra: []string{"-R"}},
+		// perftest 4.5 (Debian 12) has no --write_with_imm.
+		ptCase{test: "write_bw", size: 4096, iters: n, extra: []string{"--write_with_imm"}, gens: labtest.Gens{labtest.Gen612},
+			needs: "write_with_imm", rxeToRxe: true},
 	)
-	for _, c := range cases {
-		for _, dir := range []ptDirection{ptOursToRxe, ptRxeToOurs} {
-			t.Run(c.name()+"/"+dir.short(), func(t *testing.T) { runPerftest(t, lab, g, bin, c, dir) })
+	for i := range cases {
+		if cases[i].atomic() {
+			cases[i].rxeToRxe = true // new to the suite with the 6.12 lane: proven between the guests too
 		}
 	}
+	usage := toolUsage(t, bin)
+	for _, c := range cases {
+		t.Run(c.name(), func(t *testing.T) {
+			lab.RunsOn(t, c.gens)
+			dirs := []ptDirection{ptOursToRxe, ptRxeToOurs}
+			if c.rxeToRxe {
+				dirs = append([]ptDirection{ptRxeToRxe}, dirs...)
+			}
+			for _, dir := range dirs {
+				t.Run(dir.short(), func(t *testing.T) {
+					if dir != ptRxeToRxe && c.needs != "" && !strings.Contains(usage, c.needs) {
+						appendResult(t, resultRow{tool: "ib_" + c.test, dir: string(dir), transport: "RC", opts: c.opts(),
+							verdict: "waiting: roce-perftest has no " + c.needs})
+						t.Skipf("roce-perftest has no %s yet", c.needs)
+					}
+					runPerftest(t, lab, g, bin, c, dir)
+				})
+			}
+		})
+	}
+}
+
+// toolUsage returns what a goroce tool prints for -h: its tests and options.
+func toolUsage(t *testing.T, bin string) string {
+	out, _ := exec.Command(bin, "-h").CombinedOutput()
+	if len(out) == 0 {
+		t.Fatalf("%s -h printed nothing", bin)
+	}
+	return string(out)
+}
+
+// events reports whether the stock tool runs with -e (see pingpongPort). perftest
+// refuses it for WRITE, and the runs with other options keep perftest's polling.
+func (c ptCase) events() bool {
+	return !strings.HasPrefix(c.test, "write_") && (len(c.extra) == 0 || c.atomic() && c.has("-A") && len(c.extra) == 2)
 }
 
 // opts is the options of the results table's row.
@@ -167,7 +216,11 @@ type ptResult struct {
 // record appends the row to $GOROCE_INTEROP_RESULTS in the columns the pingpong rows
 // use; the usec/iter column is goroce's figure (per message for bw, t_avg for lat).
 func (r *ptResult) record(t *testing.T) {
-	ours := oursCounters(r.oursStats, "sent_pkts", "rcvd_pkts", "retransmits", "out_of_seq", "dup_req", "naks_sent", "naks_rcvd", "rx_queue_drops")
+	counters := "guest a: " + r.rxe.String()
+	if r.dir != ptRxeToRxe {
+		counters = r.rxe.String() + " | goroce: " + oursCounters(r.oursStats, "sent_pkts", "rcvd_pkts", "retransmits",
+			"out_of_seq", "dup_req", "naks_sent", "naks_rcvd", "rx_queue_drops")
+	}
 	transport := "RC"
 	for i, o := range r.c.extra {
 		if o == "-c" && i+1 < len(r.c.extra) {
@@ -175,8 +228,7 @@ func (r *ptResult) record(t *testing.T) {
 		}
 	}
 	appendResult(t, resultRow{tool: "ib_" + r.c.test, dir: string(r.dir), transport: transport,
-		opts: r.c.opts(), verdict: r.verdict, usec: r.usec,
-		counters: r.rxe.String() + " | goroce: " + ours})
+		opts: r.c.opts(), verdict: r.verdict, usec: r.usec, counters: counters})
 }
 
 // ptRow is the figures of a perftest results row.
@@ -238,12 +290,6 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	if err != nil {
 		t.Fatal(err)
 	}
-	sender := lab.HostIP
-	if c.silent(dir) {
-		sender = netip.Addr{} // nothing of ours to look for in the capture
-	}
-	defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short(), sender)()
-
 	var opts []string
 	if c.size > 0 && !c.atomic() {
 		opts = append(opts, "-s", strconv.Itoa(c.size))
@@ -251,23 +297,55 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	if c.iters > 0 {
 		opts = append(opts, "-n", strconv.Itoa(c.iters))
 	}
-	opts = append(append(opts, "-F"), c.extra...)
-	stock := fmt.Sprintf("ib_%s -d rxe0 -x %d %s", c.test, g.GIDIndex, strings.Join(opts, " "))
-	ours := append([]string{c.test, "-d", lab.HostIP.String(), "-x", "1", "--stats", "--timeout", "120s"}, opts...)
-	r := runPair(ctx, t, lab, g, bin, stock, ours, dir == ptOursToRxe)
-	stockRes, oursRC, oursOut, oursErr := r.stock, r.oursRC, r.oursOut, r.oursErr
-
-	if oursRC != 0 {
-		t.Errorf("roce-perftest exit %d:\n%s%s", oursRC, oursOut, oursErr)
+	opts = append(append(opts, "-F", "-p", strconv.Itoa(lab.Port(pingpongPort))), c.extra...)
+	stockOpts := opts
+	if c.events() {
+		stockOpts = append([]string{"-e"}, opts...)
 	}
-	if stockRes.RC != 0 {
-		t.Errorf("ib_%s exit %d:\n%s", c.test, stockRes.RC, stockRes.Out)
+	stock := func(g *labtest.Guest) string {
+		return fmt.Sprintf("ib_%s -d rxe0 -x %d %s", c.test, g.GIDIndex, strings.Join(stockOpts, " "))
+	}
+	type side struct {
+		who, out string
+		rc       int
+		server   bool
+	}
+	var sides []side
+	var oursErr string
+	if dir == ptRxeToRxe {
+		b := lab.Guest(t, "b")
+		job, err := g.Start(ctx, stock(g))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli := retryStockClient(ctx, t, b, stock(b)+" "+g.IP.String(), nil)
+		srv, err := waitJob(job, 20*time.Second)
+		if err != nil {
+			t.Errorf("stock server: %v", err)
+		}
+		sides = []side{{"ib_" + c.test + " server (guest a)", srv.Out, srv.RC, true},
+			{"ib_" + c.test + " client (guest b)", cli.Out, cli.RC, false}}
+	} else {
+		sender := lab.HostIP
+		if c.silent(dir) {
+			sender = netip.Addr{} // nothing of ours to look for in the capture
+		}
+		defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short(), sender)()
+		ours := append([]string{c.test, "-d", lab.HostIP.String(), "-x", "1", "--stats", "--timeout", "120s"}, opts...)
+		r := runPair(ctx, t, lab, g, bin, stock(g), ours, dir == ptOursToRxe)
+		sides = []side{{"roce-perftest", r.oursOut, r.oursRC, dir == ptRxeToOurs}, {"ib_" + c.test, r.stock.Out, r.stock.RC, dir == ptOursToRxe}}
+		oursErr = r.oursErr
+		if r.oursRC != 0 {
+			sides[0].out += r.oursErr
+		}
+	}
+	for _, side := range sides {
+		if side.rc != 0 {
+			t.Errorf("%s exit %d:\n%s", side.who, side.rc, side.out)
+		}
 	}
 	lat := c.lat()
-	for _, side := range []struct {
-		who, out string
-		server   bool
-	}{{"roce-perftest", oursOut, dir == ptRxeToOurs}, {"ib_" + c.test, stockRes.Out, dir == ptOursToRxe}} {
+	for _, side := range sides {
 		if (c.test == "read_lat" || c.test == "atomic_lat") && side.server {
 			continue // the read and atomic latency servers measure nothing and print no row
 		}
@@ -306,7 +384,7 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 			if row.bytes != size || row.iters != iters || row.iters < 1 || !(row.value > 0 || c.rows > 1 && size < 1024 || stockFigure) {
 				t.Errorf("%s: row %+v; want %d bytes, %d iterations, a positive figure", side.who, row, size, iters)
 			}
-			if side.who == "roce-perftest" && row.value > 0 && i == 0 {
+			if (side.who == "roce-perftest" || dir == ptRxeToRxe && !side.server) && row.value > 0 && i == 0 {
 				res.usec = row.value
 				if !lat {
 					res.usec = float64(size) / (row.value * (1 << 20)) * 1e6
@@ -315,10 +393,12 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 			t.Logf("%s: %s", side.who, row.line)
 		}
 	}
-	if c.atomic() && !strings.Contains(oursErr, "executed exactly once") {
-		t.Errorf("roce-perftest did not check the atomics:\n%s", oursErr)
+	if dir != ptRxeToRxe {
+		if c.atomic() && !strings.Contains(oursErr, "executed exactly once") {
+			t.Errorf("roce-perftest did not check the atomics:\n%s", oursErr)
+		}
+		res.oursStats = checkOursStats(t, "roce-perftest", oursErr)
 	}
-	res.oursStats = checkOursStats(t, "roce-perftest", oursErr)
 	after, err := g.Counters(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -330,12 +410,19 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	}
 	// Every request goroce sent must have reached rxe's transport: a packet with a
 	// bad ICRC, P_Key or address is dropped silently and would be missing here.
-	if want := c.minRxePackets(dir); d["rcvd_pkts"] < uint64(want) {
+	// Between the guests, a (the server) counts the client's requests.
+	want := c.minRxePackets(dir)
+	if dir == ptRxeToRxe {
+		want = c.minRxePackets(ptOursToRxe)
+	}
+	if d["rcvd_pkts"] < uint64(want) {
 		t.Errorf("rxe rcvd_pkts=%d, want at least %d", d["rcvd_pkts"], want)
 	}
 	if !t.Failed() {
 		res.verdict = "pass"
 	}
 	t.Logf("rxe: %v", d)
-	t.Logf("goroce: %s", lastLine(oursErr))
+	if dir != ptRxeToRxe {
+		t.Logf("goroce: %s", lastLine(oursErr))
+	}
 }

@@ -23,6 +23,15 @@ const (
 	rxeToOurs direction = "rxe client -> roce-pingpong server"
 )
 
+// pingpongPort is the stock pingpongs' and perftest's TCP port (Lab.Port moves it per lane).
+//
+// The stock tools run with -e (sleep on completion events) rather than busy-polling:
+// the guests have one vCPU, and a tool spinning on it holds off rxe's own work in the
+// guest kernel (sending, ACKs) until the scheduler preempts it, long enough under TCG for
+// retransmission timers to fire on both sides; and each spinning guest keeps a host
+// core busy, which the other lane and goroce's side then lack.
+const pingpongPort = 18515
+
 // ppCase is one pingpong run, made in both directions.
 type ppCase struct {
 	mode  string // rc, uc, ud, srq
@@ -190,8 +199,9 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	}
 	ourAddr := ourIP.String()
 	defer captureRun(t, lab, c.name()+"-"+dirShort(dir), ourIP.WithZone(""))()
-	stock := fmt.Sprintf("ibv_%s_pingpong -d rxe0 -g %d -n %d -s %d -c", c.mode, stockGID, c.iters, c.size)
-	ours := []string{c.mode, "-d", ourAddr, "-g", ourGID, "-n", strconv.Itoa(c.iters),
+	port := lab.Port(pingpongPort)
+	stock := fmt.Sprintf("ibv_%s_pingpong -d rxe0 -g %d -n %d -s %d -c -e -p %d", c.mode, stockGID, c.iters, c.size, port)
+	ours := []string{c.mode, "-d", ourAddr, "-p", strconv.Itoa(port), "-g", ourGID, "-n", strconv.Itoa(c.iters),
 		"-s", strconv.Itoa(c.size), "-c", "--stats", "--timeout", "60s"}
 	if c.qps > 0 {
 		stock += fmt.Sprintf(" -q %d", c.qps)

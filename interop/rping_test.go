@@ -131,9 +131,9 @@ func startRpingCheck(ctx context.Context, t *testing.T, g *labtest.Guest) *rping
 	return &rpingCheck{g: g, before: before}
 }
 
-// finish reads rxe's counters again: no error counter may move, and rxe must have
-// received at least every packet of the pings (a packet we got wrong is a silent drop).
-func (c *rpingCheck) finish(ctx context.Context, t *testing.T, size int) labtest.Counters {
+// finishCounters reads rxe's counters again and returns the difference; no error
+// counter may move.
+func (c *rpingCheck) finishCounters(ctx context.Context, t *testing.T) labtest.Counters {
 	t.Helper()
 	after, err := c.g.Counters(ctx)
 	if err != nil {
@@ -143,6 +143,14 @@ func (c *rpingCheck) finish(ctx context.Context, t *testing.T, size int) labtest
 	if bad := d.Unexpected(); len(bad) > 0 {
 		t.Errorf("rxe counters: %v (all: %v)", bad, d)
 	}
+	return d
+}
+
+// finish is finishCounters, and rxe must have received at least every packet of the
+// pings (a packet we got wrong is a silent drop).
+func (c *rpingCheck) finish(ctx context.Context, t *testing.T, size int) labtest.Counters {
+	t.Helper()
+	d := c.finishCounters(ctx, t)
 	// Per ping rxe receives, as server, the client's two SENDs and the READ response;
 	// as client, the two go-ahead SENDs and the WRITE: 2 + ceil(size/1024) either way.
 	if want := uint64(rpingCount * (2 + (size+1023)/1024)); d["rcvd_pkts"] < want {
@@ -154,9 +162,9 @@ func (c *rpingCheck) finish(ctx context.Context, t *testing.T, size int) labtest
 
 // rpingCapture records the run on the bridge; a failed run keeps it and prints it.
 func rpingCapture(t *testing.T, lab *labtest.Lab, name string) func() {
-	pcap := filepath.Join(lab.Dir, "run", "pcap", strings.ReplaceAll(name, "/", "_")+".pcap")
+	pcap := filepath.Join(lab.RunDir(), "pcap", strings.ReplaceAll(name, "/", "_")+".pcap")
 	os.MkdirAll(filepath.Dir(pcap), 0o755)
-	c, err := lab.StartCapture("labbr0", pcap)
+	c, err := lab.StartCapture(lab.Bridge, pcap)
 	if err != nil {
 		t.Logf("no capture: %v", err)
 		return func() {}
@@ -407,16 +415,29 @@ func (p *rocedProc) scrape(t *testing.T) (map[string]float64, string) {
 	return m, string(body)
 }
 
-// lockedBuffer is a bytes.Buffer safe for the process's writer goroutine.
+// lockedBuffer is a bytes.Buffer safe for the process's writer goroutine. onWrite, when
+// set, sees the whole text after each write.
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  *bytes.Buffer
+	mu      sync.Mutex
+	b       *bytes.Buffer
+	onWrite func(string)
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.b.Write(p)
+	n, err := l.b.Write(p)
+	if l.onWrite != nil {
+		l.onWrite(l.b.String())
+	}
+	return n, err
+}
+
+// String returns what was written so far.
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestRpingRoced runs stock rping clients in guest a against roced's rping responder

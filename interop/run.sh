@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # interop/run.sh - the interop stage of scripts/test.sh: goroce against real Linux rxe.
 #
-# Installs what it needs with apt (qemu-system-x86, tcpdump; the guest's .debs with
-# apt-get download), builds the guest image (cached in interop/cache and interop/out),
-# boots two rxe guests in netns goroce-lab, runs the Go interop tests with GOROCE_INTEROP=1,
-# and always tears the lab down: on success, failure, timeout or interrupt.
+# Installs what it needs with apt (qemu-system-x86, tcpdump, gcc; the guests' .debs with
+# apt-get download, the host's own suite from its apt lists and any other from a private
+# apt state), builds one guest image per suite in GOROCE_LAB_DISTS (cached in interop/cache
+# and interop/out), boots two rxe guests per suite in netns goroce-lab, runs the Go interop
+# tests against every lane at once with GOROCE_INTEROP=1, and always tears the lab down: on
+# success, failure, timeout or interrupt.
 #
 # It fails, with the reason, when the lab cannot run (not root, no qemu, no network
 # namespaces). Outside CI (CI unset) and when not root it prints SKIP and exits 0 instead,
 # so a developer's `scripts/test.sh` still works without privileges.
 #
 # Env: GOROCE_INTEROP_RUN=REGEXP passes -run to go test; GOROCE_INTEROP_TIMEOUT (default
-# 600 s) bounds the Go tests; GOROCE_INTEROP_KEEP=1 leaves the lab up afterwards.
+# 900 s) bounds the Go tests of each lane; GOROCE_INTEROP_KEEP=1 leaves the lab up
+# afterwards; GOROCE_LAB_DISTS="bookworm" (say) runs one lane only.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -53,11 +56,10 @@ step() {
 }
 on_signal() {
   log "interrupted"
-  if [ -n "$step_pid" ]; then
-    kill -TERM -- "-$step_pid" 2>/dev/null || true
-    sleep 1
-    kill -KILL -- "-$step_pid" 2>/dev/null || true
-  fi
+  local p
+  for p in $step_pid; do kill -TERM -- "-$p" 2>/dev/null || true; done
+  sleep 1
+  for p in $step_pid; do kill -KILL -- "-$p" 2>/dev/null || true; done
   exit 130
 }
 trap on_signal INT TERM
@@ -71,37 +73,75 @@ if [ -z "$(find "$stamp" -mmin -1440 2>/dev/null)" ] ||
   touch "$stamp" 2>/dev/null || true
 fi
 
-log "build the guest image"
-step timeout 600 "$HERE/lab" build || fail "guest image build failed (see above)"
+. "$HERE/lab.conf"
+dists=($GOROCE_LAB_DISTS)
+log "build the guest images (${dists[*]})"
+step timeout 900 "$HERE/lab" build || fail "guest image build failed (see above)"
 "$HERE/lab" down >/dev/null 2>&1 || true # a lab left over from an interrupted run
-log "boot 2 guests"
-step timeout 300 "$HERE/lab" up 2 || fail "the lab did not come up (see above)"
+log "boot 2 guests per lane"
+GOROCE_LAB_BUILT=1 step timeout 300 "$HERE/lab" up 2 || fail "the lab did not come up (see above)"
 
 cd "$ROOT"
+RUN=$HERE/run
 for cmd in roce-pingpong roce-perftest rping-go roced; do
   log "build cmd/$cmd"
-  step go build -o "$HERE/run/$cmd" "./cmd/$cmd" || fail "go build ./cmd/$cmd failed"
+  step go build -o "$RUN/$cmd" "./cmd/$cmd" || fail "go build ./cmd/$cmd failed"
 done
-log "go test ./interop/..."
-export GOROCE_INTEROP=1 GOROCE_LAB_ENV=$HERE/run/lab.env GOROCE_PINGPONG=$HERE/run/roce-pingpong
-export GOROCE_RPING=$HERE/run/rping-go GOROCE_ROCED=$HERE/run/roced GOROCE_PERFTEST=$HERE/run/roce-perftest
-export GOROCE_INTEROP_RESULTS=$HERE/run/results.tsv
-rm -f "$GOROCE_INTEROP_RESULTS" "$HERE"/run/pcap/*.pcap
-args=(-count=1 -v -timeout "${GOROCE_INTEROP_TIMEOUT:-600}s")
-[ -n "${GOROCE_INTEROP_RUN:-}" ] && args+=(-run "$GOROCE_INTEROP_RUN")
+log "build the test binaries"
+step go test -c -o "$RUN/interop.test" ./interop || fail "go test -c ./interop failed"
+step go test -c -o "$RUN/roced.test" ./cmd/roced || fail "go test -c ./cmd/roced failed"
+
+# One lane per guest generation, all at once: the lanes share nothing but the netns (own
+# bridge, host address, guests and TCP ports), and each runs the whole suite against its
+# generation. A lane's output goes to run/DIST/go-test.log and, prefixed with the
+# generation, to ours.
+export GOROCE_INTEROP=1 GOROCE_PINGPONG=$RUN/roce-pingpong GOROCE_RPING=$RUN/rping-go
+export GOROCE_ROCED=$RUN/roced GOROCE_PERFTEST=$RUN/roce-perftest
+args=(-test.count=1 -test.v -test.timeout "${GOROCE_INTEROP_TIMEOUT:-900}s")
+[ -n "${GOROCE_INTEROP_RUN:-}" ] && args+=(-test.run "$GOROCE_INTEROP_RUN")
+roced=
+if [ -z "${GOROCE_INTEROP_RUN:-}" ] || [[ TestRxePingpong =~ $GOROCE_INTEROP_RUN ]]; then roced=1; fi
+lane() {
+  set +e # a job of its own: a failed test must not end it before it reports
+  local dist=$1 dir=$RUN/$1 gen t0 rc=0
+  gen=$(. "$dir/lab.env" && echo "$GOROCE_LAB_KERNEL" | cut -d. -f1,2)
+  export GOROCE_LAB_ENV=$dir/lab.env GOROCE_INTEROP_RESULTS=$dir/results.tsv
+  rm -rf "$GOROCE_INTEROP_RESULTS" "$dir/pcap" "$dir/go-test.log"
+  t0=$(date +%s)
+  (cd "$HERE" && "$RUN/interop.test" "${args[@]}") 2>&1 | tee -a "$dir/go-test.log" | sed -u "s/^/[$gen] /"
+  rc=${PIPESTATUS[0]}
+  # cmd/roced's own lab tests (TestRxe*: stock tools against the daemon).
+  if [ -n "$roced" ]; then
+    (cd "$ROOT/cmd/roced" && "$RUN/roced.test" -test.count=1 -test.v -test.timeout "${GOROCE_INTEROP_TIMEOUT:-900}s" \
+      -test.run '^TestRxe') 2>&1 | tee -a "$dir/go-test.log" | sed -u "s/^/[$gen] /"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  fi
+  echo "$gen $dist $(($(date +%s) - t0))" >"$dir/lane.done"
+  return "$rc"
+}
+# set -m: each lane is a job of its own, so on_signal can end its whole process group.
+lane_pids=()
+set -m
+for d in "${dists[@]}"; do
+  rm -f "$RUN/$d/lane.done"
+  log "lane $d: go test ./interop/... ./cmd/roced (TestRxe*)"
+  lane "$d" &
+  lane_pids+=($!)
+done
+set +m
+step_pid="${lane_pids[*]}"
 rc=0
-step bash -c 'go test "$@" ./interop/... 2>&1 | tee "$0"; exit "${PIPESTATUS[0]}"' \
-  "$HERE/run/go-test.log" "${args[@]}" || rc=$?
-# cmd/roced's own lab tests (TestRxe*: stock tools against the daemon), unless -run
-# selects none of them.
-if [ -z "${GOROCE_INTEROP_RUN:-}" ] || [[ TestRxePingpong =~ $GOROCE_INTEROP_RUN ]]; then
-  log "go test -run '^TestRxe' ./cmd/roced"
-  step bash -c 'go test "$@" ./cmd/roced 2>&1 | tee -a "$0"; exit "${PIPESTATUS[0]}"' \
-    "$HERE/run/go-test.log" -count=1 -v -timeout "${GOROCE_INTEROP_TIMEOUT:-600}s" -run '^TestRxe' || rc=$?
-fi
-if [ -s "$GOROCE_INTEROP_RESULTS" ]; then
-  echo "== interop results (tool, direction, transport, options, verdict, usec/iter, rxe hw_counters | goroce counters)"
-  column -t -s $'\t' "$GOROCE_INTEROP_RESULTS" 2>/dev/null || cat "$GOROCE_INTEROP_RESULTS"
-fi
-[ "$rc" = 0 ] || fail "interop tests failed (log: interop/run/go-test.log, captures of failed runs: interop/run/pcap/)"
+for i in "${!dists[@]}"; do
+  if ! wait "${lane_pids[$i]}"; then rc=1; log "lane ${dists[$i]} FAILED"; fi
+done
+step_pid=
+for d in "${dists[@]}"; do
+  read -r gen dist secs <"$RUN/$d/lane.done" 2>/dev/null || { gen=? secs=?; }
+  log "lane $d (kernel $gen): ${secs}s"
+  if [ -s "$RUN/$d/results.tsv" ]; then
+    echo "== interop results, kernel $gen ($d): tool, direction, transport, options, verdict, usec/iter, rxe hw_counters | goroce counters"
+    column -t -s $'\t' "$RUN/$d/results.tsv" 2>/dev/null || cat "$RUN/$d/results.tsv"
+  fi
+done
+[ "$rc" = 0 ] || fail "interop tests failed (logs: interop/run/DIST/go-test.log, captures of failed runs: interop/run/DIST/pcap/)"
 log "PASS"

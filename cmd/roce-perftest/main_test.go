@@ -176,6 +176,19 @@ func TestPrintDest(t *testing.T) {
 
 // TestXchgReports checks the report exchange byte for byte against what perftest's
 // xchg_bw_reports writes: five 8-byte big-endian values, each its own step.
+// TestSendsDone pins the closing rule: a peer from perftest 23.10 (6.17) on closes after
+// the last hand-shake without "done" (25.01, version 6.24, does); 4.5 (6.06) writes it.
+func TestSendsDone(t *testing.T) {
+	for _, tt := range []struct {
+		v    string
+		want bool
+	}{{"6.06", true}, {"6.16", true}, {"6.17", false}, {"6.24", false}, {oob.PerftestVersion, false}, {"", true}} {
+		if got := sendsDone(tt.v); got != tt.want {
+			t.Errorf("sendsDone(%q) = %v, want %v", tt.v, got, tt.want)
+		}
+	}
+}
+
 func TestXchgReports(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()

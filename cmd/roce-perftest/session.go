@@ -456,7 +456,16 @@ func (s *session) connect() error {
 	return nil
 }
 
-// closeConnection is ctx_close_connection: a last hand-shake, then "done" each way.
+// noDoneVersion is the first perftest (23.10, version string 6.17) whose
+// ctx_close_connection ends with the hand-shake and closes the connection without
+// writing "done"; older ones write it (and never read the peer's).
+const noDoneVersion = 6.17
+
+// sendsDone reports whether a peer of version v ends the exchange with "done".
+func sendsDone(v string) bool { return parseVersion(v) < noDoneVersion }
+
+// closeConnection is ctx_close_connection: a last hand-shake, then "done" each way
+// with a peer older than noDoneVersion.
 func (s *session) closeConnection(ctx context.Context) error {
 	x, cancel := xctx(ctx)
 	defer cancel()
@@ -468,6 +477,9 @@ func (s *session) closeConnection(ctx context.Context) error {
 func (s *session) closeAfter(wait, x context.Context) error {
 	if err := s.handShake(wait, 0); err != nil {
 		return fmt.Errorf("failed to close connection between server and client: %w", err)
+	}
+	if !sendsDone(s.peerVersion) {
+		return nil
 	}
 	if err := s.conn.Done(x); err != nil {
 		return fmt.Errorf("failed to close connection between server and client: %w", err)

@@ -80,10 +80,19 @@ func TestRxePingpong(t *testing.T) {
 			if got, want := delta("roce_packets_total", "direction", "rx", "op_class", tt.class), float64(d["rdma_sends"])*float64(tt.pktsPer)+dups; got != want {
 				t.Errorf("roce_packets_total{rx,%s} moved by %v, want %v (%d duplicates)", tt.class, got, want, int(dups))
 			}
-			if got, want := delta("roce_packets_total", "direction", "tx", "op_class", tt.class), float64(d["rdma_recvs"])*float64(tt.pktsPer); got != want {
-				t.Errorf("roce_packets_total{tx,%s} moved by %v, want %v", tt.class, got, want)
+			// Every echo went out once, plus roced's timer retransmissions: with the lab's
+			// lanes running at once, rxe's ACK can come later than roced's timeout. rxe
+			// counts each that arrived as a duplicate.
+			rtx := delta("roce_retransmits_total")
+			if got, want := delta("roce_packets_total", "direction", "tx", "op_class", tt.class), float64(d["rdma_recvs"])*float64(tt.pktsPer)+rtx; got != want {
+				t.Errorf("roce_packets_total{tx,%s} moved by %v, want %v (%v retransmitted)", tt.class, got, want, rtx)
 			}
-			for _, name := range []string{"roce_retransmits_total", "roce_icrc_errors_total", "roce_malformed_packets_total",
+			if rtx > float64(d["duplicate_request"]) {
+				t.Errorf("roced retransmitted %v packets, rxe counted %d duplicates", rtx, d["duplicate_request"])
+			} else if rtx > 0 {
+				t.Logf("roced retransmitted %v packets (rxe duplicate_request=%d): rxe acknowledged late", rtx, d["duplicate_request"])
+			}
+			for _, name := range []string{"roce_icrc_errors_total", "roce_malformed_packets_total",
 				"roce_unknown_qp_total", "roce_out_of_sequence_total"} {
 				if got := delta(name); got != 0 {
 					t.Errorf("%s moved by %v, want 0", name, got)

@@ -17,9 +17,8 @@ type Capture struct {
 	done chan error
 }
 
-// StartCapture starts tcpdump on dev (the bridge "labbr0" sees traffic from and to the
-// host side; frames between two guests are seen only on a guest's tap, "labtap0" for
-// guest a) writing to file. The guests' command service (TCP 5555) is left out. It
+// StartCapture starts tcpdump on dev (the lane's Bridge sees traffic from and to the host
+// side; frames between two guests are seen only on a guest's tap, Lab.Tap) writing to file. The guests' command service (TCP 5555) is left out. It
 // returns an error if tcpdump is not installed or does not start within 5 s.
 func (l *Lab) StartCapture(dev, file string) (*Capture, error) {
 	if _, err := exec.LookPath("tcpdump"); err != nil {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,19 +26,29 @@ import (
 // sets it; with it set, a lab that is not up is a test failure, not a skip.
 const EnvEnable = "GOROCE_INTEROP"
 
-// EnvLabEnv names the lab.env file written by `interop/lab up`; the default is
-// interop/run/lab.env found from the test's working directory.
+// EnvLabEnv names the lab.env file of the lane to test (interop/run/DIST/lab.env, written
+// by `interop/lab up`). The default is interop/run/lab.env, found from the test's working
+// directory, which names the lanes that are up: then EnvDist picks one, else the first.
 const EnvLabEnv = "GOROCE_LAB_ENV"
 
-// Lab is a running interop lab: a network namespace with a bridge, the host side of
-// that bridge, and the rxe guests on it.
+// EnvDist picks the lane (a Debian suite: bookworm, trixie) when EnvLabEnv names no lane.
+const EnvDist = "GOROCE_LAB_DIST"
+
+// Lab is one lane of a running interop lab: a bridge in the lab's network namespace, the
+// host side of that bridge, and the rxe guests of one kernel generation on it. Lanes share
+// nothing but the namespace, so tests of two lanes can run at the same time.
 type Lab struct {
 	NS     string     // network namespace name
+	Dist   string     // the guests' Debian suite
+	Kernel string     // the guests' kernel release (uname -r)
+	Gen    Gen        // its generation, major.minor
+	Bridge string     // the lane's bridge in NS; captures of host traffic go here
 	HostIP netip.Addr // host side of the bridge; our engine binds here
 	MTU    int        // netdev MTU the lab booted with
 	Accel  string     // qemu accelerator (tcg or kvm)
 	Dir    string     // the interop/ directory (lab script, run/)
 
+	lane     string // lane number: its taps are labtap<lane><guest>
 	execPort int
 	guests   map[string]*Guest
 }
@@ -66,8 +77,9 @@ func Open(tb testing.TB) *Lab {
 	return l
 }
 
-// Load reads a lab.env file. An empty path means interop/run/lab.env, searched upwards
-// from the working directory.
+// Load reads the lab.env file of a lane. An empty path means interop/run/lab.env,
+// searched upwards from the working directory; a file that lists the lanes (rather than
+// describing one) leads to the lane $GOROCE_LAB_DIST names, or the first.
 func Load(path string) (*Lab, error) {
 	if path == "" {
 		p, err := findLabEnv()
@@ -76,26 +88,33 @@ func Load(path string) (*Lab, error) {
 		}
 		path = p
 	}
-	f, err := os.Open(path)
+	kv, err := readEnv(path)
 	if err != nil {
-		return nil, fmt.Errorf("labtest: %w (is the lab up? interop/lab up)", err)
+		return nil, err
 	}
-	defer f.Close()
-	kv := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
-		if ok {
-			kv[k] = strings.Trim(v, `"`)
+	if _, ok := kv["GOROCE_LAB_DIST"]; !ok && kv["GOROCE_LAB_DISTS"] != "" {
+		dists := strings.Fields(kv["GOROCE_LAB_DISTS"])
+		dist := os.Getenv(EnvDist)
+		if dist == "" {
+			dist = dists[0]
+		} else if !slices.Contains(dists, dist) {
+			return nil, fmt.Errorf("labtest: %s=%s, but the lanes up are %v", EnvDist, dist, dists)
+		}
+		path = filepath.Join(filepath.Dir(path), dist, "lab.env")
+		if kv, err = readEnv(path); err != nil {
+			return nil, err
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("labtest: read %s: %w", path, err)
-	}
 	abs, _ := filepath.Abs(path)
-	l := &Lab{NS: kv["GOROCE_LAB_NS"], Accel: kv["GOROCE_LAB_ACCEL"], Dir: filepath.Dir(filepath.Dir(abs)), guests: map[string]*Guest{}}
-	if l.NS == "" {
-		return nil, fmt.Errorf("labtest: %s: no GOROCE_LAB_NS", path)
+	l := &Lab{NS: kv["GOROCE_LAB_NS"], Dist: kv["GOROCE_LAB_DIST"], Kernel: kv["GOROCE_LAB_KERNEL"],
+		Bridge: kv["GOROCE_LAB_BR"], Accel: kv["GOROCE_LAB_ACCEL"], lane: kv["GOROCE_LAB_LANE"],
+		Dir:    filepath.Dir(filepath.Dir(filepath.Dir(abs))), // interop/run/DIST/lab.env
+		guests: map[string]*Guest{}}
+	if l.NS == "" || l.Dist == "" || l.Bridge == "" || l.lane == "" {
+		return nil, fmt.Errorf("labtest: %s: not a lane's lab.env (GOROCE_LAB_NS, _DIST, _BR, _LANE)", path)
+	}
+	if l.Gen = GenOf(l.Kernel); l.Gen == "" {
+		return nil, fmt.Errorf("labtest: %s: kernel release %q", path, l.Kernel)
 	}
 	if l.HostIP, err = netip.ParseAddr(kv["GOROCE_LAB_HOST_IP"]); err != nil {
 		return nil, fmt.Errorf("labtest: %s: host IP: %w", path, err)
@@ -123,6 +142,27 @@ func Load(path string) (*Lab, error) {
 		return nil, fmt.Errorf("labtest: %s: no guests", path)
 	}
 	return l, nil
+}
+
+// readEnv reads a lab.env file: KEY=VALUE lines, values optionally in double quotes.
+func readEnv(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("labtest: %w (is the lab up? interop/lab up)", err)
+	}
+	defer f.Close()
+	kv := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
+		if ok {
+			kv[k] = strings.Trim(v, `"`)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("labtest: read %s: %w", path, err)
+	}
+	return kv, nil
 }
 
 func findLabEnv() (string, error) {
@@ -223,8 +263,9 @@ func (l *Lab) Command(ctx context.Context, name string, args ...string) *exec.Cm
 	return cmd
 }
 
-// SetMTU changes the netdev MTU everywhere: the bridge, the taps and every guest's eth0.
-// rxe follows the netdev (active MTU 4096 from netdev MTU 4200 up, 1024 at 1500).
+// SetMTU changes the netdev MTU of the lane: its bridge, its taps and every guest's eth0.
+// rxe follows the netdev (active MTU 4096 from netdev MTU 4200 up, 1024 at 1500). Other
+// lanes keep theirs.
 func (l *Lab) SetMTU(ctx context.Context, mtu int) error {
 	out, err := exec.CommandContext(ctx, "ip", "-n", l.NS, "-o", "link", "show").Output()
 	if err != nil {
@@ -235,15 +276,13 @@ func (l *Lab) SetMTU(ctx context.Context, mtu int) error {
 		f := strings.Fields(line)
 		if len(f) > 1 {
 			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-			if strings.HasPrefix(name, "labtap") || strings.HasPrefix(name, "labbr") {
+			if l.isTap(name) || name == l.Bridge {
 				links = append(links, name)
 			}
 		}
 	}
 	// Raise: taps first, then the bridge; lowering works in the same order.
-	sort.Slice(links, func(i, j int) bool {
-		return strings.HasPrefix(links[i], "labtap") && !strings.HasPrefix(links[j], "labtap")
-	})
+	sort.Slice(links, func(i, j int) bool { return l.isTap(links[i]) && !l.isTap(links[j]) })
 	for _, dev := range links {
 		if b, err := exec.CommandContext(ctx, "ip", "-n", l.NS, "link", "set", dev, "mtu", strconv.Itoa(mtu)).CombinedOutput(); err != nil {
 			return fmt.Errorf("labtest: set mtu %d on %s: %v: %s", mtu, dev, err, b)
@@ -256,6 +295,30 @@ func (l *Lab) SetMTU(ctx context.Context, mtu int) error {
 	}
 	l.MTU = mtu
 	return nil
+}
+
+// Port returns the TCP port the lane uses where a tool's default is base: base itself in
+// lane 0, base+100*L in lane L. The stock tools listen on every address, and so do ours, so
+// two lanes running the same tool at once need two ports.
+func (l *Lab) Port(base int) int {
+	n, _ := strconv.Atoi(l.lane)
+	return base + 100*n
+}
+
+// RunDir is the lane's directory of runtime files (interop/run/DIST): captures and logs.
+func (l *Lab) RunDir() string { return filepath.Join(l.Dir, "run", l.Dist) }
+
+// Tap returns the name of guest name's tap on the lane's bridge.
+func (l *Lab) Tap(name string) string { return "labtap" + l.lane + name }
+
+// isTap reports whether link is the tap of one of the lane's guests.
+func (l *Lab) isTap(link string) bool {
+	for name := range l.guests {
+		if link == l.Tap(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // ActiveMTU returns the guest's rxe0 port active MTU in bytes (ibv_devinfo).
@@ -272,7 +335,7 @@ func (g *Guest) ActiveMTU(ctx context.Context) (int, error) {
 // address detection is over (at most 10 s). It is the host's address for RoCEv2 over
 // IPv6, GID index 0 on rxe.
 func (l *Lab) HostLinkLocal(ctx context.Context) (netip.Addr, error) {
-	br := "labbr0"
+	br := l.Bridge
 	if b, err := exec.CommandContext(ctx, "ip", "netns", "exec", l.NS, "sysctl", "-qw",
 		"net.ipv6.conf."+br+".disable_ipv6=0").CombinedOutput(); err != nil {
 		return netip.Addr{}, fmt.Errorf("labtest: enable IPv6 on %s: %v: %s", br, err, b)

@@ -29,22 +29,27 @@ func TestParseSummary(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "interop", "run")
+	run := filepath.Join(t.TempDir(), "interop", "run")
+	dir := filepath.Join(run, "trixie")
 	os.MkdirAll(dir, 0o755)
 	env := `GOROCE_LAB_NS=goroce-lab
-GOROCE_LAB_HOST_IP=198.18.0.1
+GOROCE_LAB_DIST=trixie
+GOROCE_LAB_LANE=1
+GOROCE_LAB_BR=labbr1
+GOROCE_LAB_HOST_IP=198.18.1.1
 GOROCE_LAB_EXEC_PORT=5555
 GOROCE_LAB_MTU=1500
 GOROCE_LAB_ACCEL=tcg
 GOROCE_LAB_GUESTS="a b"
-GOROCE_LAB_A_IP=198.18.0.11
+GOROCE_LAB_A_IP=198.18.1.11
 GOROCE_LAB_A_GID_INDEX=1
-GOROCE_LAB_A_GID=0000:0000:0000:0000:0000:ffff:c612:000b
-GOROCE_LAB_A_GID0=fe80:0000:0000:0000:5054:00ff:fec6:120b
-GOROCE_LAB_B_IP=198.18.0.12
+GOROCE_LAB_A_GID=0000:0000:0000:0000:0000:ffff:c612:010b
+GOROCE_LAB_A_GID0=fe80:0000:0000:0000:5054:00ff:fec6:130b
+GOROCE_LAB_KERNEL=6.12.117+deb13-amd64
+GOROCE_LAB_B_IP=198.18.1.12
 GOROCE_LAB_B_GID_INDEX=1
-GOROCE_LAB_B_GID=0000:0000:0000:0000:0000:ffff:c612:000c
-GOROCE_LAB_B_GID0=fe80:0000:0000:0000:5054:00ff:fec6:120c
+GOROCE_LAB_B_GID=0000:0000:0000:0000:0000:ffff:c612:010c
+GOROCE_LAB_B_GID0=fe80:0000:0000:0000:5054:00ff:fec6:130c
 `
 	path := filepath.Join(dir, "lab.env")
 	if err := os.WriteFile(path, []byte(env), 0o644); err != nil {
@@ -54,23 +59,71 @@ GOROCE_LAB_B_GID0=fe80:0000:0000:0000:5054:00ff:fec6:120c
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.NS != "goroce-lab" || l.HostIP.String() != "198.18.0.1" || l.MTU != 1500 || l.Dir != filepath.Dir(dir) {
+	if l.NS != "goroce-lab" || l.Dist != "trixie" || l.Gen != Gen612 || l.Bridge != "labbr1" ||
+		l.HostIP.String() != "198.18.1.1" || l.MTU != 1500 || l.Dir != filepath.Dir(run) {
 		t.Errorf("lab = %+v", l)
 	}
 	a := l.Guest(t, "a")
-	if a.IP.String() != "198.18.0.11" || a.GIDIndex != 1 || a.GID.String() != "::ffff:198.18.0.11" || a.GID0.String() != "fe80::5054:ff:fec6:120b" {
+	if a.IP.String() != "198.18.1.11" || a.GIDIndex != 1 || a.GID.String() != "::ffff:198.18.1.11" || a.GID0.String() != "fe80::5054:ff:fec6:130b" {
 		t.Errorf("guest a = %+v", a)
 	}
 	if got := strings.Join(l.GuestNames(), ","); got != "a,b" {
 		t.Errorf("GuestNames = %s", got)
 	}
+	if !l.isTap("labtap1b") || l.isTap("labtap0b") || l.isTap("labbr1") {
+		t.Error("isTap does not know the lane's taps")
+	}
+
+	// The top-level file names the lanes: GOROCE_LAB_DIST picks one, default the first.
+	top := filepath.Join(run, "lab.env")
+	os.WriteFile(top, []byte("GOROCE_LAB_NS=goroce-lab\nGOROCE_LAB_DISTS=\"trixie\"\n"), 0o644)
+	if l, err := Load(top); err != nil || l.Dist != "trixie" {
+		t.Errorf("Load(top) = %+v, %v", l, err)
+	}
+	t.Setenv(EnvDist, "bookworm")
+	if _, err := Load(top); err == nil {
+		t.Error("Load(top) accepted a lane that is not up")
+	}
+
 	// A broken file is an error, not a half-filled lab.
-	os.WriteFile(path, []byte(strings.Replace(env, "GOROCE_LAB_B_GID=0000", "GOROCE_LAB_B_GID=zzzz", 1)), 0o644)
-	if _, err := Load(path); err == nil {
-		t.Error("Load accepted a bad GID")
+	for _, bad := range []string{
+		strings.Replace(env, "GOROCE_LAB_B_GID=0000", "GOROCE_LAB_B_GID=zzzz", 1),
+		strings.Replace(env, "GOROCE_LAB_KERNEL=6.12", "GOROCE_LAB_KERNEL=x", 1),
+		strings.Replace(env, "GOROCE_LAB_BR=labbr1\n", "", 1),
+	} {
+		os.WriteFile(path, []byte(bad), 0o644)
+		if _, err := Load(path); err == nil {
+			t.Errorf("Load accepted a bad file:\n%s", bad)
+		}
 	}
 	if _, err := Load(filepath.Join(dir, "missing.env")); err == nil {
 		t.Error("Load accepted a missing file")
+	}
+}
+
+func TestGen(t *testing.T) {
+	for _, tt := range []struct {
+		release string
+		gen     Gen
+	}{
+		{"6.1.0-56-amd64", Gen61}, {"6.12.117+deb13-amd64", Gen612}, {"7.0", "7.0"}, {"linux", ""}, {"", ""},
+	} {
+		if got := GenOf(tt.release); got != tt.gen {
+			t.Errorf("GenOf(%q) = %q, want %q", tt.release, got, tt.gen)
+		}
+	}
+	for _, tt := range []struct {
+		g, o Gen
+		want bool
+	}{
+		{Gen612, Gen61, true}, {Gen61, Gen612, false}, {Gen612, "6.2", true}, {Gen61, "6.2", false}, {Gen61, Gen61, true}, {"7.0", Gen612, true},
+	} {
+		if got := tt.g.AtLeast(tt.o); got != tt.want {
+			t.Errorf("%s.AtLeast(%s) = %v", tt.g, tt.o, got)
+		}
+	}
+	if !(Gens{}).Has(Gen61) || !(Gens{Gen612}).Has(Gen612) || (Gens{Gen612}).Has(Gen61) {
+		t.Error("Gens.Has")
 	}
 }
 
@@ -89,6 +142,11 @@ func TestCounters(t *testing.T) {
 	}
 	if got := d.String(); got != "completer_retry_err=2 out_of_seq_request=2 rcvd_pkts=100" {
 		t.Errorf("String() = %q", got)
+	}
+	// A gap after the lab dropped frames is the lab's loss; a failed send is not.
+	d[LabDropped], d["send_err"] = 3, 1
+	if got := d.Unexpected(); len(got) != 1 || got[0] != "send_err=1" {
+		t.Errorf("Unexpected() with lab drops = %v", got)
 	}
 }
 
