@@ -21,10 +21,10 @@ type Test struct {
 // Tests are the verbs-probe tests by name (its -t).
 var Tests = map[string]Test{
 	"atomic":       {Server: atomicServer, Client: atomicClient},
-	"send_inv":     {Needs: "memory windows (PD.AllocMW, WRBindMW) and SEND_WITH_INV that invalidates"},
-	"send_inv_mr":  {Needs: "SEND_WITH_INV that invalidates (an MR's rkey is refused)"},
-	"bind_mw1":     {Needs: "type 1 memory windows (PD.AllocMW, QP.BindMW)"},
-	"bind_mw2":     {Needs: "type 2 memory windows (PD.AllocMW, WRBindMW, WRLocalInv)"},
+	"send_inv":     {Server: sendInvServer, Client: sendInvClient},
+	"send_inv_mr":  {Server: sendInvMRServer, Client: sendInvMRClient},
+	"bind_mw1":     {Server: bindMWServer(roce.MWType1), Client: bindMWClient},
+	"bind_mw2":     {Server: bindMWServer(roce.MWType2), Client: bindMWClient},
 	"flush":        {Needs: "FLUSH (IBTA 1.5, opcode 0x1c)"},
 	"atomic_write": {Needs: "ATOMIC_WRITE (IBTA 1.5, opcode 0x1d)"},
 }
