@@ -36,15 +36,17 @@ type Peer struct {
 
 	conn   *Conn
 	client bool
-	words  []uint64 // Mem's backing array
+	access roce.Access // what the QP grants
+	words  []uint64    // Mem's backing array
 }
 
 // qpAccess is what the QP lets a peer do; each MR narrows it.
 const qpAccess = roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic
 
-// NewPeer creates the verbs objects of test on dev and brings the QP to INIT.
-func NewPeer(dev *roce.Device, test string) (*Peer, error) {
-	p := &Peer{Test: test, Dev: dev, words: make([]uint64, BufSize/8)}
+// NewPeer creates the verbs objects of test on dev and brings the QP to INIT, granting
+// access.
+func NewPeer(dev *roce.Device, test string, access roce.Access) (*Peer, error) {
+	p := &Peer{Test: test, Dev: dev, access: access, words: make([]uint64, BufSize/8)}
 	p.Mem = unsafe.Slice((*byte)(unsafe.Pointer(&p.words[0])), BufSize)
 	var err error
 	if p.PD, err = dev.AllocPD(); err != nil {
@@ -60,7 +62,7 @@ func NewPeer(dev *roce.Device, test string) (*Peer, error) {
 		p.Close()
 		return nil, err
 	}
-	if err = p.QP.Init(&roce.ConnectAttr{AccessFlags: qpAccess}); err != nil {
+	if err = p.QP.Init(&roce.ConnectAttr{AccessFlags: access}); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -130,7 +132,7 @@ func (p *Peer) Connect(ctx context.Context, c net.Conn, client bool) error {
 	if err != nil {
 		return err
 	}
-	return p.QP.Connect(&roce.ConnectAttr{AccessFlags: qpAccess, PathMTU: port.ActiveMTU, DestQPN: uint32(qpn),
+	return p.QP.Connect(&roce.ConnectAttr{AccessFlags: p.access, PathMTU: port.ActiveMTU, DestQPN: uint32(qpn),
 		RQPSN: uint32(rpsn), MaxDestRDAtomic: 16, MinRNRTimer: 12, SQPSN: psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
 		MaxRDAtomic: 16, AV: roce.AddressVector{DGID: rgid.Addr(), SGIDIndex: uint8(p.Dev.GIDIndex()), HopLimit: 64, IsGlobal: true}})
 }

@@ -16,6 +16,8 @@ type Test struct {
 	Server, Client Role
 	// Needs names the goroce feature a missing role waits for.
 	Needs string
+	// QPAccess is what the QP grants, when the test needs more than qpAccess.
+	QPAccess roce.Access
 }
 
 // Tests are the verbs-probe tests by name (its -t).
@@ -25,8 +27,8 @@ var Tests = map[string]Test{
 	"send_inv_mr":  {Server: sendInvMRServer, Client: sendInvMRClient},
 	"bind_mw1":     {Server: bindMWServer(roce.MWType1), Client: bindMWClient},
 	"bind_mw2":     {Server: bindMWServer(roce.MWType2), Client: bindMWClient},
-	"flush":        {Needs: "FLUSH (IBTA 1.5, opcode 0x1c)"},
-	"atomic_write": {Needs: "ATOMIC_WRITE (IBTA 1.5, opcode 0x1d)"},
+	"flush":        {Server: flushServer, Client: flushClient, QPAccess: flushQPAccess},
+	"atomic_write": {Server: atomicWriteServer, Client: atomicWriteClient},
 }
 
 // Run plays goroce's side of test over c: the server (the responder) when client is
@@ -43,7 +45,11 @@ func Run(ctx context.Context, dev *roce.Device, test string, client bool, c net.
 	if role == nil {
 		return "", fmt.Errorf("verbsprobe: %s: goroce has no %s yet", test, t.Needs)
 	}
-	p, err := NewPeer(dev, test)
+	access := t.QPAccess
+	if access == 0 {
+		access = qpAccess
+	}
+	p, err := NewPeer(dev, test, access)
 	if err != nil {
 		return "", err
 	}

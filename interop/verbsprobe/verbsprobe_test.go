@@ -205,7 +205,7 @@ func TestRunRefuses(t *testing.T) {
 		_, err := Run(ctx, srv, "atomic", false, a)
 		errc <- err
 	}()
-	p, err := NewPeer(cli, "flush")
+	p, err := NewPeer(cli, "flush", qpAccess)
 	if err != nil {
 		t.Fatal(err)
 	}
