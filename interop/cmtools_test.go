@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/cm/mcast"
 	"github.com/goroce/goroce/interop/labtest"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
@@ -159,6 +161,8 @@ func runCMPeer(role string) error {
 		err = udaddyServer(ctx, dev, mg, count, size)
 	case "ucmatose":
 		err = ucmatoseServer(ctx, dev, mg, count, size)
+	case "mckey-recv", "mckey-send":
+		err = mckeyPeer(ctx, dev, role == "mckey-send", os.Getenv("GOROCE_CMPEER_GROUP"), count, size)
 	default:
 		err = fmt.Errorf("unknown role")
 	}
@@ -457,8 +461,9 @@ const (
 // TestMckey runs rdmacm-utils' mckey (UD multicast through rdma_join_multicast: on
 // RoCE no SA, the MGID is the IPv4-mapped group address and the kernel sends the IGMP
 // join) between the lane's guests, a receiver with mckeyQPs QPs attached to the group
-// and a sender, and checks every QP received every datagram. The rows with goroce
-// wait for goroce's multicast join.
+// and a sender, and checks every QP received every datagram; then goroce (cm/mcast's
+// join) as the sender to a stock receiver and as a receiver with mckeyQPs QPs of a
+// stock sender.
 func TestMckey(t *testing.T) {
 	lab := labtest.Open(t)
 	a, b := lab.Guest(t, "a"), lab.Guest(t, "b")
@@ -502,16 +507,161 @@ func TestMckey(t *testing.T) {
 			r.verdict = "pass"
 		}
 	})
-	for _, w := range []struct{ name, dir string }{
-		{"ours-to-rxe", "goroce sender -> rxe receiver"}, {"rxe-to-ours", "rxe sender -> goroce receiver"},
-	} {
-		t.Run(w.name, func(t *testing.T) {
-			r := row(w.dir)
-			r.verdict = "waiting: goroce has no rdma_cm multicast join"
-			appendResult(t, r)
-			t.Skip("goroce's cm has no multicast join yet")
-		})
+	t.Run("ours-to-rxe", func(t *testing.T) {
+		r := row("goroce sender -> rxe receiver (guest a)")
+		defer func() { appendResult(t, r) }()
+		defer rpingCapture(t, lab, t.Name())()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		chk := startRpingCheck(ctx, t, a)
+		recv, err := a.Start(ctx, fmt.Sprintf("mckey -m %s -b %s -c %d -C %d -S %d 2>&1", group, a.IP, mckeyQPs, mckeyCount, mckeySize))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // the receiver's joins, before our first datagram
+		start := time.Now()
+		peer := startGoPeer(ctx, t, lab, "", mckeyPeerEnv(lab, "mckey-send", group)...)
+		rc, killed := peer.wait(30 * time.Second)
+		out := peer.out.String()
+		if rc != 0 || killed || !strings.Contains(out, fmt.Sprintf("sent %d", mckeyCount)) {
+			t.Errorf("goroce sender: exit %d (killed %v):\n%s%s", rc, killed, out, peer.errs.String())
+		}
+		rres, err := waitJob(recv, 20*time.Second)
+		if err != nil {
+			t.Errorf("receiver: %v", err)
+		}
+		r.usec = float64(time.Since(start).Microseconds()) / mckeyCount
+		checkMckey(t, "receiver (guest a)", rres, mckeyQPs)
+		d := chk.finishCounters(ctx, t)
+		if d["rcvd_pkts"] < mckeyCount || d["rdma_recvs"] < mckeyCount*mckeyQPs {
+			t.Errorf("guest a: rcvd_pkts=%d rdma_recvs=%d, want at least %d and %d", d["rcvd_pkts"], d["rdma_recvs"],
+				mckeyCount, mckeyCount*mckeyQPs)
+		}
+		r.counters = "guest a: " + d.String() + " | " + goroceLine(out)
+		if !t.Failed() {
+			r.verdict = "pass"
+		}
+	})
+	t.Run("rxe-to-ours", func(t *testing.T) {
+		r := row("rxe sender (guest a) -> goroce receiver")
+		defer func() { appendResult(t, r) }()
+		defer rpingCapture(t, lab, t.Name())()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		chk := startRpingCheck(ctx, t, a)
+		peer := startGoPeer(ctx, t, lab, cmPeerReady, mckeyPeerEnv(lab, "mckey-recv", group)...)
+		start := time.Now()
+		send, err := a.Run(ctx, mckeySender(fmt.Sprintf("-m %s -b %s -s -C %d -S %d", group, a.IP, mckeyCount, mckeySize)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, killed := peer.wait(20 * time.Second)
+		r.usec = float64(time.Since(start).Microseconds()) / mckeyCount
+		checkMckey(t, "sender (guest a)", send, 1)
+		out := peer.out.String()
+		want := fmt.Sprintf("received %d on each of %d QPs", mckeyCount, mckeyQPs)
+		if rc != 0 || killed || !strings.Contains(out, want) {
+			t.Errorf("goroce receiver: exit %d (killed %v), want 0 and %q:\n%s%s", rc, killed, want, out, peer.errs.String())
+		}
+		d := chk.finishCounters(ctx, t)
+		if d["sent_pkts"] < mckeyCount {
+			t.Errorf("guest a: sent_pkts=%d, want at least %d", d["sent_pkts"], mckeyCount)
+		}
+		r.counters = "guest a: " + d.String() + " | " + goroceLine(out)
+		if !t.Failed() {
+			r.verdict = "pass"
+		}
+	})
+}
+
+// goroceLine returns the "goroce: ..." counters line a peer printed.
+func goroceLine(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "goroce: ") {
+			return l
+		}
 	}
+	return "goroce: -"
+}
+
+// mckeyPeerEnv is the environment of a goroce mckey peer in role.
+func mckeyPeerEnv(lab *labtest.Lab, role, group string) []string {
+	return []string{"GOROCE_CMPEER=" + role, "GOROCE_CMPEER_ADDR=" + lab.HostIP.String(), "GOROCE_CMPEER_GROUP=" + group,
+		"GOROCE_CMPEER_COUNT=" + strconv.Itoa(mckeyCount), "GOROCE_CMPEER_SIZE=" + strconv.Itoa(mckeySize)}
+}
+
+// mckeyPeer is mckey on goroce, with rdma_cm's join (cm/mcast): as a receiver, mckeyQPs UD
+// QPs each joined to group, each of which must receive count datagrams of size bytes; as a
+// sender, one joined QP that sends count datagrams to the group and waits for their
+// completions (mckey does not) before it leaves.
+func mckeyPeer(ctx context.Context, dev *roce.Device, send bool, group string, count, size int) error {
+	g, err := netip.ParseAddr(group)
+	if err != nil {
+		return err
+	}
+	qps := mckeyQPs
+	if send {
+		qps = 1
+	}
+	var vs []*peerVerbs
+	defer func() {
+		for _, v := range vs {
+			v.close()
+		}
+	}()
+	for range qps {
+		v, err := newPeerVerbs(dev, roce.QPTypeUD, count, size)
+		if err != nil {
+			return err
+		}
+		vs = append(vs, v)
+		if err := v.qp.Connect(&roce.ConnectAttr{QKey: cm.UDPQKey, SQPSN: cm.RandomPSN()}); err != nil {
+			return err
+		}
+		if !send {
+			if err := v.postRecvs(count); err != nil {
+				return err
+			}
+		}
+		m, err := mcast.Join(v.qp, g, mcast.FullMember)
+		if err != nil {
+			return err
+		}
+		defer m.Leave()
+		if send {
+			ah, err := v.pd.CreateAH(m.AHAttr())
+			if err != nil {
+				return err
+			}
+			defer ah.Close()
+			wr := v.sendWR(count, size)
+			wr.AH, wr.RemoteQPN, wr.RemoteQKey = ah.AV(), m.RemoteQPN(), m.QKey()
+			for range count {
+				if _, err := v.qp.PostSend([]roce.SendWR{wr}); err != nil {
+					return err
+				}
+			}
+			if _, err := v.poll(ctx, count); err != nil {
+				return fmt.Errorf("send: %w", err)
+			}
+			fmt.Printf("sent %d datagrams to %v\n", count, g)
+			return checkPeerStats(dev.Stats())
+		}
+	}
+	fmt.Println(cmPeerReady)
+	for i, v := range vs {
+		wcs, err := v.poll(ctx, count)
+		if err != nil {
+			return fmt.Errorf("QP %d: %w", i, err)
+		}
+		for _, w := range wcs {
+			if w.Opcode != roce.WCRecv || w.ByteLen != uint32(40+size) || w.Flags&roce.WCGRH == 0 {
+				return fmt.Errorf("QP %d: completion %+v, want a RECV of GRH + %d bytes", i, w, size)
+			}
+		}
+	}
+	fmt.Printf("received %d on each of %d QPs\n", count, len(vs))
+	return checkPeerStats(dev.Stats())
 }
 
 // mckeySender is the guest command line of an mckey sender with args. mckey posts its
@@ -530,4 +680,34 @@ func checkMckey(t *testing.T, who string, r labtest.Result, joins int) {
 		return
 	}
 	t.Logf("mckey %s:\n%s", who, tail(r.Out, 8))
+}
+
+// TestMckeyPeerLoopback runs the goroce mckey peer's receiver and sender against each
+// other on loopback devices (127.0.0.1 and .2, a multicast group on lo): the roles the
+// lab's mckey rows use, proven without the lab.
+func TestMckeyPeerLoopback(t *testing.T) {
+	u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(u.LocalAddr().(*net.UDPAddr).Port)
+	u.Close()
+	var devs [2]*roce.Device
+	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
+		if devs[i], err = roce.Open(netip.MustParseAddr(a), roce.WithPort(port), roce.WithMTU(roce.MTU1024)); err != nil {
+			t.Skipf("loopback device %s: %v", a, err)
+		}
+		defer devs[i].Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	recv := make(chan error, 1)
+	go func() { recv <- mckeyPeer(ctx, devs[0], false, "239.18.99.1", mckeyCount, mckeySize) }()
+	time.Sleep(200 * time.Millisecond) // the receiver's joins
+	if err := mckeyPeer(ctx, devs[1], true, "239.18.99.1", mckeyCount, mckeySize); err != nil {
+		t.Fatalf("sender: %v", err)
+	}
+	if err := <-recv; err != nil {
+		t.Fatalf("receiver: %v", err)
+	}
 }
