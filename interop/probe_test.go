@@ -30,10 +30,6 @@ type probeRow struct {
 	gens labtest.Gens // the kernel generations whose rxe has the verbs; empty: every one
 	// allow names rxe error counters the row moves on purpose.
 	allow []string
-	// knownBug, when set, names a goroce incompatibility that makes the goroce runs of
-	// this row fail today: they are skipped with that text unless
-	// GOROCE_INTEROP_STRICT=1 (the rxe-to-rxe run always runs).
-	knownBug string
 }
 
 // probeRows are the rows. FLUSH and ATOMIC_WRITE came with kernel 6.2 (and rdma-core 45).
@@ -43,8 +39,7 @@ var probeRows = []probeRow{
 	{test: "send_inv_mr"},
 	{test: "bind_mw1"},
 	{test: "bind_mw2"},
-	{test: "flush", gens: labtest.Gens{labtest.Gen612}, knownBug: "FLUSH ICRC: goroce computes IBA's, rxe 6.12 its own " +
-		"(over the headers twice, TestRxeFlushICRC), so each side drops the other's FLUSH"},
+	{test: "flush", gens: labtest.Gens{labtest.Gen612}},
 	{test: "atomic_write", gens: labtest.Gens{labtest.Gen612}},
 }
 
@@ -85,10 +80,6 @@ func runProbe(t *testing.T, lab *labtest.Lab, r probeRow, client, server string)
 	if tt := verbsprobe.Tests[r.test]; goroce && (client == "goroce" && tt.Client == nil || server == "goroce" && tt.Server == nil) {
 		row.verdict = "waiting: goroce has no " + tt.Needs
 		t.Skipf("goroce has no %s yet", tt.Needs)
-	}
-	if goroce && r.knownBug != "" && os.Getenv("GOROCE_INTEROP_STRICT") != "1" {
-		row.verdict = "known goroce bug: " + r.knownBug
-		t.Skipf("known goroce bug (GOROCE_INTEROP_STRICT=1 runs it): %s", r.knownBug)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
