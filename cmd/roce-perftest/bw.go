@@ -51,7 +51,7 @@ func (s *session) runTest(ctx context.Context) error {
 		return s.sendLat(ctx)
 	case t.lat:
 		return s.readLat(ctx)
-	case t.verb == send:
+	case s.c.receives():
 		return s.sendBW(ctx)
 	}
 	return s.rdmaBW(ctx)
@@ -123,7 +123,7 @@ func (s *session) rdmaBW(ctx context.Context) error {
 // sides' after swapping reports (and with --report-both each side's too).
 func (s *session) reportBW(ctx context.Context, rep bwReport) error {
 	c := s.c
-	if !c.duplex || (c.test.verb == send && s.timed()) {
+	if !c.duplex || (c.receives() && s.timed()) {
 		s.printBW(rep, nil)
 		return nil
 	}
@@ -161,6 +161,9 @@ func (s *session) opcode() roce.WROpcode {
 			return roce.WRAtomicCmpAndSwp
 		}
 		return roce.WRAtomicFetchAndAdd
+	}
+	if s.c.writeImm {
+		return roce.WRRDMAWriteWithImm
 	}
 	return roce.WRRDMAWrite
 }
@@ -350,11 +353,15 @@ func (s *session) postRecvs(q, k int, posted []int) error {
 	if s.c.conn == connUD {
 		length += udAddition
 	}
+	sgeLen := length
+	if s.c.writeImm {
+		sgeLen = 0 // the data goes where the WRITE puts it; the receive holds none
+	}
 	wrs := make([]roce.RecvWR, k)
 	for i := range wrs {
 		off := s.advertised(q) + s.slotOf(posted[q]+i, length)
 		wrs[i] = roce.RecvWR{WRID: uint64(q)<<32 | uint64(uint32(posted[q]+i)), SGL: []roce.SGE{{Addr: s.mr.Addr() + uint64(off),
-			Length: uint32(length), LKey: s.mr.LKey()}}}
+			Length: uint32(sgeLen), LKey: s.mr.LKey()}}}
 	}
 	got, err := s.qps[q].PostRecv(wrs)
 	posted[q] += got
@@ -364,7 +371,16 @@ func (s *session) postRecvs(q, k int, posted []int) error {
 	return nil
 }
 
-// recvLen is the byte count a receive completion must have.
+// recvOpcode is the opcode of the test's receive completions.
+func (s *session) recvOpcode() roce.WCOpcode {
+	if s.c.writeImm {
+		return roce.WCRecvRDMAWithImm
+	}
+	return roce.WCRecv
+}
+
+// recvLen is the byte count a receive completion must have: for a WRITE with
+// immediate, the length of the WRITE.
 func (s *session) recvLen() uint32 {
 	if s.c.conn == connUD {
 		return uint32(s.size + udAddition)
@@ -372,7 +388,8 @@ func (s *session) recvLen() uint32 {
 	return uint32(s.size)
 }
 
-// sendBW is the main of ib_send_bw: for each size, the receiving side (server,
+// sendBW is the main of ib_send_bw, and of ib_write_bw --write_with_imm (the
+// same steps, perftest's write_bw.c with WRITE_IMM): for each size, the receiving side (server,
 // or both with -b) posts -r receives per QP, a hand-shake lets the sender start,
 // and the run ends with each side's row (with -b, and not -D, the sum of both
 // after swapping reports); -a adds a hand-shake after each size.
@@ -415,10 +432,17 @@ func (s *session) sendBW(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// With -a, send_bw hand-shakes after a size's report, write_bw
+		// --write_with_imm before it.
+		if c.all && c.writeImm {
+			if err := s.barrier(ctx); err != nil {
+				return err
+			}
+		}
 		if err := s.reportBW(ctx, rep); err != nil {
 			return err
 		}
-		if c.all {
+		if c.all && !c.writeImm {
 			if err := s.barrier(ctx); err != nil {
 				return err
 			}
@@ -493,8 +517,8 @@ func (s *session) checkRecv(w roce.WC, rcnt int) error {
 	switch {
 	case w.Status != roce.WCSuccess:
 		return fmt.Errorf("completion with error: status %v (%d) for wr_id %#x; rcnt=%d", w.Status, w.Status, w.WRID, rcnt)
-	case w.Opcode != roce.WCRecv:
-		return fmt.Errorf("receive %d: opcode %v, want RECV", rcnt, w.Opcode)
+	case w.Opcode != s.recvOpcode():
+		return fmt.Errorf("receive %d: opcode %v, want %v", rcnt, w.Opcode, s.recvOpcode())
 	case w.ByteLen != s.recvLen():
 		return fmt.Errorf("receive %d: %d bytes, want %d", rcnt, w.ByteLen, s.recvLen())
 	case int(w.WRID>>32) >= s.c.numQPs:
@@ -546,7 +570,7 @@ func (s *session) sendBi(ctx context.Context, posted []int) (bwReport, error) {
 		now := time.Now()
 		sends := 0
 		for _, w := range wc[:got] {
-			if w.Opcode != roce.WCRecv {
+			if w.Opcode != s.recvOpcode() {
 				if w.Status != roce.WCSuccess {
 					return bwReport{}, fmt.Errorf("completion with error: status %v (%d) for wr_id %#x", w.Status, w.Status, w.WRID)
 				}

@@ -30,6 +30,8 @@
 //	-c, --connection  RC, UC (send, write) or UD (send)
 //	-R, --rdma_cm     connect through rdma_cm (RC): see below; -T, --tos with it
 //	-A, --atomic_type FETCH_AND_ADD (default) or CMP_AND_SWAP
+//	--write_with_imm  write_bw's WRITEs carry immediate data: the server posts
+//	                  receives (-r, 512) and counts the completions, as send_bw
 //	-o, --outs        outstanding READs/atomics
 //	-m, --mtu         path MTU; the lower of both sides' is used
 //	-x, --gid-index   local GID index (default: the device's RoCEv2 GID)

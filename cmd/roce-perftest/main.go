@@ -44,6 +44,7 @@ type config struct {
 	reportBoth       bool
 	noPeak           bool
 	atomicCAS        bool // -A CMP_AND_SWAP; FETCH_AND_ADD otherwise
+	writeImm         bool // --write_with_imm: write_bw's WRITEs carry immediate data, each consuming a receive
 	outReads         int  // -o; 0: the device's (read, atomic) or 1
 	cqMod            int
 	inline           int
@@ -227,6 +228,7 @@ func parseArgs(args []string) (*config, *cli.Options, error) {
 	o.FlagLong(&c.outReads, "outs", 'o', "outstanding reads/atomics (default: the device's)", "NUM")
 	o.FlagLong(&c.trafficClass, "tclass", 0, "GRH traffic class", "CLASS")
 	o.FlagLong(&c.output, "output", 0, "print only one figure: bandwidth, message_rate or latency", "WHAT")
+	o.FlagLong(&c.writeImm, "write_with_imm", 0, "write_bw: RDMA WRITE with immediate, each consuming a receive at the server")
 	o.FlagLong(&c.rdmaCM, "rdma_cm", 'R', "connect the QPs through rdma_cm, and exchange over an rdma_cm connection (RC)")
 	o.FlagLong(&c.tos, "tos", 'T', "with -R: the type of service (traffic class) of the connections", "TOS")
 	atomicType := "FETCH_AND_ADD"
@@ -312,7 +314,7 @@ func parseArgs(args []string) (*config, *cli.Options, error) {
 		return nil, o, fmt.Errorf("-t %d: tx depth must be in [1, %d]", c.txDepth, maxTx)
 	case c.set("rx-depth") && (c.rxDepth < 1 || c.rxDepth > maxRx):
 		return nil, o, fmt.Errorf("-r %d: rx depth must be in [1, %d]", c.rxDepth, maxRx)
-	case c.set("rx-depth") && c.test.verb != send && c.rxDepth > defRxRDMA:
+	case c.set("rx-depth") && !c.receives() && c.rxDepth > defRxRDMA:
 		return nil, o, fmt.Errorf("-r %d: the RDMA tests use an rx depth of 1", c.rxDepth)
 	case c.gidIndex < -1 || c.gidIndex > 64:
 		return nil, o, fmt.Errorf("-x %d: not a GID index", c.gidIndex)

@@ -57,6 +57,11 @@ func TestParseArgs(t *testing.T) {
 		{"-- before the host", []string{"write_lat", "--", "127.0.0.1"}, func(c *config) bool { return c.server == "127.0.0.1" }},
 		{"-R", []string{"write_bw", "-R", "-T", "96", "127.0.0.1"}, func(c *config) bool { return c.rdmaCM && c.tos == 96 }},
 		{"--rdma_cm", []string{"read_lat", "--rdma_cm", "-d", "lo"}, func(c *config) bool { return c.rdmaCM }},
+		// WRITE_IMM takes send_bw's receive depth (512, at most -n) and -r.
+		{"--write_with_imm", []string{"write_bw", "--write_with_imm", "-n", "100"}, func(c *config) bool {
+			return c.writeImm && c.rxDepth == 100 && c.noPeak && c.receives()
+		}},
+		{"--write_with_imm -r", []string{"write_bw", "--write_with_imm", "-r", "7", "127.0.0.1"}, func(c *config) bool { return c.rxDepth == 7 }},
 	}
 	for _, tt := range ok {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,6 +106,9 @@ func TestParseArgs(t *testing.T) {
 		{"two servers", []string{"write_bw", "a", "b"}, "too many arguments"},
 		{"run_infinitely on lat", []string{"write_lat", "--run_infinitely"}, "only in the bw tests"},
 		{"output mismatch", []string{"write_lat", "--output=bandwidth"}, "does not fit write_lat"},
+		{"write_with_imm on send", []string{"send_bw", "--write_with_imm"}, "--write_with_imm: only in write_bw"},
+		{"write_with_imm on lat", []string{"write_lat", "--write_with_imm"}, "--write_with_imm: only in write_bw"},
+		{"write_with_imm infinitely both ways", []string{"write_bw", "--write_with_imm", "--run_infinitely", "-b"}, "not with -b"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
@@ -403,6 +411,12 @@ func TestLoopback(t *testing.T) {
 		{[]string{"write_lat", "-R", "-s", "64", "-n", "100"}, 64, 100, 1, false, false},
 		{[]string{"read_lat", "-R", "-s", "64", "-n", "100"}, 64, 100, 1, true, false},
 		{[]string{"send_lat", "-R", "-s", "64", "-n", "100"}, 64, 100, 1, false, false},
+		// RDMA WRITE with immediate: the server counts the receives each consumes.
+		{[]string{"write_bw", "--write_with_imm", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
+		{[]string{"write_bw", "--write_with_imm", "-q", "2", "-s", "64", "-n", "100"}, 64, 200, 1, false, false},
+		{[]string{"write_bw", "--write_with_imm", "-b", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
+		{[]string{"write_bw", "--write_with_imm", "-a", "-n", "5"}, 0, 5, 23, false, false},
+		{[]string{"write_bw", "--write_with_imm", "-c", "UC", "-s", "1024", "-n", "100"}, 1024, 100, 1, false, false},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			src, crc, sout, serr, cout, cerr := pair(t, tt.args, "60s")

@@ -73,7 +73,7 @@ func (s *session) printBanner() {
 	if c.server != "" || c.duplex {
 		fmt.Fprintf(&b, " TX depth        : %d\n", c.txDepth)
 	}
-	if t.verb == send && (c.server == "" || c.duplex) {
+	if c.receives() && (c.server == "" || c.duplex) {
 		fmt.Fprintf(&b, " RX depth        : %d\n", c.rxDepth)
 	}
 	if t.bw() {

@@ -124,7 +124,7 @@ func (c *config) applyDefaults() error {
 	}
 	if !c.set("rx-depth") {
 		c.rxDepth = defRxRDMA
-		if t.verb == send {
+		if c.receives() {
 			c.rxDepth = defRxSend
 		}
 	}
@@ -151,8 +151,10 @@ func (c *config) applyDefaults() error {
 		return fmt.Errorf("-o: outstanding reads only in the read and atomic tests")
 	case c.runInf && t.lat:
 		return fmt.Errorf("--run_infinitely: only in the bw tests")
-	case c.runInf && c.duplex && t.verb == send:
-		return fmt.Errorf("--run_infinitely: not with -b in send_bw")
+	case c.runInf && c.duplex && c.receives():
+		return fmt.Errorf("--run_infinitely: not with -b in send_bw or --write_with_imm")
+	case c.writeImm && (t.verb != write || t.lat):
+		return fmt.Errorf("--write_with_imm: only in write_bw")
 	case c.set("duration") && c.all:
 		return fmt.Errorf("-D: not with -a")
 	case (c.unsorted || c.histogram) && !t.lat:
@@ -162,7 +164,7 @@ func (c *config) applyDefaults() error {
 	timed := c.set("duration") || c.runInf
 	if !timed {
 		c.txDepth = min(c.txDepth, c.iters)
-		if t.verb == send {
+		if c.receives() {
 			c.rxDepth = min(c.rxDepth, c.iters)
 		}
 		if (c.conn == connUD || c.conn == connUC) && !c.set("rx-depth") {
@@ -185,7 +187,7 @@ func (c *config) applyDefaults() error {
 			return fmt.Errorf("-D %d -f %d: the duration must be more than twice the margin", c.duration, c.margin)
 		}
 	}
-	if t.verb == send && t.bw() && c.server == "" && !c.duplex {
+	if c.receives() && t.bw() && c.server == "" && !c.duplex {
 		c.noPeak = true
 	}
 	if t.verb == send && c.rxDepth%2 == 1 && !c.all && !c.runInf {
@@ -196,3 +198,7 @@ func (c *config) applyDefaults() error {
 	}
 	return nil
 }
+
+// receives reports whether the test consumes receives: the send tests, and
+// write_bw with --write_with_imm (perftest's WRITE_IMM verb).
+func (c *config) receives() bool { return c.test.verb == send || c.writeImm }
