@@ -25,9 +25,11 @@ func TestPerftestRunInfinitely(t *testing.T) {
 	bin := toolBin(t, "GOROCE_PERFTEST", "cmd/roce-perftest")
 	g := lab.Guest(t, "a")
 	c := ptCase{test: "send_bw", size: 1024, extra: []string{"--run_infinitely", "-D", "1", "-t", "16"}, timed: true}
-	opts := fmt.Sprintf("-s %d -F %s", c.size, strings.Join(c.extra, " "))
+	// The lane's own TCP port: the lanes run at once in one namespace.
+	port := strconv.Itoa(lab.Port(pingpongPort))
+	opts := fmt.Sprintf("-s %d -F -p %s %s", c.size, port, strings.Join(c.extra, " "))
 	stock := fmt.Sprintf("ib_%s -d rxe0 -x %d %s", c.test, g.GIDIndex, opts)
-	ours := append([]string{c.test, "-d", lab.HostIP.String(), "-x", "1", "--stats", "-s", strconv.Itoa(c.size), "-F"}, c.extra...)
+	ours := append([]string{c.test, "-d", lab.HostIP.String(), "-x", "1", "--stats", "-s", strconv.Itoa(c.size), "-F", "-p", port}, c.extra...)
 	for _, dir := range []ptDirection{ptOursToRxe, ptRxeToOurs} {
 		t.Run(c.name()+"/"+dir.short(), func(t *testing.T) {
 			res := ptResult{c: c, dir: dir, verdict: "FAIL"}
