@@ -128,7 +128,7 @@ func Run(cfg Config) (*Result, error) {
 			return nil, err
 		}
 		defer dev.Close()
-		if flows[i], err = Connect(dev, rdev, cfg.MTU, cfg.MsgSize, cfg.Depth); err != nil {
+		if flows[i], err = Connect(dev, rdev, cfg.MTU, cfg.MsgSize, cfg.Depth, 14); err != nil {
 			return nil, fmt.Errorf("flow %d: %w", i, err)
 		}
 		defer flows[i].Close()

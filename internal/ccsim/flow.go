@@ -21,8 +21,10 @@ type Flow struct {
 }
 
 // Connect creates the QP pair between dev and the receiver rdev, each
-// keeping depth WRITEs of msgSize bytes outstanding, and moves both to RTS.
-func Connect(dev, rdev *roce.Device, mtu roce.MTU, msgSize, depth int) (*Flow, error) {
+// keeping depth WRITEs of msgSize bytes outstanding, and moves both to RTS
+// with the local ACK timeout timeout (4.096 µs · 2^timeout): it must exceed
+// the longest queueing delay of the path, or every long queue is a loss.
+func Connect(dev, rdev *roce.Device, mtu roce.MTU, msgSize, depth int, timeout uint8) (*Flow, error) {
 	cfg := Config{MTU: mtu, MsgSize: msgSize, Depth: depth}
 	f := &Flow{dev: dev, depth: cfg.Depth, msg: cfg.MsgSize}
 	var err error
@@ -54,17 +56,17 @@ func Connect(dev, rdev *roce.Device, mtu roce.MTU, msgSize, depth int) (*Flow, e
 	if f.rqp, err = f.rpd.CreateQP(attr(f.rcq)); err != nil {
 		return nil, err
 	}
-	if err := toRTS(f.qp, f.rqp.QPN(), rdev, cfg.MTU); err != nil {
+	if err := toRTS(f.qp, f.rqp.QPN(), rdev, cfg.MTU, timeout); err != nil {
 		return nil, err
 	}
-	if err := toRTS(f.rqp, f.qp.QPN(), dev, cfg.MTU); err != nil {
+	if err := toRTS(f.rqp, f.qp.QPN(), dev, cfg.MTU, timeout); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
 // toRTS moves q through INIT and RTR to RTS toward QP rqpn on peer.
-func toRTS(q *roce.QP, rqpn uint32, peer *roce.Device, mtu roce.MTU) error {
+func toRTS(q *roce.QP, rqpn uint32, peer *roce.Device, mtu roce.MTU, timeout uint8) error {
 	err := q.Modify(&roce.QPAttr{State: roce.QPSInit, PortNum: 1, AccessFlags: roce.AccessRemoteWrite},
 		roce.QPAttrState|roce.QPAttrPKeyIndex|roce.QPAttrPort|roce.QPAttrAccessFlags)
 	if err != nil {
@@ -78,7 +80,7 @@ func toRTS(q *roce.QP, rqpn uint32, peer *roce.Device, mtu roce.MTU) error {
 	if err != nil {
 		return err
 	}
-	return q.Modify(&roce.QPAttr{State: roce.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 0, MaxRDAtomic: 1},
+	return q.Modify(&roce.QPAttr{State: roce.QPSRTS, Timeout: timeout, RetryCnt: 7, RNRRetry: 7, SQPSN: 0, MaxRDAtomic: 1},
 		roce.QPAttrState|roce.QPAttrTimeout|roce.QPAttrRetryCnt|roce.QPAttrRNRRetry|roce.QPAttrSQPSN|roce.QPAttrMaxQPRDAtomic)
 }
 
