@@ -56,7 +56,7 @@ func newCCNet(t *testing.T, lab *labtest.Lab, via netip.Addr, sAddrs, rAddrs []s
 		dev := fmt.Sprintf("cc%d", i)
 		br := "cc" + strings.ReplaceAll(strings.TrimPrefix(side.ns.Name, "goroce-test-"), "-", "x") // ≤ 15 bytes
 		side.ns.IP("link", "add", dev, "netns", side.ns.Name, "type", "veth", "peer", "name", br, "netns", lab.NS)
-		side.ns.IP("-n", lab.NS, "link", "set", br, "master", ccBridge, "mtu", strconv.Itoa(lab.MTU), "up")
+		side.ns.IP("-n", lab.NS, "link", "set", br, "master", lab.Bridge, "mtu", strconv.Itoa(lab.MTU), "up")
 		side.ns.IP("-n", side.ns.Name, "link", "set", dev, "mtu", strconv.Itoa(lab.MTU), "up")
 		for _, a := range side.addrs {
 			side.ns.IP("-n", side.ns.Name, "addr", "add", a+"/24", "dev", dev)
@@ -84,7 +84,17 @@ func newCCNet(t *testing.T, lab *labtest.Lab, via netip.Addr, sAddrs, rAddrs []s
 	return n
 }
 
-const ccBridge = "labbr0"
+// laneAddrs returns the addresses of the lane's /24 (its host side's) with
+// the given last bytes: each lane is a subnet of its own.
+func laneAddrs(lab *labtest.Lab, last ...byte) []string {
+	var out []string
+	for _, b := range last {
+		a := lab.HostIP.As4()
+		a[3] = b
+		out = append(out, netip.AddrFrom4(a).String())
+	}
+	return out
+}
 
 // forwardThrough makes guest g forward IPv4 without redirects, with qdisc
 // (a tc command line after "qdisc add dev eth0", or several joined by ";")
@@ -215,7 +225,7 @@ func kernelCC(on bool) dcqcn.Config {
 func TestCongestionKernelBottleneck(t *testing.T) {
 	lab := labtest.Open(t)
 	g := lab.Guest(t, "a")
-	n := newCCNet(t, lab, g.IP, []string{"198.18.0.31", "198.18.0.32"}, []string{"198.18.0.41", "198.18.0.42"})
+	n := newCCNet(t, lab, g.IP, laneAddrs(lab, 31, 32), laneAddrs(lab, 41, 42))
 	forwardThrough(t, g, kbTBF, kbRED)
 	pinNeighbours(t, g, n)
 	for _, on := range []bool{true, false} {
@@ -393,7 +403,7 @@ func TestCongestionRxe(t *testing.T) {
 	})
 	t.Run("ours-to-rxe", func(t *testing.T) {
 		b := lab.Guest(t, "b")
-		n := newCCNet(t, lab, b.IP, []string{"198.18.0.33"}, nil)
+		n := newCCNet(t, lab, b.IP, laneAddrs(lab, 33), nil)
 		n.s.IP("-n", n.s.Name, "route", "add", a.IP.String()+"/32", "via", b.IP.String())
 		forwardThrough(t, b, netem)
 		viaB := *lab
