@@ -88,6 +88,14 @@ func TestTryItOnOneMachine(t *testing.T) {
 		t.Fatalf("lo up: %v %s", err, out)
 	}
 
+	// listeners counts the listening TCP sockets in the namespace (-1: no ss).
+	listeners := func() int {
+		out, err := exec.Command("ip", "netns", "exec", ns, "ss", "-Hltn").Output()
+		if err != nil {
+			return -1
+		}
+		return strings.Count(string(out), "\n")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	inNS := func(line string) *exec.Cmd {
@@ -142,9 +150,15 @@ func TestTryItOnOneMachine(t *testing.T) {
 			if err := j.cmd.Start(); err != nil {
 				t.Fatalf("%s: %v", line, err)
 			}
+			before := listeners()
 			go func() { j.done <- j.cmd.Wait() }()
 			jobs = append(jobs, j)
-			time.Sleep(500 * time.Millisecond) // a typist's pause: the server comes up
+			// A typist's pause: the server comes up. On a loaded machine that
+			// can take longer than a pause, so wait for its first TCP listener.
+			for deadline := time.Now().Add(20 * time.Second); before >= 0 && listeners() <= before && time.Now().Before(deadline); {
+				time.Sleep(50 * time.Millisecond)
+			}
+			time.Sleep(500 * time.Millisecond)
 		default:
 			out, err := inNS(line).CombinedOutput()
 			if err != nil {
