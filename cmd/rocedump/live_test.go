@@ -52,7 +52,9 @@ func sendBetween(t *testing.T, a, b string) {
 	connect := func(e, peer *end, psn, peerPSN uint32) {
 		attr := roce.ConnectAttr{AV: roce.AddressVector{DGID: peer.dev.Addr(), SGIDIndex: uint8(e.dev.GIDIndex()), HopLimit: 1, IsGlobal: true},
 			PathMTU: roce.MTU1024, DestQPN: peer.qp.QPN(), RQPSN: peerPSN, MaxDestRDAtomic: 1, MinRNRTimer: 12,
-			SQPSN: psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRDAtomic: 1}
+			// Timeout 20 (4.3 s): on a loaded machine 67 ms can pass before the
+			// ACK, and a retransmitted SEND would take the ACK's place in -c 2.
+			SQPSN: psn, Timeout: 20, RetryCnt: 7, RNRRetry: 7, MaxRDAtomic: 1}
 		if err := e.qp.Connect(&attr); err != nil {
 			t.Fatal(err)
 		}
