@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"log/slog"
 	"net"
@@ -68,7 +67,7 @@ func newCM(dev *roce.Device, mads *gsi.Conn, c *config) (*cm.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cm.NewManager(mads, cm.ManagerConfig{CAGUID: nodeGUID(dev), PathMTU: uint8(pa.ActiveMTU),
+	return cm.NewManager(mads, cm.ManagerConfig{CAGUID: gsi.CAGUID(dev), PathMTU: uint8(pa.ActiveMTU),
 		Machine: cm.Config{MaxPending: c.cmMaxPending, MaxPendingPerPeer: c.cmMaxPendingPerSource,
 			PendingTimeout: c.cmPendingTimeout}}), nil
 }
@@ -84,19 +83,6 @@ func newRpingResponder(dev *roce.Device, mgr *cm.Manager, addr netip.AddrPort, c
 	r := &rpingResponder{dev: dev, mgr: mgr, ln: ln, cfg: cfg, stats: cfg.stats, log: log.With("responder", "rping")}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
-}
-
-// nodeGUID is the CA GUID rxe would use: the EUI-64 in the link-local GID, or 0.
-func nodeGUID(dev *roce.Device) uint64 {
-	g, err := dev.QueryGID(0)
-	if err != nil {
-		return 0
-	}
-	b := [16]byte(g)
-	if b[0] != 0xfe || b[1] != 0x80 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(b[8:])
 }
 
 // Name implements responder.
