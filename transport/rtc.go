@@ -57,7 +57,10 @@ const holdFor = 50 * time.Microsecond
 // pollSlice is a slice for a goroutine that polls a CQ: its completions
 // become visible at once, and its packets (the acknowledgements of what it
 // received, mostly) are held until the poller's next post sends them after
-// its own packets, an empty poll sends them, or holdFor passes. A reply
+// its own packets, an empty poll sends them, or holdFor passes. Only plain
+// ACKs are held: a slice that emitted anything else (a request, a READ
+// response) sends at once, since the next slice's packets go out before the
+// held ones and must not overtake packets whose order the peer checks. A reply
 // posted on seeing a receive so leaves before that receive's ACK, which is
 // off the round trip. This is the order rxe uses (rxe_resp.c completes a
 // receive, then sends its ACK); outside run-to-completion polling the engine
@@ -68,6 +71,13 @@ func (s *shard) pollSlice() bool {
 	}
 	s.drainWC()
 	s.passDone.Store(s.e.clock.Now().UnixNano())
+	if s.ordered {
+		// Requests, READ responses or atomic ACKs: a later slice's packets
+		// of the same QP must not overtake them (a peer would see a PSN
+		// gap), so they leave now, and the plain ACKs held before them too.
+		s.flush()
+		return true
+	}
 	if len(s.out) > s.held {
 		s.held = len(s.out)
 		if s.heldArmed.CompareAndSwap(false, true) {

@@ -80,3 +80,44 @@ func TestRunToCompletionPollHoldsACK(t *testing.T) {
 		t.Fatalf("an empty poll wrote %d messages in all, want the held ACK sent", len(l.msgs))
 	}
 }
+
+// TestRunToCompletionPollKeepsRequestOrder: a poll-driven slice that serves a
+// QP's requester (its post found the token taken) sends those requests at
+// once; held, they would leave after the next post's requests and the peer
+// would see a PSN gap, then a duplicate.
+func TestRunToCompletionPollKeepsRequestOrder(t *testing.T) {
+	var reads []link.Message
+	w, l := rtcWire(t, &reads)
+	rb := w.mem.reg(1, make([]byte, 256), AccessLocalWrite)
+	sb := w.mem.reg(1, pattern(64, 2), AccessLocalWrite)
+	w.recv(srq.RecvWR{WRID: 7, SGL: []srq.SGE{rb.sge(0, 256)}})
+	it := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: wireRQPSN, AckReq: true}, pattern(64, 1))
+	reads = append(reads, link.Message{Buf: append([]byte(nil), it.bytes()...), Addr: w.peer, Local: addrA.Addr()})
+	it.release()
+
+	// Another goroutine holds the token: the post only queues the QP.
+	w.q.sh.mu.Lock()
+	w.post(SendWR{WRID: 1, Opcode: WRSend, SGL: []srq.SGE{sb.sge(0, 64)}})
+	w.q.sh.mu.Unlock()
+	if len(l.msgs) != 0 {
+		t.Fatalf("%d messages written while the token was taken", len(l.msgs))
+	}
+	// The poller's slice receives the SEND and serves the queued post.
+	if n := w.e.Poll(); n != 1 {
+		t.Fatalf("Poll read %d messages, want 1", n)
+	}
+	w.post(SendWR{WRID: 2, Opcode: WRSend, SGL: []srq.SGE{sb.sge(0, 64)}})
+	var psns []bth.PSN
+	for _, m := range l.msgs {
+		if bth.Opcode(m.Buf[0]) == bth.RCSendOnly {
+			pkt, err := bth.Parse(m.Buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			psns = append(psns, pkt.PSN())
+		}
+	}
+	if len(psns) != 2 || psns[0] != wireSQPSN || psns[1] != wireSQPSN.Add(1) {
+		t.Fatalf("SEND PSNs on the wire %v, want %v then %v", psns, wireSQPSN, wireSQPSN.Add(1))
+	}
+}
