@@ -211,6 +211,7 @@ type ptResult struct {
 	usec      float64
 	rxe       labtest.Counters
 	oursStats map[string]uint64
+	rerun     bool // the first run ended in rxe's event stall (watchStall)
 }
 
 // record appends the row to $GOROCE_INTEROP_RESULTS in the columns the pingpong rows
@@ -332,7 +333,30 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 		}
 		defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short(), sender)()
 		ours := append([]string{c.test, "-d", lab.HostIP.String(), "-x", "1", "--stats", "--timeout", "120s"}, opts...)
-		r := runPair(ctx, t, lab, g, bin, stock(g), ours, dir == ptOursToRxe)
+		var r pairRun
+		for attempt := 1; ; attempt++ {
+			runCtx, cancelRun := context.WithCancelCause(ctx)
+			why, stop := "", func() {}
+			if c.events() {
+				stop = watchStall(runCtx, g, "ib_"+c.test, before, cancelRun, &why)
+			}
+			r = runPair(runCtx, t, lab, g, bin, stock(g), ours, dir == ptOursToRxe)
+			stop()
+			again := stalled(runCtx)
+			cancelRun(nil)
+			if !again {
+				break
+			}
+			if attempt == 2 {
+				t.Errorf("%v, twice: %s", errRxeStall, why)
+				break
+			}
+			t.Logf("%v (%s): running the case again", errRxeStall, why)
+			res.rerun = true
+			if before, err = g.Counters(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 		sides = []side{{"roce-perftest", r.oursOut, r.oursRC, dir == ptRxeToOurs}, {"ib_" + c.test, r.stock.Out, r.stock.RC, dir == ptOursToRxe}}
 		oursErr = r.oursErr
 		if r.oursRC != 0 {
@@ -421,6 +445,9 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	}
 	if !t.Failed() {
 		res.verdict = "pass"
+		if res.rerun {
+			res.verdict = "pass on a second run (rxe 6.1 event stall, see stall_test.go)"
+		}
 	}
 	t.Logf("rxe: %v", d)
 	if dir != ptRxeToRxe {
