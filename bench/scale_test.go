@@ -13,6 +13,7 @@ import (
 
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/link"
 )
 
 // The scale benchmarks: many RC QPs between two devices, every QP's receives on
@@ -376,6 +377,21 @@ func BenchmarkRCSendQPsNoGSO(b *testing.B) {
 	for _, n := range []int{1, 16, 4096} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			devOpts = []roce.Option{roce.WithGSO(false)}
+			defer func() { devOpts = nil }()
+			b.ReportMetric(sendQPsRate(b, n, b.N), "pkts/s")
+		})
+	}
+}
+
+// BenchmarkRCSendQPsOnePort is BenchmarkRCSendQPs with every QP sending from the
+// device's own UDP port (link.Config.MaxSourcePorts -1, roced -source-ports 0):
+// the QPs then share one flow, so their packets share GSO trains (one QP's
+// flow is the most a train can hold; with a port per QP, N QPs in turn give
+// trains of one burst).
+func BenchmarkRCSendQPsOnePort(b *testing.B) {
+	for _, n := range []int{1, 16, 4096} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			devOpts = []roce.Option{roce.WithLinkConfig(link.Config{MaxSourcePorts: -1})}
 			defer func() { devOpts = nil }()
 			b.ReportMetric(sendQPsRate(b, n, b.N), "pkts/s")
 		})

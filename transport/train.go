@@ -49,11 +49,15 @@ func (s *shard) trainEnd(i, hi int) int {
 }
 
 // joins reports whether out[j] may ride in a train that starts at out[i]:
-// the same QP (so the same source port), the same destination and IP header
-// fields (a train's datagrams share one header), not longer.
+// the same UDP flow (source port and destination) and IP header fields (a
+// train's datagrams share one header), not longer. QPs that share a source
+// port (the link's own, or one of its per-QP ports once there are more QPs
+// than ports) share trains: each segment is a datagram of its own, which the
+// receiver hands to its QP by the BTH, and the output list keeps every QP's
+// packets in order.
 func (s *shard) joins(i, j int) bool {
 	p, o := &s.out[i], &s.out[j]
-	return o.q == p.q && o.dst == p.dst && o.n <= p.n && o.tos == p.tos && o.ttl == p.ttl && o.flow == p.flow
+	return o.q.wport == p.q.wport && o.dst == p.dst && o.n <= p.n && o.tos == p.tos && o.ttl == p.ttl && o.flow == p.flow
 }
 
 // message finishes out[i:j] (one packet, or a train) with their ICRCs and

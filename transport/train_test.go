@@ -49,7 +49,8 @@ func idleEngine(t *testing.T, l link.Link, opts ...func(*Config)) *Engine {
 }
 
 // TestTrainEnd: how the output list is cut into trains. Each packet is
-// "q.d.size[.tos]": QP, destination, datagram size, traffic class.
+// "q.d.size[.tos]": QP, destination, datagram size, traffic class. QPs a and
+// b send from the link's own port, c and d from ports of their own.
 func TestTrainEnd(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -65,7 +66,9 @@ func TestTrainEnd(t *testing.T) {
 		{"the last shorter", "a.x.1040 a.x.1040 a.x.20", "3", false},
 		{"a shorter packet ends the train", "a.x.1040 a.x.20 a.x.1040", "2 1", false},
 		{"a longer packet starts another", "a.x.20 a.x.20 a.x.1040 a.x.1040", "2 2", false},
-		{"another QP breaks it", "a.x.80 a.x.80 b.x.80 b.x.80 a.x.80", "2 2 1", false},
+		{"QPs on one source port share a train", "a.x.80 a.x.80 b.x.80 b.x.80 a.x.80", "5", false},
+		{"another source port breaks it", "c.x.80 c.x.80 d.x.80 d.x.80 c.x.80", "2 2 1", false},
+		{"the link's port and a QP's own", "a.x.80 c.x.80 c.x.80", "1 2", false},
 		{"another destination breaks it", "a.x.80 a.y.80 a.y.80", "1 2", false},
 		{"ACKs of one QP coalesce", "a.x.20 a.x.20", "2", false},
 		{"another traffic class breaks it", "a.x.80 a.x.80.2 a.x.80.2", "1 2", false},
@@ -82,6 +85,9 @@ func TestTrainEnd(t *testing.T) {
 				fmt.Sscanf(f, "%1s.%1s.%d.%d", &q, &d, &n, &tos)
 				if qps[q] == nil {
 					qps[q] = &QP{e: e, sh: s}
+					if q >= "c" {
+						qps[q].wport = 50000 + uint16(q[0])
+					}
 				}
 				dst := netip.MustParseAddr("192.0.2.1")
 				if d == "y" {
