@@ -52,8 +52,9 @@
 //
 // goroce's own options: --roce-port (RoCEv2 UDP port, both sides must agree),
 // --timeout (give up after this long; with --run_infinitely, the end of the run),
-// --linger, and --stats (print the engine's counters to stderr at exit, as one
-// "stats: name=value ..." line).
+// --linger, --stats (print the engine's counters to stderr at exit, as one
+// "stats: name=value ..." line), and --loss P with --seed (drop a share P of
+// the datagrams this side sends, for loss tests).
 //
 // The exchange is the one of perftest's "ethernet" method: the version strings
 // (goroce says 6.27, so a newer perftest skips its raw parameter struct), page
@@ -65,7 +66,8 @@
 // ib_send_bw's receiver posts -r receives per QP before a hand-shake and
 // counts their completions. write_lat writes back and forth, polling the last
 // byte; read_lat and atomic_lat post one READ or atomic at a time; send_lat
-// answers each SEND with one.
+// answers each SEND with one, and waits for each of its sends to complete
+// before it waits for the next receive, as perftest (TX depth 1).
 //
 // With -R, as perftest, there is no TCP connection: the exchange goes over an RC
 // connection rdma_cm makes on -p's port (the same steps, one SEND and one RECV

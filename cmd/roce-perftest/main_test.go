@@ -605,3 +605,23 @@ func TestOldPeer(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 1 and a version error", rc, errs.String())
 	}
 }
+
+// TestSendLatLoss: send_lat with a TX depth of 1 over a lossy link. When an
+// ACK is lost, the peer's next message comes before this side's send has
+// completed; as perftest, each side waits for its send's completion before it
+// answers again, so the one-WR send queue is never over-posted.
+func TestSendLatLoss(t *testing.T) {
+	args := []string{"send_lat", "-s", "64", "-n", "200", "--loss", "0.05", "--seed", "5"}
+	src, crc, sout, serr, cout, cerr := pair(t, args, "60s")
+	if src != 0 || crc != 0 {
+		t.Fatalf("server exit %d:\n%s%s\nclient exit %d:\n%s%s", src, sout, serr, crc, cout, cerr)
+	}
+	for _, side := range []struct{ who, out, errs string }{{"client", cout, cerr}, {"server", sout, serr}} {
+		if r := rows(side.out, true); len(r) != 1 || int(r[0][1]) != 200 {
+			t.Errorf("%s: rows %v, want one of 200 iterations:\n%s", side.who, r, side.out)
+		}
+		if strings.Contains(side.errs, " retransmits=0 ") {
+			t.Errorf("%s: no retransmission, so the loss was not exercised: %s", side.who, side.errs)
+		}
+	}
+}

@@ -161,7 +161,7 @@ func (s *session) openDevice() error {
 	var err error
 	if s.c.rdmaCM {
 		err = s.openCM()
-	} else if s.dev, err = roce.Open(s.c.Addr, roce.WithPort(uint16(s.c.RoCEPort)), roce.WithCongestionControl(s.c.CC)); err == nil {
+	} else if s.dev, err = s.c.Open(); err == nil {
 		s.Add(s.dev.Close)
 	}
 	if err != nil {

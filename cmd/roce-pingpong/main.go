@@ -31,8 +31,6 @@ type config struct {
 	gidIndex int // -1: the device's RoCEv2 index
 	numQP    int
 	validate bool
-	loss     float64
-	seed     int64
 	pcap     string
 	// lastAckWait bounds the wait for the last send completions once every receive
 	// has completed (0: wait as long as it takes, as the stock tools do).
@@ -65,8 +63,6 @@ func parseArgs(args []string) (*config, *cli.Options, error) {
 	o.FlagLong(&ignored, "allow-cc-unprotected", 'U', "accepted and ignored")
 	o.FlagLong(&ts, "ts", 't', "completion timestamps (not supported)")
 	o.FlagLong(&dm, "dm", 'j', "device memory (not supported)")
-	o.FlagLong(&c.loss, "loss", 0, "drop this share of the datagrams we send (0..1)", "P")
-	o.FlagLong(&c.seed, "seed", 0, "seed of --loss (0: from the clock)", "SEED")
 	o.FlagLong(&c.pcap, "pcap", 0, "write our RoCEv2 datagrams to this pcap file", "FILE")
 	o.FlagLong(&c.lastAckWait, "last-ack-wait", 0, "once every receive has completed, wait at most this long for the last sends' ACKs (0: forever, as the stock tools)", "DURATION")
 	ops, err := o.Parse(args)
@@ -107,8 +103,6 @@ func parseArgs(args []string) (*config, *cli.Options, error) {
 		return nil, o, fmt.Errorf("-q %d: between 1 and %d QPs", c.numQP, oob.SRQRecords)
 	case c.mode == "srq" && c.rxDepth <= c.numQP:
 		return nil, o, fmt.Errorf("-r %d: srq needs more receives than QPs (%d)", c.rxDepth, c.numQP)
-	case c.loss < 0 || c.loss >= 1:
-		return nil, o, fmt.Errorf("--loss %v: must be in [0, 1)", c.loss)
 	}
 	if c.mode != "srq" {
 		c.numQP = 1

@@ -47,7 +47,7 @@ func TestParseArgs(t *testing.T) {
 		{"odp and friends accepted", []string{"rc", "-oOPNU", "--odp"}, func(c *config) bool { return c.mode == "rc" }},
 		{"-- ends the options", []string{"rc", "--", "127.0.0.1"}, func(c *config) bool { return c.server == "127.0.0.1" }},
 		{"goroce's long options", []string{"rc", "--loss=0.1", "--seed", "3", "--stats", "--timeout=2s", "--roce-port", "5000"}, func(c *config) bool {
-			return c.loss == 0.1 && c.seed == 3 && c.Stats && c.Timeout == 2*time.Second && c.RoCEPort == 5000
+			return c.Loss == 0.1 && c.Seed == 3 && c.Stats && c.Timeout == 2*time.Second && c.RoCEPort == 5000
 		}},
 	}
 	for _, tt := range ok {

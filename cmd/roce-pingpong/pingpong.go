@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/netip"
 	"os"
 	"time"
 
@@ -15,8 +14,6 @@ import (
 	"github.com/goroce/goroce/internal/pingpong"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport/link"
-	"github.com/goroce/goroce/transport/link/impair"
 )
 
 // Work request IDs, as the stock tools use them: a bit each, so pending can hold both.
@@ -100,7 +97,7 @@ func runPingpong(ctx context.Context, c *config, out, errOut io.Writer) (err err
 // the receives: pp_init_ctx and the lines after it in the stock tools.
 func (s *session) open() error {
 	c := s.c
-	opts := []roce.Option{roce.WithPort(uint16(c.RoCEPort)), roce.WithCongestionControl(c.CC)}
+	var opts []roce.Option
 	if c.pcap != "" {
 		f, err := os.Create(c.pcap)
 		if err != nil {
@@ -110,19 +107,7 @@ func (s *session) open() error {
 		opts = append(opts, roce.WithPcap(f))
 	}
 	var err error
-	if c.loss > 0 {
-		u, lerr := link.ListenUDP(netip.AddrPortFrom(c.Addr, uint16(c.RoCEPort)), link.Config{})
-		if lerr != nil {
-			return cli.OpenError(lerr, c.Addr, c.RoCEPort, "-d", "--roce-port")
-		}
-		seed := c.seed
-		if seed == 0 {
-			seed = time.Now().UnixNano()
-		}
-		s.dev, err = roce.OpenLink(impair.NewLossy(u, impair.LossConfig{Seed: seed, Drop: c.loss}), opts...)
-	} else {
-		s.dev, err = roce.Open(c.Addr, opts...)
-	}
+	s.dev, err = c.Open(opts...)
 	if err != nil {
 		return cli.OpenError(err, c.Addr, c.RoCEPort, "-d", "--roce-port")
 	}

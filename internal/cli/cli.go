@@ -23,6 +23,8 @@ import (
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/dcqcn"
+	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/transport/link/impair"
 )
 
 // Flags are the options every tool has: the stock tools' -d, -i and -p, and
@@ -35,6 +37,8 @@ type Flags struct {
 	Timeout  time.Duration // --timeout: 0 is never
 	Linger   time.Duration // --linger: see Hold
 	Stats    bool          // --stats: print Stats to stderr at exit
+	Loss     float64       // --loss: drop this share of the datagrams the device sends (Open)
+	Seed     int64         // --seed: of --loss; 0 is from the clock
 	CC       dcqcn.Config  // --cc, --cc-param, --cc-line-rate, --cc-pacing-burst (set by Check)
 	cc       ccflags.Flags
 
@@ -44,8 +48,8 @@ type Flags struct {
 }
 
 // Register adds -d/--ib-dev, -i/--ib-port, -p/--port, --roce-port,
-// --timeout, --linger, --stats and the congestion control options
-// (internal/ccflags) to o.
+// --timeout, --linger, --stats, --loss, --seed and the congestion control
+// options (internal/ccflags) to o.
 func (f *Flags) Register(o *Options) {
 	f.IBPort, f.TCPPort, f.RoCEPort, f.Linger = 1, oob.DefaultPort, 4791, 500*time.Millisecond
 	o.FlagLong(&f.Device, "ib-dev", 'd', "local IP address or network interface the device binds (default: the address the TCP connection uses)", "ADDR|IFACE")
@@ -55,6 +59,8 @@ func (f *Flags) Register(o *Options) {
 	o.FlagLong(&f.Timeout, "timeout", 0, "fail after this long (0: never)", "DURATION")
 	o.FlagLong(&f.Linger, "linger", 0, "keep answering retransmissions this long after the last completion", "DURATION")
 	o.FlagLong(&f.Stats, "stats", 0, "print the device's counters to stderr at exit")
+	o.FlagLong(&f.Loss, "loss", 0, "drop this share of the datagrams we send (0..1)", "P")
+	o.FlagLong(&f.Seed, "seed", 0, "seed of --loss (0: from the clock)", "SEED")
 	f.cc.RegisterGetopt(o.Set)
 }
 
@@ -71,6 +77,8 @@ func (f *Flags) Check(peer string) error {
 		return fmt.Errorf("--roce-port %d: not a UDP port", f.RoCEPort)
 	case f.Timeout < 0 || f.Linger < 0:
 		return fmt.Errorf("--timeout and --linger cannot be negative")
+	case f.Loss < 0 || f.Loss >= 1:
+		return fmt.Errorf("--loss %v: must be in [0, 1)", f.Loss)
 	}
 	var err error
 	if f.CC, err = f.cc.Config(); err != nil {
@@ -212,4 +220,27 @@ func Stats(dev *roce.Device) string {
 		naksSent, naksRcvd, st.Retransmits, st.Timeouts, st.RetryExceeded, st.RNRRetryExceeded,
 		st.RxQueueDrops, st.TxErrors, st.CQOverruns, st.BadPKey, st.BadQKey, st.BadSource,
 		st.ECNMarked, st.CNPsSent, st.CNPsRcvd, st.CNPsIgnored, st.RateCuts)
+}
+
+// Open opens the device on Addr and --roce-port with opts. With --loss it
+// sends through a lossy link (transport/link/impair) that drops that share
+// of the datagrams, for the loss tests.
+func (f *Flags) Open(opts ...roce.Option) (*roce.Device, error) {
+	opts = append([]roce.Option{roce.WithPort(uint16(f.RoCEPort)), roce.WithCongestionControl(f.CC)}, opts...)
+	if f.Loss == 0 {
+		return roce.Open(f.Addr, opts...)
+	}
+	u, err := link.ListenUDP(netip.AddrPortFrom(f.Addr, uint16(f.RoCEPort)), link.Config{})
+	if err != nil {
+		return nil, err
+	}
+	seed := f.Seed
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	d, err := roce.OpenLink(impair.NewLossy(u, impair.LossConfig{Seed: seed, Drop: f.Loss}), opts...)
+	if err != nil {
+		u.Close()
+	}
+	return d, err
 }
