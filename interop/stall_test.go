@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/goroce/goroce/interop/labtest"
@@ -66,11 +67,11 @@ func watchStall(ctx context.Context, g *labtest.Guest, tool string, before labte
 				quietSince = time.Now()
 				continue
 			}
-			if time.Since(quietSince) < stallQuiet || d["completer_retry_err"] == 0 {
-				continue
+			if !rxeStall(d, time.Since(quietSince), "ib_uverbs_event_read") {
+				continue // cheap checks first: the stack is one more guest command
 			}
 			r, err := g.Run(ctx, fmt.Sprintf("p=$(pidof %s) && cat /proc/$p/stack", tool))
-			if err != nil || !strings.Contains(r.Out, "ib_uverbs_event_read") {
+			if err != nil || !rxeStall(d, time.Since(quietSince), r.Out) {
 				continue
 			}
 			*why = fmt.Sprintf("no RoCE packet for %v, rxe counters %v, %s asleep in ib_uverbs_event_read", stallQuiet, d, tool)
@@ -81,5 +82,38 @@ func watchStall(ctx context.Context, g *labtest.Guest, tool string, before labte
 	return func() {
 		close(stop)
 		<-done
+	}
+}
+
+// rxeStall is watchStall's verdict: RoCE traffic began (d, the guest's counters
+// since the run began), then nothing for stallQuiet (quiet), rxe's own
+// retransmission timer fired in the run, and the tool's kernel stack shows it
+// asleep on its completion channel.
+func rxeStall(d labtest.Counters, quiet time.Duration, stack string) bool {
+	return d["rcvd_pkts"] > 0 && quiet >= stallQuiet && d["completer_retry_err"] > 0 &&
+		strings.Contains(stack, "ib_uverbs_event_read")
+}
+
+// TestRxeStallVerdict: only the whole signature is the rxe fault; a stall of
+// goroce's (no retransmission timeout on rxe, or rxe still retransmitting so
+// the counters move) runs into the deadline and fails the test.
+func TestRxeStallVerdict(t *testing.T) {
+	sleeping := "[<0>] ib_uverbs_event_read.constprop.0+0xe7/0x250 [ib_uverbs]\n[<0>] vfs_read+0xa5/0x310"
+	for _, tc := range []struct {
+		name  string
+		d     labtest.Counters
+		quiet time.Duration
+		stack string
+		want  bool
+	}{
+		{"the fault", labtest.Counters{"rcvd_pkts": 278, "completer_retry_err": 1}, 12 * time.Second, sleeping, true},
+		{"still moving", labtest.Counters{"rcvd_pkts": 278, "completer_retry_err": 1}, 4 * time.Second, sleeping, false},
+		{"no rxe timeout", labtest.Counters{"rcvd_pkts": 278}, time.Minute, sleeping, false},
+		{"no traffic yet", labtest.Counters{"completer_retry_err": 1}, time.Minute, sleeping, false},
+		{"tool busy elsewhere", labtest.Counters{"rcvd_pkts": 278, "completer_retry_err": 1}, time.Minute, "[<0>] do_signal_stop+0x1/0x2", false},
+	} {
+		if got := rxeStall(tc.d, tc.quiet, tc.stack); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
