@@ -281,6 +281,38 @@ func parsePTRows(out string, lat bool) ([]ptRow, error) {
 	return nil, fmt.Errorf("no results row")
 }
 
+// runPairWatched is runPair with watchStall on the stock tool when it sleeps on
+// completion events (-e): on rxe's event stall it runs the case once more,
+// from fresh counters (*before), and marks res; a second stall fails t.
+func runPairWatched(ctx context.Context, t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c ptCase,
+	stock string, ours []string, oursClient bool, before *labtest.Counters, res *ptResult) pairRun {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		runCtx, cancelRun := context.WithCancelCause(ctx)
+		why, stop := "", func() {}
+		if c.events() {
+			stop = watchStall(runCtx, g, "ib_"+c.test, *before, cancelRun, &why)
+		}
+		r := runPair(runCtx, t, lab, g, bin, stock, ours, oursClient)
+		stop()
+		again := stalled(runCtx)
+		cancelRun(nil)
+		if !again {
+			return r
+		}
+		if attempt == 2 {
+			t.Errorf("%v, twice: %s", errRxeStall, why)
+			return r
+		}
+		t.Logf("%v (%s): running the case again", errRxeStall, why)
+		res.rerun = true
+		var err error
+		if *before, err = g.Counters(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // runPerftest makes one run and checks it.
 func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c ptCase, dir ptDirection) {
 	res := ptResult{c: c, dir: dir, verdict: "FAIL"}
@@ -333,30 +365,7 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 		}
 		defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short(), sender)()
 		ours := append([]string{c.test, "-d", lab.HostIP.String(), "-x", "1", "--stats", "--timeout", "120s"}, opts...)
-		var r pairRun
-		for attempt := 1; ; attempt++ {
-			runCtx, cancelRun := context.WithCancelCause(ctx)
-			why, stop := "", func() {}
-			if c.events() {
-				stop = watchStall(runCtx, g, "ib_"+c.test, before, cancelRun, &why)
-			}
-			r = runPair(runCtx, t, lab, g, bin, stock(g), ours, dir == ptOursToRxe)
-			stop()
-			again := stalled(runCtx)
-			cancelRun(nil)
-			if !again {
-				break
-			}
-			if attempt == 2 {
-				t.Errorf("%v, twice: %s", errRxeStall, why)
-				break
-			}
-			t.Logf("%v (%s): running the case again", errRxeStall, why)
-			res.rerun = true
-			if before, err = g.Counters(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		r := runPairWatched(ctx, t, lab, g, bin, c, stock(g), ours, dir == ptOursToRxe, &before, &res)
 		sides = []side{{"roce-perftest", r.oursOut, r.oursRC, dir == ptRxeToOurs}, {"ib_" + c.test, r.stock.Out, r.stock.RC, dir == ptOursToRxe}}
 		oursErr = r.oursErr
 		if r.oursRC != 0 {
