@@ -392,10 +392,12 @@ func TestCongestionRxe(t *testing.T) {
 	bin := toolBin(t, "GOROCE_PERFTEST", "cmd/roce-perftest")
 	a := lab.Guest(t, "a")
 	const netem = "root netem loss 2% ecn" // 2% of ECT packets marked CE, of the others dropped
+	// The lanes share the namespace: each uses its own TCP port, as every other row.
+	port := lab.Port(pingpongPort)
 	t.Run("rxe-to-ours", func(t *testing.T) {
 		forwardThrough(t, a, netem)
-		stock := fmt.Sprintf("ib_write_bw -d rxe0 -x %d -s 65536 -n 200 -F --tclass=2", a.GIDIndex)
-		ours := []string{"write_bw", "-d", lab.HostIP.String(), "-x", "1", "-s", "65536", "-n", "200", "-F", "--stats", "--timeout", "120s"}
+		stock := fmt.Sprintf("ib_write_bw -d rxe0 -x %d -s 65536 -n 200 -F -p %d --tclass=2", a.GIDIndex, port)
+		ours := []string{"write_bw", "-d", lab.HostIP.String(), "-x", "1", "-s", "65536", "-n", "200", "-F", "-p", strconv.Itoa(port), "--stats", "--timeout", "120s"}
 		st := runCCPair(t, lab, a, bin, stock, ours, false, "netem 2% ecn on rxe's egress, rxe --tclass=2")
 		if st["ecn_marked"] == 0 || st["cnps_sent"] == 0 {
 			t.Errorf("goroce counted %d CE-marked packets and sent %d CNPs: want both", st["ecn_marked"], st["cnps_sent"])
@@ -408,8 +410,8 @@ func TestCongestionRxe(t *testing.T) {
 		forwardThrough(t, b, netem)
 		viaB := *lab
 		viaB.NS = n.s.Name // ours runs in the namespace routed through b
-		stock := fmt.Sprintf("ib_write_bw -d rxe0 -x %d -s 65536 -n 200 -F", a.GIDIndex)
-		ours := []string{"write_bw", "-d", n.sAddr[0].String(), "-x", "1", "-s", "65536", "-n", "200", "-F", "--stats", "--timeout", "120s"}
+		stock := fmt.Sprintf("ib_write_bw -d rxe0 -x %d -s 65536 -n 200 -F -p %d", a.GIDIndex, port)
+		ours := []string{"write_bw", "-d", n.sAddr[0].String(), "-x", "1", "-s", "65536", "-n", "200", "-F", "-p", strconv.Itoa(port), "--stats", "--timeout", "120s"}
 		st := runCCPair(t, &viaB, a, bin, stock, ours, true, "netem 2% ecn in guest b on the way to rxe")
 		if st["cnps_rcvd"] != 0 || st["rate_cuts"] != 0 {
 			t.Errorf("goroce received %d CNPs and cut its rate %d times: rxe sends none", st["cnps_rcvd"], st["rate_cuts"])

@@ -102,17 +102,24 @@ func (s *session) dialComm(ctx context.Context) (*cmComm, error) {
 
 // cmConnect connects qps through rdma_cm on -p's port: the client dials one
 // connection per QP, asking again while the server does not listen yet; the
-// server listens, accepts as many, and stops listening.
+// server accepts as many on its listener. As perftest's one listening cm_id,
+// the listener opens with the exchange's connection and stays up to the end:
+// the client asks for the test QPs' connections as soon as the exchange is
+// done (a stock client does not ask again), and a REQ that found no listener
+// would be rejected with "invalid service ID".
 func (s *session) cmConnect(ctx context.Context, qps []*roce.QP, param func(*roce.QP) cm.ConnParam) ([]*cm.Conn, error) {
 	var conns []*cm.Conn
 	if s.c.server == "" {
-		l, err := s.mgr.Listen(netip.AddrPortFrom(s.c.Addr, uint16(s.c.TCPPort)))
-		if err != nil {
-			return nil, fmt.Errorf("rdma_listen: %w", err)
+		if s.listener == nil {
+			l, err := s.mgr.Listen(netip.AddrPortFrom(s.c.Addr, uint16(s.c.TCPPort)))
+			if err != nil {
+				return nil, fmt.Errorf("rdma_listen: %w", err)
+			}
+			s.listener = l
+			s.Add(l.Close)
 		}
-		defer l.Close()
 		for _, qp := range qps {
-			req, err := l.GetRequest(ctx)
+			req, err := s.listener.GetRequest(ctx)
 			if err != nil {
 				return nil, err
 			}

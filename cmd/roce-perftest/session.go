@@ -67,8 +67,9 @@ type session struct {
 	outReads         int
 	conn             *oob.PerftestConn
 	local, remote    []oob.PerftestDest
-	mgr              *cm.Manager // -R
-	cmConns          []*cm.Conn  // -R: the test QPs' connections, then the exchange's
+	mgr              *cm.Manager  // -R
+	listener         *cm.Listener // -R, server: on -p's port from the exchange's connection to the end
+	cmConns          []*cm.Conn   // -R: the test QPs' connections, then the exchange's
 	cli.Closers
 }
 

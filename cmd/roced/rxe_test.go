@@ -76,18 +76,32 @@ func TestRxePingpong(t *testing.T) {
 			}
 			// Every data packet rxe sent arrived once, plus rxe's retransmissions, which
 			// roced counts as duplicates; every echo went out exactly once.
+			//
+			// ibv_srq_pingpong stops when its total is reached, with up to num_qp-1
+			// exchanges still in flight: rxe counts neither a SEND it sent but saw no
+			// completion of, nor an echo that came after its QPs were gone (roced then
+			// retransmits that echo until its session ends). So srq allows 3 such
+			// messages each way.
+			slack := 0.0
+			if tt.name == "srq" {
+				slack = 3 * float64(tt.pktsPer)
+			}
 			dups := delta("roce_duplicate_requests_total")
-			if got, want := delta("roce_packets_total", "direction", "rx", "op_class", tt.class), float64(d["rdma_sends"])*float64(tt.pktsPer)+dups; got != want {
-				t.Errorf("roce_packets_total{rx,%s} moved by %v, want %v (%d duplicates)", tt.class, got, want, int(dups))
+			if got, want := delta("roce_packets_total", "direction", "rx", "op_class", tt.class), float64(d["rdma_sends"])*float64(tt.pktsPer)+dups; got < want || got > want+slack {
+				t.Errorf("roce_packets_total{rx,%s} moved by %v, want %v (%d duplicates, %v slack)", tt.class, got, want, int(dups), slack)
 			}
 			// Every echo went out once, plus roced's timer retransmissions: with the lab's
 			// lanes running at once, rxe's ACK can come later than roced's timeout. rxe
-			// counts each that arrived as a duplicate.
+			// counts each that arrived as a duplicate. UD has no retransmission: any
+			// counted meanwhile belongs to an RC session of an earlier row.
 			rtx := delta("roce_retransmits_total")
-			if got, want := delta("roce_packets_total", "direction", "tx", "op_class", tt.class), float64(d["rdma_recvs"])*float64(tt.pktsPer)+rtx; got != want {
-				t.Errorf("roce_packets_total{tx,%s} moved by %v, want %v (%v retransmitted)", tt.class, got, want, rtx)
+			if tt.class == "ud_send" {
+				rtx = 0
 			}
-			if rtx > float64(d["duplicate_request"]) {
+			if got, want := delta("roce_packets_total", "direction", "tx", "op_class", tt.class), float64(d["rdma_recvs"])*float64(tt.pktsPer)+rtx; got < want || got > want+slack {
+				t.Errorf("roce_packets_total{tx,%s} moved by %v, want %v (%v retransmitted, %v slack)", tt.class, got, want, rtx, slack)
+			}
+			if rtx > float64(d["duplicate_request"])+slack {
 				t.Errorf("roced retransmitted %v packets, rxe counted %d duplicates", rtx, d["duplicate_request"])
 			} else if rtx > 0 {
 				t.Logf("roced retransmitted %v packets (rxe duplicate_request=%d): rxe acknowledged late", rtx, d["duplicate_request"])

@@ -148,6 +148,12 @@ func TestCounters(t *testing.T) {
 	if got := d.Unexpected(); len(got) != 1 || got[0] != "send_err=1" {
 		t.Errorf("Unexpected() with lab drops = %v", got)
 	}
+	// After an RNR NAK of rxe's, the requests behind it arrive out of
+	// sequence; a NAK rxe received for a gap (rcvd_seq_err) still counts.
+	rnr := Counters{"send_rnr_err": 1, "out_of_seq_request": 1, "rcvd_seq_err": 1}
+	if got := rnr.Unexpected(); len(got) != 1 || got[0] != "rcvd_seq_err=1" {
+		t.Errorf("Unexpected() after an RNR NAK = %v", got)
+	}
 }
 
 func TestOpenSkipsWithoutEnv(t *testing.T) {
