@@ -14,7 +14,7 @@ import (
 // A known fault of rxe on kernel 6.1 under TCG: a stock latency tool run with -e
 // (sleeping on completion events) stops for good after rxe's own retransmission
 // timer fired spuriously (completer_retry_err). Seen in ib_send_lat in both
-// directions (twice in about 1100 looped runs here, and in one of four full
+// directions (once in about 1100 looped runs here, and in one of four full
 // CI runs; never in 654 runs between two rxe guests): rxe's responder has taken goroce's last message (rdma_recvs is one ahead
 // of rdma_sends, and rxe's ACK for it is on the wire) and goroce has nothing
 // unacknowledged, but the tool stays asleep in ib_uverbs_event_read and never
