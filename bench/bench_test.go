@@ -341,11 +341,21 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	b.ReportMetric(float64(b.N)/sec, "msgs/s")
 	b.ReportMetric(r.pps, "pkts/s")
 	b.ReportMetric(acks/pkts, "acks/pkt")
+	b.ReportMetric(trainLen(before, after, pkts), "pkts/msg")
 	b.ReportMetric(retx/float64(b.N), "retx/op")
 	b.ReportMetric(float64(sqFull)/float64(b.N), "sqfull/op")
 	b.Logf("N=%d: %.0f pkts/s = %.1f%% of batched raw UDP (%.0f pkts/s at %d B), %.1f%% of raw GSO/GRO (%.0f pkts/s at %d B)",
 		b.N, r.pps, 100*r.ratio, bl.batchPPS[dsize], dsize, 100*r.gsoRatio, bl.gsoPPS, bigDatagram)
 	record(b.Name(), r)
+}
+
+// trainLen is the mean GSO train of the pkts data packets a device sent between
+// two snapshots: packets per link message (1 with GSO off). A train is one UDP
+// flow, so it tells the train length apart from the QP count and the load.
+func trainLen(before, after transport.StatsSnapshot, pkts float64) float64 {
+	trains := float64(after.TxTrains - before.TxTrains)
+	inTrains := float64(after.TxTrainSegments - before.TxTrainSegments)
+	return pkts / max(trains+pkts-inTrains, 1)
 }
 
 // postAll posts wrs, retrying after a yield while the send queue is full. The

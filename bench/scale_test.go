@@ -438,11 +438,6 @@ func sendQPsRate(b *testing.B, n, total int) float64 {
 	st := x.dev.Stats()
 	pkts := float64(st.SentPackets[transport.ClassSend] - before)
 	b.ReportMetric(float64(y.dev.Stats().SentPackets[transport.ClassAck]-acks0)/pkts, "acks/pkt")
-	// The mean GSO train of the SENDs (packets per link message; 1 with GSO
-	// off): a train is one QP's flow, so it tells the train length apart
-	// from the QP count.
-	trains := float64(st.TxTrains - st0.TxTrains)
-	inTrains := float64(st.TxTrainSegments - st0.TxTrainSegments)
-	b.ReportMetric(pkts/max(trains+pkts-inTrains, 1), "pkts/msg")
+	b.ReportMetric(trainLen(st0, st, pkts), "pkts/msg")
 	return pkts / d.Seconds()
 }
