@@ -3,6 +3,8 @@ package transport
 import (
 	"sync"
 	"time"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // Run to completion (Config.RunToCompletion). By default a packet crosses
@@ -71,7 +73,7 @@ func (s *shard) pollSlice() bool {
 	}
 	s.drainWC()
 	s.passDone.Store(s.e.clock.Now().UnixNano())
-	if s.ordered {
+	if !s.onlyACKs(s.held) {
 		// Requests, READ responses or atomic ACKs: a later slice's packets
 		// of the same QP must not overtake them (a peer would see a PSN
 		// gap), so they leave now, and the plain ACKs held before them too.
@@ -86,6 +88,17 @@ func (s *shard) pollSlice() bool {
 			} else {
 				s.heldTimer.Reset(holdFor)
 			}
+		}
+	}
+	return true
+}
+
+// onlyACKs reports whether out[from:] holds plain ACKs only (what a
+// poll-driven slice may hold back). Token holder only.
+func (s *shard) onlyACKs(from int) bool {
+	for i := from; i < len(s.out); i++ {
+		if bth.Opcode(s.out[i].buf[0]) != bth.RCAck {
+			return false
 		}
 	}
 	return true

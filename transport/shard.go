@@ -95,7 +95,6 @@ type shard struct {
 	touched []*QP
 	out     []txPacket // the slice's output list
 	held    int        // out[:held] come from poll-driven slices, their completions visible (rtc.go)
-	ordered bool       // out holds a packet other than a plain ACK since the last flush (pollSlice)
 	tx      []link.Message
 	pieces  [][]byte   // the gather lists of tx's trains
 	budget  int        // budgeted packets the slice may still emit
@@ -332,7 +331,6 @@ func (q *QP) emit(f *bth.Fields, payload []byte, av *AddressVector) {
 		p.n = len(bth.Append(p.buf[:0], f, payload))
 	}
 	q.sh.out = append(q.sh.out, p)
-	q.sh.ordered = q.sh.ordered || f.Opcode != bth.RCAck
 	q.cnt.txPackets.Add(1)
 }
 
@@ -365,7 +363,7 @@ func (s *shard) flush() {
 	// Packets held by poll-driven slices go after the newer ones (rtc.go).
 	s.flushRange(s.held, len(s.out))
 	s.flushRange(0, s.held)
-	s.held, s.ordered = 0, false
+	s.held = 0
 	for i := range s.out {
 		link.PutBuffer(s.out[i].buf)
 		s.out[i] = txPacket{}
