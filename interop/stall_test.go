@@ -40,8 +40,8 @@ func stalled(ctx context.Context) bool { return errors.Is(context.Cause(ctx), er
 // counters before; on the fault it writes what it saw to *why and cancels the
 // run. The returned function stops the watch and waits for it.
 func watchStall(ctx context.Context, g *labtest.Guest, tool string, before labtest.Counters, cancel context.CancelCauseFunc, why *string) func() {
+	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	stop := make(chan struct{})
 	go func() {
 		defer close(done)
 		var last labtest.Counters
@@ -50,13 +50,11 @@ func watchStall(ctx context.Context, g *labtest.Guest, tool string, before labte
 		defer tick.Stop()
 		for {
 			select {
-			case <-stop:
-				return
-			case <-ctx.Done():
+			case <-wctx.Done():
 				return
 			case <-tick.C:
 			}
-			now, err := g.Counters(ctx)
+			now, err := g.Counters(wctx)
 			if err != nil {
 				continue
 			}
@@ -67,11 +65,11 @@ func watchStall(ctx context.Context, g *labtest.Guest, tool string, before labte
 				quietSince = time.Now()
 				continue
 			}
-			if !rxeStall(d, time.Since(quietSince), "ib_uverbs_event_read") {
-				continue // cheap checks first: the stack is one more guest command
+			if !quietAfterRetry(d, time.Since(quietSince)) {
+				continue // the counters first: the stack is one more guest command
 			}
-			r, err := g.Run(ctx, fmt.Sprintf("p=$(pidof %s) && cat /proc/$p/stack", tool))
-			if err != nil || !rxeStall(d, time.Since(quietSince), r.Out) {
+			r, err := g.Run(wctx, fmt.Sprintf("p=$(pidof %s) && cat /proc/$p/stack", tool))
+			if err != nil || !asleepOnEvents(r.Out) {
 				continue
 			}
 			*why = fmt.Sprintf("no RoCE packet for %v, rxe counters %v, %s asleep in ib_uverbs_event_read", stallQuiet, d, tool)
@@ -80,18 +78,25 @@ func watchStall(ctx context.Context, g *labtest.Guest, tool string, before labte
 		}
 	}()
 	return func() {
-		close(stop)
+		stop()
 		<-done
 	}
 }
 
-// rxeStall is watchStall's verdict: RoCE traffic began (d, the guest's counters
-// since the run began), then nothing for stallQuiet (quiet), rxe's own
-// retransmission timer fired in the run, and the tool's kernel stack shows it
-// asleep on its completion channel.
+// quietAfterRetry is watchStall's verdict on the counters: RoCE traffic began
+// (d, the guest's counters since the run began), then nothing for stallQuiet
+// (quiet), and rxe's own retransmission timer fired in the run.
+func quietAfterRetry(d labtest.Counters, quiet time.Duration) bool {
+	return d["rcvd_pkts"] > 0 && quiet >= stallQuiet && d["completer_retry_err"] > 0
+}
+
+// asleepOnEvents is its verdict on the tool's kernel stack: asleep on its
+// completion channel.
+func asleepOnEvents(stack string) bool { return strings.Contains(stack, "ib_uverbs_event_read") }
+
+// rxeStall is the whole verdict.
 func rxeStall(d labtest.Counters, quiet time.Duration, stack string) bool {
-	return d["rcvd_pkts"] > 0 && quiet >= stallQuiet && d["completer_retry_err"] > 0 &&
-		strings.Contains(stack, "ib_uverbs_event_read")
+	return quietAfterRetry(d, quiet) && asleepOnEvents(stack)
 }
 
 // TestRxeStallVerdict: only the whole signature is the rxe fault; a stall of
