@@ -40,7 +40,9 @@ type result struct {
 	gsoRatio   float64 // pps over the raw GSO/GRO rate at 4112 B (0: not measured)
 	mbps       float64
 	rtt        time.Duration // ping-pong only
-	rttRatio   float64
+	rttRatio   float64       // rtt over the raw round trip with blocking reads
+	spinRatio  float64       // rtt over the raw round trip with both sides busy-polling
+	ackedRatio float64       // rtt over the busy-polling raw round trip with an ACK per message
 }
 
 var (
@@ -61,18 +63,18 @@ func printSummary() {
 		return
 	}
 	bl := rawBaseline()
-	fmt.Printf("\nraw UDP baseline (this run): batched %.0f pkts/s at %d B, %.0f pkts/s at %d B; GSO/GRO %.0f pkts/s at %d B; ping-pong %.1f µs\n",
-		bl.batchPPS[smallDatagram], smallDatagram, bl.batchPPS[bigDatagram], bigDatagram, bl.gsoPPS, bigDatagram, us(bl.rtt))
+	fmt.Printf("\nraw UDP baseline (this run): batched %.0f pkts/s at %d B, %.0f pkts/s at %d B; GSO/GRO %.0f pkts/s at %d B; ping-pong %.1f µs (%.1f µs busy-polling, %.1f µs with ACKs)\n",
+		bl.batchPPS[smallDatagram], smallDatagram, bl.batchPPS[bigDatagram], bigDatagram, bl.gsoPPS, bigDatagram, us(bl.rtt), us(bl.spinRTT), us(bl.ackedRTT))
 	names := make([]string, 0, len(results))
 	for n := range results {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Printf("%-40s %12s %10s %10s %10s %10s %8s\n", "engine benchmark", "pkts/s", "vs batch", "vs GSO", "MB/s", "µs/rt", "vs UDP")
+	fmt.Printf("%-40s %12s %10s %10s %10s %10s %8s %8s %8s\n", "engine benchmark", "pkts/s", "vs batch", "vs GSO", "MB/s", "µs/rt", "vs UDP", "vs spin", "vs acked")
 	for _, n := range names {
 		r := results[n]
 		if r.rtt > 0 {
-			fmt.Printf("%-40s %12s %10s %10s %10s %10.1f %7.2fx\n", n, "-", "-", "-", "-", us(r.rtt), r.rttRatio)
+			fmt.Printf("%-40s %12s %10s %10s %10s %10.1f %7.2fx %7.2fx %7.2fx\n", n, "-", "-", "-", "-", us(r.rtt), r.rttRatio, r.spinRatio, r.ackedRatio)
 			continue
 		}
 		gso := "-"
@@ -437,15 +439,17 @@ func BenchmarkRCSend(b *testing.B) {
 // client sends, the server's receive completes and it sends back, the client's
 // receive completes. It runs the engine's latency mode: run-to-completion devices
 // (roce.WithRunToCompletion), each side busy-polling its CQ (as ibv_rc_pingpong
-// without -e and ib_send_lat do) for up to 200 µs before it arms the CQ and sleeps,
-// on a goroutine locked to its thread, so the polling goroutine receives,
-// completes and sends itself (BenchmarkRCPingPongModes/rtc-busypoll: unlocked
-// spinners measured 3–4× slower on the shared 2-core host).
+// without -e and ib_send_lat do) for up to 200 µs before it arms the CQ and sleeps.
+// The polling goroutine so receives, completes and sends itself, and the ACK of
+// what it received leaves in the same sendmmsg as its reply. The pollers are not
+// locked to their threads: under runtime.LockOSThread every yield of a spinning
+// goroutine is a hand-off between OS threads (BenchmarkRCPingPongModes/
+// rtc-busypoll-locked, 5× slower on an idle 2-core host).
 // BenchmarkRCPingPongModes/events is the default device with event-driven waits.
 func BenchmarkRCPingPong(b *testing.B) {
 	devOpts, spinFor = []roce.Option{roce.WithRunToCompletion(true)}, pollSpin
 	defer func() { devOpts, spinFor = nil, 0 }()
-	pingPong(b, true)
+	pingPong(b, false)
 }
 
 // pollSpin is how long the busy-polling ping-pong variants poll before sleeping.
@@ -458,9 +462,11 @@ const pollSpin = 200 * time.Microsecond
 //	               and sleeps (ibv_rc_pingpong -e): the engine's goroutines hand the
 //	               packet and the completion on
 //	rtc-events     run-to-completion devices, waiting as in events
-//	busypoll       default devices, each side polling for up to 200 µs on a goroutine
-//	               locked to its thread (runtime.LockOSThread)
-//	rtc-busypoll   run-to-completion devices, polling as in busypoll
+//	busypoll       default devices, each side polling for up to 200 µs before it
+//	               sleeps as in events (rtc-busypoll is BenchmarkRCPingPong)
+//	busypoll-locked      busypoll on a goroutine locked to its thread
+//	                     (runtime.LockOSThread)
+//	rtc-busypoll-locked  run-to-completion devices, polling as in busypoll-locked
 //	readers2       default devices with two SO_REUSEPORT readers each, events
 func BenchmarkRCPingPongModes(b *testing.B) {
 	rtc := []roce.Option{roce.WithRunToCompletion(true)}
@@ -472,8 +478,9 @@ func BenchmarkRCPingPongModes(b *testing.B) {
 	}{
 		{"events", nil, 0, false},
 		{"rtc-events", rtc, 0, false},
-		{"busypoll", nil, pollSpin, true},
-		{"rtc-busypoll", rtc, pollSpin, true},
+		{"busypoll", nil, pollSpin, false},
+		{"busypoll-locked", nil, pollSpin, true},
+		{"rtc-busypoll-locked", rtc, pollSpin, true},
 		{"readers2", []roce.Option{roce.WithReaders(2)}, 0, false},
 	} {
 		b.Run(m.name, func(b *testing.B) {
@@ -598,9 +605,13 @@ func pingPong(b *testing.B, lock bool) {
 	if err := <-echoDone; err != nil {
 		b.Fatalf("echo: %v", err)
 	}
-	r := result{rtt: rt, rttRatio: float64(rt) / float64(bl.rtt)}
+	r := result{rtt: rt, rttRatio: float64(rt) / float64(bl.rtt), spinRatio: float64(rt) / float64(bl.spinRTT),
+		ackedRatio: float64(rt) / float64(bl.ackedRTT)}
 	b.ReportMetric(us(rt), "µs/rt")
 	b.ReportMetric(r.rttRatio, "x-udp-rtt")
-	b.Logf("N=%d: %.1f µs per round trip = %.2fx raw UDP ping-pong (%.1f µs)", b.N, us(rt), r.rttRatio, us(bl.rtt))
+	b.ReportMetric(r.spinRatio, "x-udp-spin-rtt")
+	b.ReportMetric(r.ackedRatio, "x-udp-acked-rtt")
+	b.Logf("N=%d: %.1f µs per round trip = %.2fx raw UDP ping-pong (%.1f µs), %.2fx busy-polling (%.1f µs), %.2fx busy-polling with ACKs (%.1f µs)",
+		b.N, us(rt), r.rttRatio, us(bl.rtt), r.spinRatio, us(bl.spinRTT), r.ackedRatio, us(bl.ackedRTT))
 	record(b.Name(), r)
 }

@@ -546,12 +546,137 @@ func BenchmarkRawUDPPingPongSpin(b *testing.B) {
 	b.ReportMetric(float64(d.Microseconds())/float64(b.N), "µs/rt")
 }
 
+// BenchmarkRawUDPPingPongAcked is the floor of an RC round trip over UDP: the
+// datagrams and system calls of BenchmarkRCPingPong with no protocol work. Both
+// sides busy-poll link.UDP sockets (non-blocking recvmmsg, yielding in
+// between), and each message goes out in one sendmmsg with a 20-byte datagram
+// (the size of an RC ACK: BTH, AETH, ICRC) acknowledging the message received
+// before it, as the engine's run-to-completion poller sends its reply with the
+// held ACK. A round trip so carries four datagrams, where RawUDPPingPongSpin
+// carries two.
+func BenchmarkRawUDPPingPongAcked(b *testing.B) {
+	if _, err := pingPongAcked(100, smallDatagram); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	d, err := pingPongAcked(b.N, smallDatagram)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(d.Microseconds())/float64(b.N), "µs/rt")
+}
+
+// ackedEnd is one side of pingPongAcked.
+type ackedEnd struct {
+	u    *link.UDP
+	poll link.ReceiveFunc
+	out  []link.Message // the message, then the ACK
+	in   []link.Message
+}
+
+const ackDatagram = 20 // BTH 12 + AETH 4 + ICRC 4
+
+func newAckedEnd(addr netip.Addr, size int) (*ackedEnd, error) {
+	u, err := link.ListenUDP(netip.AddrPortFrom(addr, 0), link.Config{})
+	if err != nil {
+		return nil, err
+	}
+	fns := link.PollFuncs(u)
+	if len(fns) == 0 {
+		u.Close()
+		return nil, errors.New("link.UDP cannot be polled")
+	}
+	e := &ackedEnd{u: u, poll: fns[0], out: []link.Message{{Buf: make([]byte, size)}, {Buf: make([]byte, ackDatagram)}},
+		in: make([]link.Message, u.BatchSize())}
+	for i := range e.in {
+		e.in[i].Buf = make([]byte, link.MaxDatagram)
+	}
+	return e, nil
+}
+
+// send sends the message and, after the first round, the ACK of the last one
+// received, in one batch.
+func (e *ackedEnd) send(to netip.AddrPort, ack bool) error {
+	e.out[0].Addr, e.out[1].Addr = to, to
+	n := 1
+	if ack {
+		n = 2
+	}
+	_, err := e.u.WriteBatch(e.out[:n])
+	return err
+}
+
+// recv polls until a message (not an ACK) has arrived.
+func (e *ackedEnd) recv() error {
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		for i := range e.in {
+			e.in[i].Buf = e.in[i].Buf[:cap(e.in[i].Buf)]
+		}
+		n, err := e.poll(e.in)
+		if err != nil {
+			return err
+		}
+		for _, m := range e.in[:n] {
+			if len(m.Buf) != ackDatagram {
+				return nil
+			}
+		}
+		if n == 0 {
+			if time.Now().After(deadline) {
+				return errors.New("acked ping-pong: nothing for 30 s")
+			}
+			runtime.Gosched()
+		}
+	}
+}
+
+// pingPongAcked runs n acked round trips (BenchmarkRawUDPPingPongAcked).
+func pingPongAcked(n, size int) (time.Duration, error) {
+	a, err := newAckedEnd(addrA, size)
+	if err != nil {
+		return 0, err
+	}
+	defer a.u.Close()
+	e, err := newAckedEnd(addrB, size)
+	if err != nil {
+		return 0, err
+	}
+	defer e.u.Close()
+	done := make(chan error, 1)
+	go func() {
+		for range n {
+			if err := e.recv(); err != nil {
+				done <- err
+				return
+			}
+			if err := e.send(a.u.LocalAddr(), true); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	start := time.Now()
+	for i := range n {
+		if err := a.send(e.u.LocalAddr(), i > 0); err != nil {
+			return 0, err
+		}
+		if err := a.recv(); err != nil {
+			return 0, err
+		}
+	}
+	d := time.Since(start)
+	return d, <-done
+}
+
 // baseline is the raw-UDP reference the engine benchmarks compare against, measured
 // once per process.
 type baseline struct {
 	batchPPS map[int]float64 // link.UDP datagrams per second, by datagram size
 	gsoPPS   float64         // raw-socket UDP GSO/GRO datagrams per second at bigDatagram; 0 without GSO
 	rtt      time.Duration   // plain-socket 64-byte round trip
+	spinRTT  time.Duration   // the same with both sides busy-polling (RawUDPPingPongSpin)
+	ackedRTT time.Duration   // busy-polling, with an ACK datagram per message (RawUDPPingPongAcked)
 	err      error
 }
 
@@ -611,6 +736,20 @@ func rawBaseline() baseline {
 			}
 			if rt := d / 2000; base.rtt == 0 || rt < base.rtt {
 				base.rtt = rt
+			}
+			if d, err = pingPongRawWith(2000, smallDatagram, true); err != nil {
+				base.err = err
+				return
+			}
+			if rt := d / 2000; base.spinRTT == 0 || rt < base.spinRTT {
+				base.spinRTT = rt
+			}
+			if d, err = pingPongAcked(2000, smallDatagram); err != nil {
+				base.err = err
+				return
+			}
+			if rt := d / 2000; base.ackedRTT == 0 || rt < base.ackedRTT {
+				base.ackedRTT = rt
 			}
 		}
 	})

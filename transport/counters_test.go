@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/srq"
 	"github.com/goroce/goroce/transport/link"
 )
 
@@ -45,4 +46,29 @@ func TestDropCounters(t *testing.T) {
 		}
 		noMoreWC(t, b.rcq, time.Millisecond)
 	})
+}
+
+// TestDestroyedWhileQueued: a packet the reader queued for a QP that is
+// destroyed before its shard serves it is dropped and counted
+// (DestroyedQPDrops), not lost from the counters.
+func TestDestroyedWhileQueued(t *testing.T) {
+	w := newWire(t, QPTypeRC, rcOpts{})
+	rb := w.mem.reg(1, make([]byte, 64), AccessLocalWrite)
+	w.recv(srq.RecvWR{WRID: 1, SGL: []srq.SGE{rb.sge(0, 64)}})
+	it := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: wireRQPSN, AckReq: true}, filled(8, 1))
+	if !w.q.sh.enqueue(it) {
+		t.Fatal("inbound queue full")
+	}
+	w.q.destroyed = true // what Destroy's command does, between two steps
+	if got := w.step(); len(got) != 0 {
+		t.Fatalf("a destroyed QP answered: %v", got)
+	}
+	s := w.e.Stats().Snapshot()
+	if s.DestroyedQPDrops != 1 || s.UnknownQP != 0 || s.RcvdPackets[classOf(bth.RCSendOnly)] != 0 {
+		t.Fatalf("destroyed-QP drops %d, unknown QP %d, received SENDs %d; want 1, 0, 0",
+			s.DestroyedQPDrops, s.UnknownQP, s.RcvdPackets[classOf(bth.RCSendOnly)])
+	}
+	if wcs := w.wcs(w.rcq); len(wcs) != 0 {
+		t.Fatalf("completions for a destroyed QP: %v", wcs)
+	}
 }

@@ -110,6 +110,15 @@ func (s *shard) heldDue() {
 	s.wake()
 }
 
+// stopHold stops the hold timer once the held packets are being sent, so a
+// ping-pong, whose next post always sends them, does not wake the shard
+// goroutine every holdFor for nothing. Token holder only.
+func (s *shard) stopHold() {
+	if s.heldArmed.CompareAndSwap(true, false) {
+		s.heldTimer.Stop()
+	}
+}
+
 // flushHeld sends the packets poll-driven slices hold on every shard whose
 // token is free: the poller found nothing new, so nothing is to be gained by
 // waiting.

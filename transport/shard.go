@@ -255,6 +255,10 @@ func (s *shard) step() bool {
 				continue
 			}
 			q.receive(now, it)
+		} else {
+			// The QP was destroyed after the reader queued the packet (a
+			// peer's last ACK racing a disconnect handled on another shard).
+			s.e.stats.DestroyedQPDrops.Add(1)
 		}
 		it.release()
 		*it = rxItem{}
@@ -360,9 +364,18 @@ func (p *txPacket) packet() []byte {
 // will give it. A Link's sockets send IPv4 with DF set and, for a datagram
 // sent alone, ID 0 (see package link); the ICRC covers both.
 func (s *shard) flush() {
-	// Packets held by poll-driven slices go after the newer ones (rtc.go).
-	s.flushRange(s.held, len(s.out))
-	s.flushRange(0, s.held)
+	// Packets held by poll-driven slices go after the newer ones (rtc.go),
+	// in the same link batch: a reply and the ACK it overtakes cost one
+	// system call.
+	if s.held > 0 {
+		s.stopHold()
+	}
+	s.tx, s.pieces = s.tx[:0], s.pieces[:0]
+	s.queueRange(s.held, len(s.out))
+	s.queueRange(0, s.held)
+	if len(s.tx) > 0 {
+		s.write(s.tx)
+	}
 	s.held = 0
 	for i := range s.out {
 		link.PutBuffer(s.out[i].buf)
@@ -373,16 +386,17 @@ func (s *shard) flush() {
 	clear(s.pieces)
 }
 
-// flushRange sends out[lo:hi] in link batches.
-func (s *shard) flushRange(lo, hi int) {
+// queueRange adds out[lo:hi] to the link batch being built, writing the
+// batch whenever it is full.
+func (s *shard) queueRange(lo, hi int) {
 	for i := lo; i < hi; {
-		s.tx, s.pieces = s.tx[:0], s.pieces[:0]
-		for i < hi && len(s.tx) < s.batch {
-			j := s.trainEnd(i, hi)
-			s.tx = append(s.tx, s.message(i, j))
-			i = j
+		if len(s.tx) == s.batch {
+			s.write(s.tx)
+			s.tx, s.pieces = s.tx[:0], s.pieces[:0]
 		}
-		s.write(s.tx)
+		j := s.trainEnd(i, hi)
+		s.tx = append(s.tx, s.message(i, j))
+		i = j
 	}
 }
 

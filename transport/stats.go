@@ -119,6 +119,7 @@ type Counters[T uint64 | atomic.Uint64] struct {
 	RetryExceeded     T              `metric:"roce_retry_exceeded_total" help:"Send queues that ran out of transport retries (IBV_WC_RETRY_EXC_ERR)."` // rxe retry_exceeded_err
 	RNRRetryExceeded  T              `metric:"roce_rnr_retry_exceeded_total" help:"Send queues that ran out of RNR retries (IBV_WC_RNR_RETRY_EXC_ERR)."`
 	RxQueueDrops      T              `metric:"roce_rx_queue_drops_total" help:"Received packets dropped because an engine shard's queue was full."`
+	DestroyedQPDrops  T              `metric:"roce_destroyed_qp_drops_total" help:"Received packets dropped because their QP was destroyed while they waited in its shard's queue."`
 	TxTrains          T              `metric:"roce_tx_trains_total" help:"Segment trains (runs of one QP's equal-size packets to one destination) handed to the link as one message, sent as UDP GSO where the kernel allows."`
 	TxTrainSegments   T              `metric:"roce_tx_train_segments_total" help:"Packets sent inside segment trains."`
 	RxTrains          T              `metric:"roce_rx_trains_total" help:"UDP GRO trains received (runs of datagrams the kernel coalesced), split back into packets."`
