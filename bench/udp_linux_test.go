@@ -411,6 +411,9 @@ func BenchmarkRawUDP(b *testing.B) {
 // sockets, with an echo goroutine on the far side.
 func pingPongRaw(n, size int) (time.Duration, error) { return pingPongRawWith(n, size, false) }
 
+// pingPongSpin is pingPongRaw with both sides busy-polling.
+func pingPongSpin(n, size int) (time.Duration, error) { return pingPongRawWith(n, size, true) }
+
 // spinReader reads a socket without ever sleeping in the kernel or the
 // netpoller: a non-blocking recvfrom, retried with a yield until a datagram is
 // there (busy polling).
@@ -517,29 +520,27 @@ func pingPongRawWith(n, size int, spin bool) (time.Duration, error) {
 
 // BenchmarkRawUDPPingPong is the raw-UDP round trip of a 64-byte message (80-byte
 // datagram, as the engine's SEND ONLY).
-func BenchmarkRawUDPPingPong(b *testing.B) {
-	if _, err := pingPongRaw(100, smallDatagram); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	d, err := pingPongRaw(b.N, smallDatagram)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(d.Microseconds())/float64(b.N), "µs/rt")
-}
+func BenchmarkRawUDPPingPong(b *testing.B) { benchRoundTrips(b, pingPongRaw) }
 
 // BenchmarkRawUDPPingPongSpin is BenchmarkRawUDPPingPong with both sides busy
 // polling their sockets (non-blocking reads, yielding in between) instead of
 // sleeping in the netpoller: raw UDP's own figure for the way BenchmarkRCPingPong
 // waits.
-func BenchmarkRawUDPPingPongSpin(b *testing.B) {
-	if _, err := pingPongRawWith(100, smallDatagram, true); err != nil {
+func BenchmarkRawUDPPingPongSpin(b *testing.B) { benchRoundTrips(b, pingPongSpin) }
+
+// roundTrips runs n round trips of size-byte datagrams and returns how long
+// they took.
+type roundTrips func(n, size int) (time.Duration, error)
+
+// benchRoundTrips is a raw ping-pong benchmark: 100 round trips to warm up,
+// then b.N timed ones.
+func benchRoundTrips(b *testing.B, run roundTrips) {
+	if _, err := run(100, smallDatagram); err != nil {
 		b.Fatal(err)
 	}
+	b.ReportAllocs()
 	b.ResetTimer()
-	d, err := pingPongRawWith(b.N, smallDatagram, true)
+	d, err := run(b.N, smallDatagram)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -554,17 +555,7 @@ func BenchmarkRawUDPPingPongSpin(b *testing.B) {
 // before it, as the engine's run-to-completion poller sends its reply with the
 // held ACK. A round trip so carries four datagrams, where RawUDPPingPongSpin
 // carries two.
-func BenchmarkRawUDPPingPongAcked(b *testing.B) {
-	if _, err := pingPongAcked(100, smallDatagram); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	d, err := pingPongAcked(b.N, smallDatagram)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(d.Microseconds())/float64(b.N), "µs/rt")
-}
+func BenchmarkRawUDPPingPongAcked(b *testing.B) { benchRoundTrips(b, pingPongAcked) }
 
 // ackedEnd is one side of pingPongAcked.
 type ackedEnd struct {
@@ -728,28 +719,20 @@ func rawBaseline() baseline {
 			base.gsoPPS = bestRate(p, 3)
 			p.close()
 		}
+		const n = 2000
 		for range 3 {
-			d, err := pingPongRaw(2000, smallDatagram)
-			if err != nil {
-				base.err = err
-				return
-			}
-			if rt := d / 2000; base.rtt == 0 || rt < base.rtt {
-				base.rtt = rt
-			}
-			if d, err = pingPongRawWith(2000, smallDatagram, true); err != nil {
-				base.err = err
-				return
-			}
-			if rt := d / 2000; base.spinRTT == 0 || rt < base.spinRTT {
-				base.spinRTT = rt
-			}
-			if d, err = pingPongAcked(2000, smallDatagram); err != nil {
-				base.err = err
-				return
-			}
-			if rt := d / 2000; base.ackedRTT == 0 || rt < base.ackedRTT {
-				base.ackedRTT = rt
+			for _, m := range []struct {
+				run  roundTrips
+				best *time.Duration
+			}{{pingPongRaw, &base.rtt}, {pingPongSpin, &base.spinRTT}, {pingPongAcked, &base.ackedRTT}} {
+				d, err := m.run(n, smallDatagram)
+				if err != nil {
+					base.err = err
+					return
+				}
+				if rt := d / n; *m.best == 0 || rt < *m.best {
+					*m.best = rt
+				}
 			}
 		}
 	})

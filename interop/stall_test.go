@@ -15,10 +15,11 @@ import (
 // (sleeping on completion events) stops for good after rxe's own retransmission
 // timer fired spuriously (completer_retry_err). Seen in ib_send_lat in both
 // directions (once in about 1100 looped runs here, and in one of four full
-// CI runs; never in 654 runs between two rxe guests): rxe's responder has taken goroce's last message (rdma_recvs is one ahead
-// of rdma_sends, and rxe's ACK for it is on the wire) and goroce has nothing
-// unacknowledged, but the tool stays asleep in ib_uverbs_event_read and never
-// posts its answer, so neither side sends again.
+// CI runs; never in 654 runs between two rxe guests): rxe's responder has
+// taken goroce's last message (rdma_recvs is one ahead of rdma_sends, and
+// rxe's ACK for it is on the wire) and goroce has nothing unacknowledged, but
+// the tool stays asleep in ib_uverbs_event_read and never posts its answer, so
+// neither side sends again.
 //
 // watchStall tells that fault apart from a stall of goroce's: it ends the run
 // (errRxeStall) only when the guest's RoCE counters have not moved for
