@@ -120,21 +120,73 @@ lane() {
   return "$rc"
 }
 # set -m: each lane is a job of its own, so on_signal can end its whole process group.
-lane_pids=()
-set -m
-for d in "${dists[@]}"; do
-  rm -f "$RUN/$d/lane.done"
-  log "lane $d: go test ./interop/... ./cmd/roced (TestRxe*)"
-  lane "$d" &
-  lane_pids+=($!)
+# run_lanes DIST...: runs the lanes at once and waits for them; failed=(the lanes that failed).
+# set -m: each lane is a job of its own, so on_signal can end its whole process group.
+run_lanes() {
+  local d i pids=()
+  set -m
+  for d in "$@"; do
+    rm -f "$RUN/$d/lane.done"
+    log "lane $d: go test ./interop/... ./cmd/roced (TestRxe*)"
+    lane "$d" &
+    pids+=($!)
+  done
+  set +m
+  step_pid="${pids[*]}"
+  failed=()
+  for i in "${!pids[@]}"; do
+    if ! wait "${pids[$i]}"; then failed+=("${@:$((i + 1)):1}"); log "lane ${*:$((i + 1)):1} FAILED"; fi
+  done
+  step_pid=
+}
+
+# digest DIST SUFFIX: why the run of lane DIST whose files end in SUFFIX failed: the first
+# failed tests, the output of the first of them, and the lane's guests afterwards
+# (run/DIST/health$SUFFIX.txt).
+digest() {
+  local d=$1 sfx=$2 log=$RUN/$1/go-test$2.log res=$RUN/$1/results$2.tsv leaf
+  echo "== lane $d${sfx:+ (its first run)} failed: $(grep -c $'\tFAIL\t' "$res" 2>/dev/null || true) of" \
+    "$(wc -l <"$res" 2>/dev/null || echo 0) rows FAIL; the first failed tests:"
+  grep -E -m 8 -- '--- FAIL' "$log" | sed 's/^ */    /'
+  # The first failed leaf test (-v prints a parent's --- FAIL before its subtests' lines) and
+  # its own output, from its === RUN line to the next test's.
+  leaf=$(grep -oE -- '--- FAIL: [^ ]+' "$log" | awk '{print $3}' |
+    awk 'NR > 1 && index($0, prev "/") != 1 { print prev; exit } { prev = $0 } END { if (NR == 1) print prev }' | head -1)
+  if [ -n "$leaf" ]; then
+    echo "== lane $d: the output of $leaf, its first failed test ($(basename "$log")):"
+    awk -v t="$leaf" '$0 ~ /^=== (RUN|CONT|PAUSE|NAME) / { on = ($3 == t) } on' "$log" | head -n 24 | cut -c1-200 |
+      sed 's/^/    /'
+  fi
+  echo "== lane $d: its guests after the run:"
+  sed 's/^/    /' "$RUN/$d/health$sfx.txt" 2>/dev/null
+}
+
+run_lanes "${dists[@]}"
+# A lane whose guest died (its qemu gone, no answer, its rxe port down, or a kernel oops on
+# its console) fails every row after that, rxe's own rows with ours. Such a lane is booted
+# again and run once more; its first run's log, results and the guests' state are kept as
+# run/DIST/*.1.* and summed up below, so a crash that repeats still fails the stage.
+again=()
+for d in "${failed[@]}"; do
+  if ! "$HERE/lab" health "$d" >"$RUN/$d/health.1.txt" 2>&1; then again+=("$d"); fi
+  cp "$RUN/$d/health.1.txt" "$RUN/$d/health.txt"
 done
-set +m
-step_pid="${lane_pids[*]}"
+if [ ${#again[@]} -gt 0 ]; then
+  firstfailed=("${failed[@]}")
+  log "lane(s) ${again[*]}: a guest died or its rxe is down; rebooting the lane and running it once more"
+  for d in "${again[@]}"; do
+    mv "$RUN/$d/go-test.log" "$RUN/$d/go-test.1.log"
+    mv "$RUN/$d/results.tsv" "$RUN/$d/results.1.tsv" 2>/dev/null || true
+    step "$HERE/lab" reboot "$d" || fail "lane $d: the reboot failed"
+  done
+  run_lanes "${again[@]}"
+  for d in "${firstfailed[@]}"; do
+    [[ " ${again[*]} " == *" $d "* ]] || failed+=("$d")
+  done
+  for d in "${failed[@]}"; do "$HERE/lab" health "$d" >"$RUN/$d/health.txt" 2>&1 || true; done
+fi
 rc=0
-for i in "${!dists[@]}"; do
-  if ! wait "${lane_pids[$i]}"; then rc=1; log "lane ${dists[$i]} FAILED"; fi
-done
-step_pid=
+[ ${#failed[@]} -eq 0 ] || rc=1
 for d in "${dists[@]}"; do
   read -r gen dist secs <"$RUN/$d/lane.done" 2>/dev/null || { gen=? secs=?; }
   log "lane $d (kernel $gen): ${secs}s"
@@ -143,5 +195,9 @@ for d in "${dists[@]}"; do
     column -t -s $'\t' "$RUN/$d/results.tsv" 2>/dev/null || cat "$RUN/$d/results.tsv"
   fi
 done
+# Why a lane failed goes last, where a CI log cut to its tail still shows it.
+for d in "${again[@]}"; do digest "$d" .1; done
+for d in "${failed[@]}"; do digest "$d" ""; done
 [ "$rc" = 0 ] || fail "interop tests failed (logs: interop/run/DIST/go-test.log, captures of failed runs: interop/run/DIST/pcap/)"
+[ ${#again[@]} -eq 0 ] || log "PASS on the second run of lane(s) ${again[*]}, after a guest died in the first (above)"
 log "PASS"
