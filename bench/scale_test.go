@@ -22,7 +22,7 @@ import (
 
 // scaleCaps are the caps of the QPs of BenchmarkQPScale: a send queue of 16
 // one-SGE WRs, receives from the SRQ, no inline data. BenchmarkRCSendQPs gives
-// its QPs 64 WRs, its whole window.
+// its QPs perftestTxDepth WRs, its whole window.
 var scaleCaps = roce.QPCap{MaxSendWR: 16, MaxSendSGE: 1}
 
 const (
@@ -348,8 +348,9 @@ var (
 )
 
 // BenchmarkRCSendQPs is 64-byte SENDs spread over N RC QPs whose receives all come
-// from one SRQ: bursts of 16 WRs to one QP (the last signaled), the QPs in turn, 64
-// WRs outstanding in all (with one QP, the pattern of BenchmarkRCSend/64B). It
+// from one SRQ: bursts of 16 WRs to one QP (the last signaled), the QPs in turn,
+// perftestTxDepth (128) WRs outstanding in all (with one QP, the pattern of
+// BenchmarkRCSend/64B). It
 // reports the total packet rate and its ratio to one QP's.
 func BenchmarkRCSendQPs(b *testing.B) {
 	for _, n := range []int{1, 16, 256, 1024, 4096} {
@@ -415,13 +416,13 @@ func BenchmarkRCReaders(b *testing.B) {
 func sendQPsRate(b *testing.B, n, total int) float64 {
 	b.StopTimer()
 	x, y := scaleDevices(b)
-	x.caps.MaxSendWR, y.caps.MaxSendWR = 64, 64
+	x.caps.MaxSendWR, y.caps.MaxSendWR = perftestTxDepth, perftestTxDepth
 	if err := connectPairs(x, y, n); err != nil {
 		b.Fatal(err)
 	}
 	// One message on every QP first: a QP allocates its send ring and receive
 	// scratch on first use, which is set-up, not the per-packet cost.
-	if err := sendAcross(x, y, n, 1, 64, nil); err != nil {
+	if err := sendAcross(x, y, n, 1, perftestTxDepth, nil); err != nil {
 		b.Fatal(err)
 	}
 	st0 := x.dev.Stats()
@@ -430,7 +431,7 @@ func sendQPsRate(b *testing.B, n, total int) float64 {
 	b.ReportAllocs()
 	b.StartTimer()
 	t0 := time.Now()
-	if err := sendAcross(x, y, total, 16, 64, nil); err != nil {
+	if err := sendAcross(x, y, total, 16, perftestTxDepth, nil); err != nil {
 		b.Fatal(err)
 	}
 	d := time.Since(t0)
