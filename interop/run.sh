@@ -119,7 +119,6 @@ lane() {
   echo "$gen $dist $(($(date +%s) - t0))" >"$dir/lane.done"
   return "$rc"
 }
-# set -m: each lane is a job of its own, so on_signal can end its whole process group.
 # run_lanes DIST...: runs the lanes at once and waits for them; failed=(the lanes that failed).
 # set -m: each lane is a job of its own, so on_signal can end its whole process group.
 run_lanes() {
