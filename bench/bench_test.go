@@ -251,7 +251,7 @@ func (w *waiter) wait() ([]roce.WC, error) {
 // ones, whose 256 packets each already fill the pipe. Why not fewer: a window of
 // 64 one-packet WRs is a single GSO train (64 segments at most), so sender and
 // receiver take turns (the train, then its ACK, then the next) and half of two cores
-// stays idle; SEND 4 KiB ran at 39-41% of raw GSO with 64, and 62-66% with 128-256.
+// stays idle; SEND 4 KiB ran at 39-41% of raw GSO with 64, and 61-66% with 128-256.
 func window(size int) (depth, signalEvery int) {
 	if size >= 1<<20 {
 		return 16, 4

@@ -350,8 +350,8 @@ var (
 // BenchmarkRCSendQPs is 64-byte SENDs spread over N RC QPs whose receives all come
 // from one SRQ: bursts of 16 WRs to one QP (the last signaled), the QPs in turn,
 // perftestTxDepth (128) WRs outstanding in all (with one QP, the pattern of
-// BenchmarkRCSend/64B). It
-// reports the total packet rate and its ratio to one QP's.
+// BenchmarkRCSend/64B). It reports the total packet rate and its ratio to one
+// QP's.
 func BenchmarkRCSendQPs(b *testing.B) {
 	for _, n := range []int{1, 16, 256, 1024, 4096} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {

@@ -84,9 +84,9 @@ func WithCongestionControl(c dcqcn.Config) Option { return func(o *options) { o.
 func WithLinkConfig(c link.Config) Option { return func(o *options) { o.linkCfg = c } }
 
 // WithGSO turns segment trains on (the default) or off. On, the engine hands
-// each run of one QP's equal-size packets to one destination to the link as
-// one train, which a UDP socket sends as a UDP GSO super-datagram: one trip
-// through the kernel for up to 64 packets. Off, every packet is a datagram of
+// each run of equal-size packets of one UDP flow (source port and destination)
+// to the link as one train, which a UDP socket sends as a UDP GSO
+// super-datagram: one trip through the kernel for up to 64 packets. Off, every packet is a datagram of
 // its own, and the socket Open binds never uses UDP_SEGMENT.
 func WithGSO(on bool) Option { return func(o *options) { o.noGSO = !on } }
 

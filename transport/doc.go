@@ -94,7 +94,7 @@
 //	PostSend ─► validate ─► send queue slot ─► wake shard
 //	shard requester: fence / max_rd_atomic / 128-PSN window ─► next opcode (bth.MessageOpcode)
 //	        ─► bth.Append into a pooled buffer (payload gathered from the MR through Memory)
-//	        ─► output list ─► end of slice: runs of one QP's equal-size packets become
+//	        ─► output list ─► end of slice: runs of one flow's equal-size packets become
 //	           segment trains (train.go) ─► bth.PutICRC (IPv4 ID of the segment, DF)
 //	           ─► Link.WriteBatch (a train: one UDP GSO super-datagram per up to 64 packets)
 //	retransmission: nothing sent is kept; on a NAK or timeout the requester

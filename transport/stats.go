@@ -120,7 +120,7 @@ type Counters[T uint64 | atomic.Uint64] struct {
 	RNRRetryExceeded  T              `metric:"roce_rnr_retry_exceeded_total" help:"Send queues that ran out of RNR retries (IBV_WC_RNR_RETRY_EXC_ERR)."`
 	RxQueueDrops      T              `metric:"roce_rx_queue_drops_total" help:"Received packets dropped because an engine shard's queue was full."`
 	DestroyedQPDrops  T              `metric:"roce_destroyed_qp_drops_total" help:"Received packets dropped because their QP was destroyed while they waited in its shard's queue."`
-	TxTrains          T              `metric:"roce_tx_trains_total" help:"Segment trains (runs of one QP's equal-size packets to one destination) handed to the link as one message, sent as UDP GSO where the kernel allows."`
+	TxTrains          T              `metric:"roce_tx_trains_total" help:"Segment trains (runs of equal-size packets of one UDP flow: one source port, one destination) handed to the link as one message, sent as UDP GSO where the kernel allows."`
 	TxTrainSegments   T              `metric:"roce_tx_train_segments_total" help:"Packets sent inside segment trains."`
 	RxTrains          T              `metric:"roce_rx_trains_total" help:"UDP GRO trains received (runs of datagrams the kernel coalesced), split back into packets."`
 	RxTrainSegments   T              `metric:"roce_rx_train_segments_total" help:"Packets received inside UDP GRO trains."`
