@@ -34,6 +34,7 @@ type Queue struct {
 	err      error // non-nil once the CQ has overrun (error state)
 	attached int   // QPs using the CQ as send or receive CQ
 	closed   bool
+	onNotify func() // called with mu held whenever Notify is signalled; may be nil
 }
 
 // New is ibv_create_cq: it makes a CQ that holds at least cqe completions.
@@ -109,6 +110,9 @@ func (q *Queue) Push(wc *WorkCompletion, solicited bool) error {
 
 // signalLocked does the non-blocking send on the completion channel.
 func (q *Queue) signalLocked() {
+	if q.onNotify != nil {
+		q.onNotify()
+	}
 	select {
 	case q.notify <- struct{}{}:
 	default:
@@ -162,6 +166,16 @@ func (q *Queue) ReqNotify(solicitedOnly bool) error {
 		q.armed = want
 	}
 	return nil
+}
+
+// SetNotifyFunc makes f run each time Notify is signalled, in the producer's
+// goroutine with the CQ's lock held: f must not block or call back into q. It
+// is how a completion channel outside Go (a file descriptor) learns of an
+// event without a goroutine waiting on Notify. nil removes it.
+func (q *Queue) SetNotifyFunc(f func()) {
+	q.mu.Lock()
+	q.onNotify = f
+	q.mu.Unlock()
 }
 
 // Notify returns the completion channel (ibv_comp_channel +

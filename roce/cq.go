@@ -90,6 +90,13 @@ func (c *CQ) ReqNotify(solicitedOnly bool) error {
 // once per armed ReqNotify that fired. Events need no acknowledgement.
 func (c *CQ) Notify() <-chan struct{} { return c.q.Notify() }
 
+// SetNotifyFunc makes f run whenever Notify is signalled, on the engine's
+// goroutine: a completion channel that is not a Go channel (the file descriptor
+// of libibverbs' ibv_comp_channel) learns of each event without a goroutine
+// waiting. f must return at once and must not call verbs of this CQ. nil
+// removes it.
+func (c *CQ) SetNotifyFunc(f func()) { c.q.SetNotifyFunc(f) }
+
 // Wait returns at least one completion, like Poll, but blocks until one arrives or ctx
 // ends (ctx's error). It is the loop every event-driven verbs program writes: poll,
 // arm with ReqNotify, poll again (a completion may have arrived in between), then

@@ -222,7 +222,7 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 	d := &Device{
 		addr:   addr,
 		lport:  l.LocalAddr().Port(),
-		guid:   nodeGUID(addr),
+		guid:   NodeGUID(addr),
 		limits: lim,
 		stats:  new(transport.Stats),
 		done:   make(chan struct{}),

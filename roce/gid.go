@@ -42,9 +42,11 @@ const (
 	GIDIndexRoCEv2  = 1
 )
 
-// nodeGUID derives a stable EUI-64 style GUID from the device address, the way rxe
-// derives it from the MAC: the same address gives the same GUID on every open.
-func nodeGUID(a netip.Addr) uint64 {
+// NodeGUID is the node GUID of the device on address a (ibv_get_device_guid,
+// DeviceAttr.NodeGUID), known before the device is opened. It is derived from the
+// address as rxe derives it from the MAC, so the same address gives the same GUID
+// on every open.
+func NodeGUID(a netip.Addr) uint64 {
 	h := fnv.New64a()
 	b := a.As16()
 	h.Write([]byte("goroce"))

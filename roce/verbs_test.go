@@ -50,7 +50,7 @@ func TestGIDTableMirrorsRxe(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.addr, func(t *testing.T) {
 			a := netip.MustParseAddr(tc.addr)
-			tbl, idx := buildGIDTable(a, nodeGUID(a))
+			tbl, idx := buildGIDTable(a, NodeGUID(a))
 			if len(tbl) != tc.entries || idx != tc.roce {
 				t.Fatalf("table %v index %d, want %d entries and index %d", tbl, idx, tc.entries, tc.roce)
 			}
@@ -68,10 +68,10 @@ func TestGIDTableMirrorsRxe(t *testing.T) {
 }
 
 func TestNodeGUIDIsStablePerAddress(t *testing.T) {
-	if nodeGUID(addrA) != nodeGUID(addrA) || nodeGUID(addrA) == nodeGUID(addrB) {
+	if NodeGUID(addrA) != NodeGUID(addrA) || NodeGUID(addrA) == NodeGUID(addrB) {
 		t.Fatal("node GUID must be a function of the address")
 	}
-	if g := nodeGUID(addrA); g>>56&0x03 != 0x02 {
+	if g := NodeGUID(addrA); g>>56&0x03 != 0x02 {
 		t.Fatalf("node GUID %#x is not locally administered unicast", g)
 	}
 }

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds goroce's drop-in libibverbs.so.1 into cabi/lib/ (README: "Run an existing
+# RDMA program on goroce"):
+#   lib/libgoroce.so     the Go half (package roce behind C-callable verbs), cgo c-shared
+#   lib/libibverbs.so.1  the C half programs link against: rdma-core's ABI and symbol versions
+# It needs Go, gcc and rdma-core's headers (Debian's libibverbs-dev), which it installs
+# with apt when run as root and they are missing.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if [ ! -f /usr/include/infiniband/verbs.h ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "cabi/build.sh: installing libibverbs-dev (rdma-core's headers)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libibverbs-dev >/dev/null ||
+      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libibverbs-dev >/dev/null; }
+  else
+    echo "cabi/build.sh: rdma-core's headers are missing: apt-get install libibverbs-dev" >&2
+    exit 1
+  fi
+fi
+
+mkdir -p lib
+CGO_ENABLED=1 go build -buildmode=c-shared -trimpath -o lib/libgoroce.so ./engine
+
+CFLAGS="-O2 -g -fPIC -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -Ilib"
+# -z defs: every symbol the library uses must resolve at link time, so a missing
+# one fails here, not in a program.
+gcc $CFLAGS -shared -o lib/libibverbs.so.1 verbs/*.c \
+  -Llib -lgoroce -lpthread \
+  -Wl,-soname,libibverbs.so.1 -Wl,--version-script=verbs/libibverbs.map \
+  -Wl,-rpath,'$ORIGIN' -Wl,-z,defs
+ln -sf libibverbs.so.1 lib/libibverbs.so
+echo "cabi/build.sh: built $(cd lib && ls -1 *.so* | tr '\n' ' ')"
