@@ -30,4 +30,10 @@ gcc $CFLAGS -shared -o lib/libibverbs.so.1 verbs/*.c \
   -Wl,-soname,libibverbs.so.1 -Wl,--version-script=verbs/libibverbs.map \
   -Wl,-rpath,'$ORIGIN' -Wl,-z,defs
 ln -sf libibverbs.so.1 lib/libibverbs.so
+
+# The C tests, linked against the library just built (they run on any libibverbs).
+mkdir -p bin
+for t in verbs-errno verbs-fork; do
+  gcc -O2 -std=gnu11 -Wall -Wextra -Werror -o bin/$t ctest/$t.c -Llib -libverbs
+done
 echo "cabi/build.sh: built $(cd lib && ls -1 *.so* | tr '\n' ' ')"

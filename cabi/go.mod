@@ -7,4 +7,6 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
+require github.com/pborman/getopt/v2 v2.2.0 // indirect
+
 replace github.com/goroce/goroce => ../

@@ -199,6 +199,7 @@ type result struct {
 	stockOut  string
 	rxe       labtest.Counters
 	oursStats map[string]uint64
+	tool      string // the tool column, when not the stock tool's own name
 }
 
 var resultsMu sync.Mutex
@@ -270,7 +271,11 @@ func (r *result) record(t *testing.T) {
 		opts += " IPv6 (-g 0)"
 	}
 	ours := oursCounters(r.oursStats, "sent_pkts", "rcvd_pkts", "retransmits", "out_of_seq", "dup_req", "naks_sent", "naks_rcvd")
-	appendResult(t, resultRow{tool: "ibv_" + r.c.mode + "_pingpong", dir: string(r.dir), transport: strings.ToUpper(r.c.mode),
+	tool := "ibv_" + r.c.mode + "_pingpong"
+	if r.tool != "" {
+		tool = r.tool
+	}
+	appendResult(t, resultRow{tool: tool, dir: string(r.dir), transport: strings.ToUpper(r.c.mode),
 		opts: opts, verdict: r.verdict, usec: r.usec, counters: r.rxe.String() + " | goroce: " + ours})
 }
 

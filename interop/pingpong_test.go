@@ -44,6 +44,9 @@ type ppCase struct {
 	// knownBug, when set, names a goroce bug that makes this case fail today. The
 	// case is skipped with that text unless GOROCE_INTEROP_STRICT=1.
 	knownBug string
+	// events makes goroce's side sleep on completion events (-e) when it is a
+	// stock tool over cabi's libibverbs; roce-pingpong always waits on events.
+	events bool
 }
 
 func (c ppCase) name() string {
@@ -60,7 +63,40 @@ func (c ppCase) name() string {
 	if c.ipv6 {
 		n += "/ipv6"
 	}
+	if c.events {
+		n += "/e"
+	}
 	return n
+}
+
+// ppOurs is goroce's side of a pingpong row: roce-pingpong, or a stock
+// ibv_*_pingpong over cabi's libibverbs (cabi_test.go).
+type ppOurs struct {
+	tool string // the results table's tool column
+	who  string // in messages
+	// command is the program and arguments for case c on our address, GID index
+	// and TCP port, without the server address a client takes last.
+	command func(c ppCase, addr, gid string, port int) (bin string, args []string)
+}
+
+// rocePingpong is roce-pingpong built at bin.
+func rocePingpong(bin string) ppOurs {
+	return ppOurs{who: "roce-pingpong", command: func(c ppCase, addr, gid string, port int) (string, []string) {
+		args := []string{c.mode, "-d", addr, "-p", strconv.Itoa(port), "-g", gid, "-n", strconv.Itoa(c.iters),
+			"-s", strconv.Itoa(c.size), "-c", "--stats", "--timeout", "60s"}
+		if c.qps > 0 {
+			args = append(args, "-q", strconv.Itoa(c.qps))
+		}
+		if c.mtu > 0 {
+			args = append(args, "-m", strconv.Itoa(c.mtu))
+		}
+		if c.loss {
+			// netem may drop rxe's ACK of our very last send after which the stock
+			// client exits: bound that one wait (the stock side still validates all).
+			args = append(args, "--loss", "0.02", "--seed", "1", "--last-ack-wait", "3s")
+		}
+		return bin, args
+	}}
 }
 
 func TestMain(m *testing.M) {
@@ -100,7 +136,7 @@ func TestPingpong(t *testing.T) {
 	)
 	for _, c := range cases {
 		for _, dir := range []direction{oursToRxe, rxeToOurs} {
-			t.Run(c.name()+"/"+dirShort(dir), func(t *testing.T) { runPingpong(t, lab, g, bin, c, dir) })
+			t.Run(c.name()+"/"+dirShort(dir), func(t *testing.T) { runPingpong(t, lab, g, rocePingpong(bin), c, dir) })
 		}
 	}
 }
@@ -112,22 +148,7 @@ func TestPingpongMTU4096(t *testing.T) {
 	lab := labtest.Open(t)
 	bin := toolBin(t, "GOROCE_PINGPONG", "cmd/roce-pingpong")
 	g := lab.Guest(t, "a")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	old := lab.MTU
-	if err := lab.SetMTU(ctx, 9000); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := lab.SetMTU(ctx, old); err != nil {
-			t.Errorf("restore MTU %d: %v", old, err)
-		}
-	})
-	if mtu, err := g.ActiveMTU(ctx); err != nil || mtu != 4096 {
-		t.Fatalf("rxe active MTU after netdev MTU 9000 = %d, %v; want 4096", mtu, err)
-	}
+	withMTU4096(t, lab, g)
 	for _, c := range []ppCase{
 		{mode: "rc", size: 4096, iters: 200, mtu: 4096},
 		{mode: "rc", size: 65536, iters: 200, mtu: 4096},
@@ -137,7 +158,7 @@ func TestPingpongMTU4096(t *testing.T) {
 		{mode: "ud", size: 4096, iters: 200},
 	} {
 		for _, dir := range []direction{oursToRxe, rxeToOurs} {
-			t.Run(c.name()+"/"+dirShort(dir), func(t *testing.T) { runPingpong(t, lab, g, bin, c, dir) })
+			t.Run(c.name()+"/"+dirShort(dir), func(t *testing.T) { runPingpong(t, lab, g, rocePingpong(bin), c, dir) })
 		}
 	}
 }
@@ -161,14 +182,14 @@ func TestPingpongIPv6(t *testing.T) {
 		{mode: "rc", size: 65536, iters: 200, ipv6: true},
 	} {
 		for _, dir := range []direction{oursToRxe, rxeToOurs} {
-			t.Run(c.name()+"/"+dirShort(dir), func(t *testing.T) { runPingpong(t, lab, g, bin, c, dir) })
+			t.Run(c.name()+"/"+dirShort(dir), func(t *testing.T) { runPingpong(t, lab, g, rocePingpong(bin), c, dir) })
 		}
 	}
 }
 
 // runPingpong makes one run and checks it.
-func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c ppCase, dir direction) {
-	res := result{c: c, dir: dir, verdict: "FAIL"}
+func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ppOurs, c ppCase, dir direction) {
+	res := result{c: c, dir: dir, verdict: "FAIL", tool: o.tool}
 	defer func() { res.record(t) }()
 	if c.knownBug != "" && os.Getenv("GOROCE_INTEROP_STRICT") != "1" {
 		res.verdict = "skipped: known goroce bug, " + c.knownBug[:strings.IndexByte(c.knownBug, ':')]
@@ -201,21 +222,13 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	defer captureRun(t, lab, c.name()+"-"+dirShort(dir), ourIP.WithZone(""))()
 	port := lab.Port(pingpongPort)
 	stock := fmt.Sprintf("ibv_%s_pingpong -d rxe0 -g %d -n %d -s %d -c -e -p %d", c.mode, stockGID, c.iters, c.size, port)
-	ours := []string{c.mode, "-d", ourAddr, "-p", strconv.Itoa(port), "-g", ourGID, "-n", strconv.Itoa(c.iters),
-		"-s", strconv.Itoa(c.size), "-c", "--stats", "--timeout", "60s"}
 	if c.qps > 0 {
 		stock += fmt.Sprintf(" -q %d", c.qps)
-		ours = append(ours, "-q", strconv.Itoa(c.qps))
 	}
 	if c.mtu > 0 {
 		stock += fmt.Sprintf(" -m %d", c.mtu)
-		ours = append(ours, "-m", strconv.Itoa(c.mtu))
 	}
-	if c.loss {
-		// netem may drop rxe's ACK of our very last send after which the stock
-		// client exits: bound that one wait (the stock side still validates all).
-		ours = append(ours, "--loss", "0.02", "--seed", "1", "--last-ack-wait", "3s")
-	}
+	bin, ours := o.command(c, ourAddr, ourGID, port)
 
 	r := runPair(ctx, t, lab, g, bin, stock, ours, dir == oursToRxe)
 	stockRes, oursRC, oursOut, oursErr := r.stock, r.oursRC, r.oursOut, r.oursErr
@@ -226,7 +239,7 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 		t.Skipf("goroce: %s", strings.TrimSpace(lastLine(oursErr)))
 	}
 	if oursRC != 0 {
-		t.Errorf("roce-pingpong exit %d:\n%s%s", oursRC, oursOut, oursErr)
+		t.Errorf("%s exit %d:\n%s%s", o.who, oursRC, oursOut, oursErr)
 	}
 	if stockRes.RC != 0 {
 		t.Errorf("ibv_%s_pingpong exit %d:\n%s", c.mode, stockRes.RC, stockRes.Out)
@@ -234,7 +247,7 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 	if strings.Contains(stockRes.Out, "invalid data") {
 		t.Errorf("ibv_%s_pingpong found invalid data:\n%s", c.mode, stockRes.Out)
 	}
-	for _, side := range []struct{ who, out string }{{"roce-pingpong", oursOut}, {"ibv_" + c.mode + "_pingpong", stockRes.Out}} {
+	for _, side := range []struct{ who, out string }{{o.who, oursOut}, {"ibv_" + c.mode + "_pingpong", stockRes.Out}} {
 		s, err := labtest.ParseSummary(side.out)
 		if err != nil {
 			t.Errorf("%s: %v", side.who, err)
@@ -243,11 +256,11 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 		if s.Iters != c.iters || s.Bytes != int64(2*c.iters*c.size) {
 			t.Errorf("%s: %d iters, %d bytes; want %d, %d", side.who, s.Iters, s.Bytes, c.iters, 2*c.iters*c.size)
 		}
-		if side.who == "roce-pingpong" {
+		if side.who == o.who {
 			res.usec = s.USecIter
 		}
 	}
-	res.oursStats = checkOursStats(t, "roce-pingpong", oursErr)
+	res.oursStats = checkOursStats(t, o.who, oursErr)
 	after, err := g.Counters(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +311,8 @@ func runOurs(ctx context.Context, lab *labtest.Lab, bin string, args []string, c
 		cmd.Stdout, cmd.Stderr = &so, &se
 		err := cmd.Run()
 		rc := exitCode(err)
-		if rc == 0 || !client || !strings.Contains(se.String(), "couldn't connect") || time.Now().After(deadline) || ctx.Err() != nil {
+		refused := strings.Contains(se.String(), "couldn't connect") || containsConnectFailure(se.String()+so.String())
+		if rc == 0 || !client || !refused || time.Now().After(deadline) || ctx.Err() != nil {
 			return rc, so.String(), se.String()
 		}
 		time.Sleep(200 * time.Millisecond)

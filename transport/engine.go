@@ -176,6 +176,16 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
+	// ACKs a CQ poller's slices hold (rtc.go) are owed to the peer: a program
+	// that polled its last completion and closed the device must not leave the
+	// peer to retry the message it already completed.
+	for _, s := range e.shards {
+		s.call(func() {
+			if s.held > 0 {
+				s.flush()
+			}
+		})
+	}
 	for _, q := range e.qps.all() {
 		q.run("close", func() { q.toError(e.clock.Now()) }, true)
 	}

@@ -81,6 +81,26 @@ func TestRunToCompletionPollHoldsACK(t *testing.T) {
 	}
 }
 
+// TestRunToCompletionCloseSendsHeldACK: the ACK a poller's slice holds leaves
+// when the engine closes; a program that polled its last receive and exited
+// would otherwise leave its peer retrying a message already completed.
+func TestRunToCompletionCloseSendsHeldACK(t *testing.T) {
+	var reads []link.Message
+	w, l := rtcWire(t, &reads)
+	rb := w.mem.reg(1, make([]byte, 256), AccessLocalWrite)
+	w.recv(srq.RecvWR{WRID: 7, SGL: []srq.SGE{rb.sge(0, 256)}})
+	it := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: wireRQPSN, AckReq: true}, pattern(64, 1))
+	reads = append(reads, link.Message{Buf: append([]byte(nil), it.bytes()...), Addr: w.peer, Local: addrA.Addr()})
+	it.release()
+	if n := w.e.Poll(); n != 1 || len(l.msgs) != 0 {
+		t.Fatalf("Poll read %d messages and wrote %d, want 1 read and the ACK held", n, len(l.msgs))
+	}
+	w.e.Close()
+	if len(l.msgs) != 1 || bth.Opcode(l.msgs[0].Buf[0]) != bth.RCAck {
+		t.Fatalf("Close wrote %d messages, want the held ACK", len(l.msgs))
+	}
+}
+
 // TestRunToCompletionPollKeepsRequestOrder: a poll-driven slice that serves a
 // QP's requester (its post found the token taken) sends those requests at
 // once; held, they would leave after the next post's requests and the peer

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -31,6 +32,11 @@ const asyncQueueLen = 256
 // socket and completes on the polling thread, instead of waiting for an engine
 // goroutine that the busy-polling thread competes with for a core.
 const rtcEnv = "GOROCE_RUN_TO_COMPLETION"
+
+// statsEnv set to "1" prints a device's counters to stderr when its last
+// context closes, in the line roce-pingpong's --stats prints, for the interop
+// suite's checks of stock programs.
+const statsEnv = "GOROCE_STATS"
 
 func deviceOptions() []roce.Option {
 	return []roce.Option{roce.WithRunToCompletion(os.Getenv(rtcEnv) != "0")}
@@ -179,11 +185,39 @@ func gr_close(h C.uintptr_t) C.int {
 	}
 	d.mu.Unlock()
 	if dev != nil {
+		printStats(dev)
 		dev.Close()
 	}
 	c.async.close()
 	deleteHandle(h)
 	return 0
+}
+
+// printStats writes dev's counters to stderr when GOROCE_STATS=1, on a line of
+// its own whatever stdout left unflushed.
+func printStats(dev *roce.Device) {
+	if os.Getenv(statsEnv) == "1" {
+		fmt.Fprintf(os.Stderr, "\n%s\n", cli.Stats(dev))
+	}
+}
+
+// gr_at_exit closes the devices still open when the program exits, as the
+// kernel destroys a process's verbs objects: the ACKs the engine still holds
+// leave, so no peer retries a message this program completed. Many tools exit
+// without closing their devices.
+//
+//export gr_at_exit
+func gr_at_exit() {
+	for _, d := range deviceList() {
+		d.mu.Lock()
+		dev := d.dev
+		d.dev = nil
+		d.mu.Unlock()
+		if dev != nil {
+			printStats(dev)
+			dev.Close()
+		}
+	}
 }
 
 // roceDevice is the opened device of c, or nil once it was closed.

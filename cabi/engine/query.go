@@ -136,8 +136,8 @@ func gr_query_port(h C.uintptr_t, port C.uint8_t, a *C.struct_ibv_port_attr) C.i
 
 // gr_query_gid is ibv_query_gid_ex: the GID at index with its type (1:
 // IBV_GID_TYPE_ROCE_V1 for the default link-local GID, which cannot carry
-// RoCEv2 here, 2: IBV_GID_TYPE_ROCE_V2). ENODATA for an index past the table,
-// as for an empty entry of a kernel device's table.
+// RoCEv2 here, 2: IBV_GID_TYPE_ROCE_V2). EINVAL for an index past the table
+// (gid_tbl_len), as the kernel answers; every entry inside it is populated.
 //
 //export gr_query_gid
 func gr_query_gid(h C.uintptr_t, port C.uint8_t, index C.int, gid *C.union_ibv_gid, gidType *C.uint32_t) C.int {
@@ -153,7 +153,7 @@ func gr_query_gid(h C.uintptr_t, port C.uint8_t, index C.int, gid *C.union_ibv_g
 		return errno(err)
 	}
 	if int(index) >= p.GIDTblLen {
-		return C.ENODATA
+		return C.EINVAL
 	}
 	g, err := d.QueryGID(int(index))
 	if err != nil {

@@ -15,6 +15,19 @@ struct gr_device {
 	__be64 guid;
 };
 
+/* At exit the devices still open are closed, as the kernel closes a process's
+ * (gr_at_exit), unless the process is a forked child, whose engine is not its own. */
+static void at_exit(void)
+{
+	if (!gr_forked)
+		gr_at_exit();
+}
+
+__attribute__((constructor)) static void gr_register_at_exit(void)
+{
+	atexit(at_exit);
+}
+
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
 static struct gr_device *devices;
 static int ndevices;
