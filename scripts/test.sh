@@ -29,6 +29,23 @@ fi
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
 
+# cabi: goroce's libibverbs.so.1 for unmodified C programs, its own Go module (cgo
+# stays out of the main one). The build and its tests need rdma-core's headers and
+# Debian's stock binaries (ibverbs-utils, perftest), installed as root as CI does.
+echo "== cabi (libibverbs.so.1 for C programs)"
+if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
+  missing=()
+  for p in libibverbs-dev ibverbs-utils perftest; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null ||
+      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }
+  fi
+fi
+bash cabi/build.sh
+(cd cabi && go vet ./... && go test -count=1 -timeout 10m ./...)
+
 # Budgets are counts of executions, not durations: a duration -fuzztime races the fuzz
 # coordinator's deadline against its workers and can fail a target with a bare "context
 # deadline exceeded" on a loaded machine (golang/go#75804, unfixed in Go 1.26). A count
