@@ -71,7 +71,7 @@ func gr_channel_pop(h C.uintptr_t, cq *C.uintptr_t) C.int {
 // cq is an ibv_cq: the roce CQ, the channel its events go to, and the C struct
 // that names it there.
 type cq struct {
-	ctx     *context
+	ctx     *devContext
 	cq      *roce.CQ
 	ch      *channel
 	element C.uintptr_t

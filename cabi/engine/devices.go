@@ -15,6 +15,8 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
 )
@@ -51,19 +53,22 @@ type device struct {
 	addr  netip.Addr
 
 	mu       sync.Mutex
-	dev      *roce.Device          // mu guards; nil while no context is open
-	contexts map[*context]struct{} // mu guards
-	owners   map[any]ownedObject   // mu guards: *roce.QP, *roce.CQ, *roce.SRQ → who gets its events
+	dev      *roce.Device             // mu guards; nil while no context is open
+	gsi      *gsi.Conn                // mu guards: QP1 of dev, the CM's MADs
+	mgr      *cm.Manager              // mu guards: the CM, started by librdmacm's first use (ucma.go)
+	waiting  map[uint32]*cmID         // mu guards: ids by communication ID, until its timewait ends
+	contexts map[*devContext]struct{} // mu guards
+	owners   map[any]ownedObject      // mu guards: *roce.QP, *roce.CQ, *roce.SRQ → who gets its events
 }
 
 // ownedObject is the context and the C struct of an object that raises async events.
 type ownedObject struct {
-	ctx     *context
+	ctx     *devContext
 	element C.uintptr_t
 }
 
-// context is an ibv_context: its async event queue, the device it is open on.
-type context struct {
+// devContext is an ibv_context: its async event queue, the device it is open on.
+type devContext struct {
 	dev   *device
 	async *eventQueue[C.struct_gr_async_event]
 }
@@ -88,7 +93,7 @@ func deviceList() []*device {
 			i := len(devices.list)
 			devices.list = append(devices.list, &device{
 				index: i, name: fmt.Sprintf("goroce%d", i), addr: a.Unmap(),
-				contexts: map[*context]struct{}{}, owners: map[any]ownedObject{},
+				contexts: map[*devContext]struct{}{}, owners: map[any]ownedObject{},
 			})
 		}
 	})
@@ -143,16 +148,16 @@ func gr_open(i C.int, h *C.uintptr_t, asyncFD *C.int) C.int {
 	if err != nil {
 		return errno(err)
 	}
-	c := &context{dev: d, async: q}
+	c := &devContext{dev: d, async: q}
 	d.mu.Lock()
 	if d.dev == nil {
-		dev, err := roce.Open(d.addr, deviceOptions()...)
+		dev, conn, err := gsi.Open(d.addr, 0, deviceOptions()...)
 		if err != nil {
 			d.mu.Unlock()
 			q.close()
 			return errno(err)
 		}
-		d.dev = dev
+		d.dev, d.gsi = dev, conn
 		go d.pumpEvents(dev)
 	}
 	d.contexts[c] = struct{}{}
@@ -167,7 +172,7 @@ func gr_open(i C.int, h *C.uintptr_t, asyncFD *C.int) C.int {
 //
 //export gr_close
 func gr_close(h C.uintptr_t) C.int {
-	c := object[*context](h)
+	c := object[*devContext](h)
 	if c == nil {
 		return C.EINVAL
 	}
@@ -180,10 +185,14 @@ func gr_close(h C.uintptr_t) C.int {
 		}
 	}
 	var dev *roce.Device
+	var mgr *cm.Manager
 	if len(d.contexts) == 0 {
-		dev, d.dev = d.dev, nil
+		dev, d.dev, mgr, d.mgr, d.gsi = d.dev, nil, d.mgr, nil, nil
 	}
 	d.mu.Unlock()
+	if mgr != nil {
+		mgr.Close()
+	}
 	if dev != nil {
 		printStats(dev)
 		dev.Close()
@@ -210,9 +219,12 @@ func printStats(dev *roce.Device) {
 func gr_at_exit() {
 	for _, d := range deviceList() {
 		d.mu.Lock()
-		dev := d.dev
-		d.dev = nil
+		dev, mgr := d.dev, d.mgr
+		d.dev, d.mgr, d.gsi = nil, nil, nil
 		d.mu.Unlock()
+		if mgr != nil {
+			mgr.Close()
+		}
 		if dev != nil {
 			printStats(dev)
 			dev.Close()
@@ -221,7 +233,7 @@ func gr_at_exit() {
 }
 
 // roceDevice is the opened device of c, or nil once it was closed.
-func (c *context) roceDevice() *roce.Device {
+func (c *devContext) roceDevice() *roce.Device {
 	c.dev.mu.Lock()
 	defer c.dev.mu.Unlock()
 	return c.dev.dev
@@ -229,7 +241,7 @@ func (c *context) roceDevice() *roce.Device {
 
 // own records that the events of obj (a *roce.QP, *roce.CQ or *roce.SRQ) go to
 // c's async fd naming element.
-func (c *context) own(obj any, element C.uintptr_t) {
+func (c *devContext) own(obj any, element C.uintptr_t) {
 	c.dev.mu.Lock()
 	c.dev.owners[obj] = ownedObject{ctx: c, element: element}
 	c.dev.mu.Unlock()
@@ -237,7 +249,7 @@ func (c *context) own(obj any, element C.uintptr_t) {
 
 // disown forgets obj and withdraws its unread events: a destroyed object's
 // pointer must never come out of ibv_get_async_event.
-func (c *context) disown(obj any) {
+func (c *devContext) disown(obj any) {
 	c.dev.mu.Lock()
 	o, ok := c.dev.owners[obj]
 	delete(c.dev.owners, obj)
@@ -279,7 +291,7 @@ func (d *device) pumpEvents(dev *roce.Device) {
 //
 //export gr_get_async_event
 func gr_get_async_event(h C.uintptr_t, ev *C.struct_gr_async_event) C.int {
-	c := object[*context](h)
+	c := object[*devContext](h)
 	if c == nil {
 		return C.EINVAL
 	}

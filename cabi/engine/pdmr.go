@@ -13,7 +13,7 @@ import (
 
 // pd is an ibv_pd: the roce PD and the context it belongs to.
 type pd struct {
-	ctx *context
+	ctx *devContext
 	pd  *roce.PD
 }
 

@@ -16,7 +16,7 @@ import (
 // qp is an ibv_qp: the roce QP and the scratch its posts convert C WR lists
 // into, reused from post to post so the data path allocates nothing.
 type qp struct {
-	ctx     *context
+	ctx     *devContext
 	pd      *pd
 	qp      *roce.QP
 	element C.uintptr_t

@@ -14,8 +14,8 @@ import (
 )
 
 // contextDevice is the open device behind context handle h.
-func contextDevice(h C.uintptr_t) (*context, *roce.Device, C.int) {
-	c := object[*context](h)
+func contextDevice(h C.uintptr_t) (*devContext, *roce.Device, C.int) {
+	c := object[*devContext](h)
 	if c == nil {
 		return nil, nil, C.EINVAL
 	}

@@ -14,7 +14,7 @@ import (
 
 // srq is an ibv_srq.
 type srq struct {
-	ctx     *context
+	ctx     *devContext
 	srq     *roce.SRQ
 	element C.uintptr_t
 
