@@ -318,3 +318,61 @@ func TestREQFlood(t *testing.T) {
 		t.Errorf("after MaxTimeWait: %d IDs left", n)
 	}
 }
+
+// TestREQFloodAccepted: a flood of REQs that never send an RTU, each accepted
+// as an application would (REP sent), for a minute of spoofing at a steady
+// rate from as many addresses. The REPs sent are counted and bounded: at most
+// MaxPending connections pend at once, each for PendingTimeout, and each gets
+// its REP and a resend every CM response timeout (rdma_cm's 4.3 s plus two
+// packet lifetimes) until then, and one REJ.
+func TestREQFloodAccepted(t *testing.T) {
+	const (
+		limit   = 64
+		pend    = 20 * time.Second
+		rate    = 100 // REQs a second
+		seconds = 60
+	)
+	m := NewMachine(Config{Rand: seq(1), MaxPending: limit, MaxUnansweredPerPeer: 8, PendingTimeout: pend})
+	if err := m.Listen(svc); err != nil {
+		t.Fatal(err)
+	}
+	interval := TimeoutDuration(20) + 2*TimeoutDuration(18) // testREQ: timeouts 20, packet lifetime 18
+	perConn := 1 + int(pend/interval)                       // REPs per connection that never answers
+	var accepted, reps, rejs int
+	for i := range rate * seconds {
+		now := t0.Add(time.Duration(i) * time.Second / rate)
+		m.Tick(now)
+		src := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+		m.Receive(now, src, reqMAD(t, uint32(i+1), nil))
+		for out, ev := m.Drain(); len(out)+len(ev) > 0; out, ev = m.Drain() {
+			for _, d := range out {
+				switch attrOf(d.MAD) {
+				case AttrREP:
+					reps++
+				case AttrREJ:
+					rejs++
+				}
+			}
+			for _, e := range ev {
+				if e.Type == EventConnectRequest {
+					if err := m.Accept(now, e.ID, REP{LocalQPN: 0x22}); err != nil {
+						t.Fatal(err)
+					}
+					accepted++
+				}
+			}
+		}
+		if m.Pending() > limit {
+			t.Fatalf("%d pending at %v, cap %d", m.Pending(), now.Sub(t0), limit)
+		}
+	}
+	s := m.Stats()
+	// Each pending slot turns over once per pending timeout at most.
+	maxAccepted := limit * (1 + seconds*int(time.Second)/int(pend))
+	t.Logf("%d REQs in %d s: %d accepted, %d refused, %d REPs (%d per connection at most), %d REJs",
+		rate*seconds, seconds, accepted, s.Refused, reps, perConn, rejs)
+	if accepted > maxAccepted || uint64(reps) != s.REPs || reps > accepted*perConn || rejs > accepted {
+		t.Errorf("%d accepted (at most %d), %d REPs sent, %d counted (at most %d), %d REJs", accepted, maxAccepted,
+			reps, s.REPs, accepted*perConn, rejs)
+	}
+}
