@@ -19,12 +19,15 @@
 //     packet lifetime) up to the max CM retries; duplicates are answered
 //     from the saved reply (REP, RTU, DREP, REJ, MRA, SIDR_REP) and never
 //     re-executed; a REQ for a service nobody listens on gets REJ reason 8.
-//     Passive connections that wait for their RTU are capped per port and
-//     per peer (a REQ over a cap is dropped unanswered and counted, as cm.c
-//     drops a REQ its consumer has no resources for) and withdrawn with
-//     REJ (timeout) after a pending timeout, so spoofed REQs cannot pile up.
+//     Passive connections that wait for their RTU are capped per port, and
+//     per peer those whose REP went unanswered in the time the peer promised
+//     (a REQ over a cap is dropped unanswered and counted, as cm.c drops a
+//     REQ its consumer has no resources for), and withdrawn with REJ
+//     (timeout) after a pending timeout, so spoofed REQs cannot pile up
+//     while a peer that answers may open hundreds at once.
 //   - Manager: an rdma_cm-like API over a MADConn ("send/receive MADs on
-//     QP1"): Listen/GetRequest/Accept/Reject, Dial, Disconnect, ResolveUD
+//     QP1"): Listen (with rdma_listen's backlog)/GetRequest/Accept/Reject,
+//     Dial, Disconnect, ResolveUD
 //     and ListenUD (SIDR), and an event stream (ConnEvent). Package cm/gsi
 //     provides the MADConn of a goroce device; Pipe is an in-memory one.
 //

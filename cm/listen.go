@@ -21,12 +21,24 @@ type requestQueue[T any] struct {
 	closeOnce sync.Once
 }
 
-// backlog is how many requests wait for GetRequest before new ones are refused.
-const backlog = 64
+// MaxBacklog is rdma_cm's bound on a listener's backlog, and its default:
+// ucma takes rdma_listen's backlog when it is above 0 and below the
+// net.rdma_ucm.max_backlog sysctl (1024 unless changed), and the sysctl's
+// value otherwise. Like ucma's, the backlog counts the requests not yet taken
+// (GetRequest, rdma_get_cm_event), not the connections waiting for RTU.
+const MaxBacklog = 1024
+
+// backlogOf is rdma_listen's backlog as ucma applies it.
+func backlogOf(n int) int {
+	if n <= 0 || n > MaxBacklog {
+		return MaxBacklog
+	}
+	return n
+}
 
 // listenLocked registers addr's port in port space ps with the CM and readies
-// the queue for it. mg.mu is held.
-func (q *requestQueue[T]) listenLocked(mg *Manager, addr netip.AddrPort, ps PortSpace) error {
+// the queue for it, backlog requests deep. mg.mu is held.
+func (q *requestQueue[T]) listenLocked(mg *Manager, addr netip.AddrPort, ps PortSpace, backlog int) error {
 	if mg.closed {
 		return net.ErrClosed
 	}
@@ -34,14 +46,10 @@ func (q *requestQueue[T]) listenLocked(mg *Manager, addr netip.AddrPort, ps Port
 	if err := mg.m.Listen(sid); err != nil {
 		return fmt.Errorf("cm: listen %v: %w", addr, err)
 	}
-	q.init(mg, addr, sid)
-	return nil
-}
-
-func (q *requestQueue[T]) init(mg *Manager, addr netip.AddrPort, sid uint64) {
 	q.mg, q.serviceID = mg, sid
 	q.addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
-	q.reqs, q.done = make(chan T, backlog), make(chan struct{})
+	q.reqs, q.done = make(chan T, backlogOf(backlog)), make(chan struct{})
+	return nil
 }
 
 // get waits for the next request, the listener's or the manager's end, or ctx.

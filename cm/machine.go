@@ -118,11 +118,17 @@ type Stats struct {
 	RejSent     uint64
 	RejRcvd     uint64
 	// Refused counts REQs dropped at the pending-connection caps
-	// (Config.MaxPending, MaxPendingPerPeer), each retransmission again.
+	// (Config.MaxPending, MaxUnansweredPerPeer), each retransmission again.
 	Refused uint64
+	// Discarded counts REQs the owner had no room for (Discard: a
+	// listener's full backlog), dropped unanswered and forgotten.
+	Discarded uint64
 	// Expired counts passive connections withdrawn because they were not
 	// established within Config.PendingTimeout.
 	Expired uint64
+	// REPs counts REPs sent, retransmissions included: what REQs that are
+	// never answered with an RTU (a spoofed flood) cost in replies.
+	REPs uint64
 }
 
 // Config tunes a Machine. The zero value is rdma_cm's behaviour.
@@ -138,14 +144,23 @@ type Config struct {
 	// duplicate REQ arrives before Accept. Zero: 20 (≈ 4.3 s).
 	MRAServiceTimeout uint8
 	// MaxPending caps the pending passive connections: REQ received and
-	// not yet established (no RTU). MaxPendingPerPeer caps them per source
-	// address. A new REQ over either cap is dropped without a REJ and
-	// counted in Stats.Refused: cm.c does not reject a REQ its consumer
-	// cannot take for want of resources (cm_destroy_id with -ENOMEM: "do
-	// not reject to allow future retries"), so a real peer's REQ
-	// retransmission gets in once a slot frees, and a spoofed flood gets
-	// nothing back. Zero: no cap.
-	MaxPending, MaxPendingPerPeer int
+	// not yet established (no RTU). It bounds what REQs that are never
+	// answered hold, from any number of (spoofed) addresses.
+	//
+	// MaxUnansweredPerPeer caps, per source address, the pending
+	// connections whose REP went unanswered: no RTU within the response
+	// time the peer itself promised (the REQ's local CM response timeout,
+	// after which REP is resent). A peer whose RTUs come back in time
+	// never counts against it, however many connections it opens at once;
+	// one that stops answering gets no more than this many.
+	//
+	// A new REQ over either cap is dropped without a REJ and counted in
+	// Stats.Refused: cm.c does not reject a REQ its consumer cannot take
+	// for want of resources (cm_destroy_id with -ENOMEM: "do not reject to
+	// allow future retries"), so a real peer's REQ retransmission gets in
+	// once a slot frees, and a spoofed flood gets nothing back. Zero: no
+	// cap.
+	MaxPending, MaxUnansweredPerPeer int
 	// MaxTimeWait caps timewait, which otherwise follows the peer's
 	// timeouts (up to hours for a REQ with CM response timeout 31). Zero:
 	// no cap.
@@ -181,6 +196,11 @@ type entry struct {
 	sidrReq   SIDRREQ
 	remoteKey remoteKey
 	expires   time.Time // passive pending: withdrawn then (Config.PendingTimeout)
+	// unanswered: passive pending whose REP had to be resent (no RTU in
+	// the peer's own response time); counted in Machine.unansweredBy.
+	unanswered bool
+	sched      time.Time // e's deadline in Machine.timers
+	pos        int       // e's index in Machine.timers + 1; 0: not there
 }
 
 type remoteKey struct {
@@ -194,16 +214,18 @@ type remoteKey struct {
 // Outputs accumulate until Drain. A Machine is not safe for concurrent use:
 // exactly one goroutine owns it.
 type Machine struct {
-	cfg       Config
-	tidHi     uint32
-	byID      map[uint32]*entry
-	byRemote  map[remoteKey]*entry
-	listening map[uint64]bool
-	out       []Datagram
-	events    []Event
-	stats     Stats
-	pending   int                // passive connections not yet established
-	pendingBy map[netip.Addr]int // the same, by peer
+	cfg          Config
+	tidHi        uint32
+	byID         map[uint32]*entry
+	byRemote     map[remoteKey]*entry
+	listening    map[uint64]bool
+	out          []Datagram
+	events       []Event
+	stats        Stats
+	pending      int                // passive connections not yet established
+	unansweredBy map[netip.Addr]int // those of them whose REP went unanswered, by peer
+	timers       timers             // the entries with a deadline, earliest first
+	touched      []*entry           // entries whose deadline may have moved since reschedule
 }
 
 // NewMachine returns an idle Machine.
@@ -215,7 +237,7 @@ func NewMachine(cfg Config) *Machine {
 		cfg.MRAServiceTimeout = 20
 	}
 	return &Machine{cfg: cfg, tidHi: cfg.Rand(), byID: map[uint32]*entry{},
-		byRemote: map[remoteKey]*entry{}, listening: map[uint64]bool{}, pendingBy: map[netip.Addr]int{}}
+		byRemote: map[remoteKey]*entry{}, listening: map[uint64]bool{}, unansweredBy: map[netip.Addr]int{}}
 }
 
 // Stats returns the counters.
@@ -223,6 +245,7 @@ func (m *Machine) Stats() Stats { return m.stats }
 
 // Drain returns and clears the MADs to send and the events, in order.
 func (m *Machine) Drain() ([]Datagram, []Event) {
+	m.reschedule()
 	out, ev := m.out, m.events
 	m.out, m.events = nil, nil
 	return out, ev
@@ -257,30 +280,48 @@ func (e *entry) passivePending() bool {
 func (m *Machine) setState(e *entry, st State) {
 	was := e.passivePending()
 	e.state = st
-	if is := e.passivePending(); is != was {
-		m.countPending(e.peer, is)
+	switch is := e.passivePending(); {
+	case is && !was:
+		m.pending++
+	case was && !is:
+		m.unpend(e)
 	}
 }
 
-func (m *Machine) countPending(peer netip.Addr, add bool) {
-	d := -1
-	if add {
-		d = 1
+// unpend takes e, which is no longer pending, out of the pending counts.
+func (m *Machine) unpend(e *entry) {
+	m.pending--
+	if !e.unanswered {
+		return
 	}
-	m.pending += d
-	if n := m.pendingBy[peer] + d; n > 0 {
-		m.pendingBy[peer] = n
+	e.unanswered = false
+	if n := m.unansweredBy[e.peer] - 1; n > 0 {
+		m.unansweredBy[e.peer] = n
 	} else {
-		delete(m.pendingBy, peer)
+		delete(m.unansweredBy, e.peer)
 	}
+}
+
+// markUnanswered counts e against its peer's MaxUnansweredPerPeer: its REP
+// is resent because no RTU came in the time the peer promised.
+func (m *Machine) markUnanswered(e *entry) {
+	if e.unanswered || !e.passivePending() {
+		return
+	}
+	e.unanswered = true
+	m.unansweredBy[e.peer]++
 }
 
 // admit reports whether a new REQ from peer fits under the pending caps.
 func (m *Machine) admit(peer netip.Addr) bool {
 	c := &m.cfg
 	return (c.MaxPending <= 0 || m.pending < c.MaxPending) &&
-		(c.MaxPendingPerPeer <= 0 || m.pendingBy[peer] < c.MaxPendingPerPeer)
+		(c.MaxUnansweredPerPeer <= 0 || m.unansweredBy[peer] < c.MaxUnansweredPerPeer)
 }
+
+// Unanswered returns how many pending passive connections of peer have a
+// REP that went unanswered: the number Config.MaxUnansweredPerPeer caps.
+func (m *Machine) Unanswered(peer netip.Addr) int { return m.unansweredBy[peer] }
 
 // Listen accepts REQs and SIDR_REQs for serviceID.
 func (m *Machine) Listen(serviceID uint64) error {
@@ -293,6 +334,22 @@ func (m *Machine) Listen(serviceID uint64) error {
 
 // Unlisten stops accepting requests for serviceID.
 func (m *Machine) Unlisten(serviceID uint64) { delete(m.listening, serviceID) }
+
+// entry returns the entry of id (nil if unknown), touched: whatever the
+// caller does to it, its timer follows.
+func (m *Machine) entry(id uint32) *entry {
+	e := m.byID[id]
+	if e != nil {
+		m.touch(e)
+	}
+	return e
+}
+
+// add makes e known by its ID, with its timer.
+func (m *Machine) add(e *entry) {
+	m.byID[e.id] = e
+	m.touch(e)
+}
 
 func (m *Machine) newID() uint32 {
 	for {
@@ -350,8 +407,9 @@ func (m *Machine) enterTimeWait(now time.Time, e *entry) {
 
 func (m *Machine) remove(e *entry) {
 	if e.passivePending() {
-		m.countPending(e.peer, false)
+		m.unpend(e)
 	}
+	m.schedule(e, time.Time{})
 	delete(m.byID, e.id)
 	if m.byRemote[e.remoteKey] == e {
 		delete(m.byRemote, e.remoteKey)
@@ -386,7 +444,7 @@ func (m *Machine) Connect(now time.Time, peer netip.Addr, req REQ) (uint32, erro
 	req.LocalCommID = e.id
 	e.req = req
 	e.lifetime = pathLifetime(&req)
-	m.byID[e.id] = e
+	m.add(e)
 	b := m.send(peer, e.tid, &req)
 	e.armRetry(now, b, TimeoutDuration(req.RemoteCMResponseTimeout)+2*e.lifetime, int(req.MaxCMRetries))
 	return e.id, nil
@@ -395,7 +453,7 @@ func (m *Machine) Connect(now time.Time, peer netip.Addr, req REQ) (uint32, erro
 // Accept answers the REQ of communication ID id with rep (comm IDs are
 // filled in here). REP is retransmitted until RTU arrives.
 func (m *Machine) Accept(now time.Time, id uint32, rep REP) error {
-	e := m.byID[id]
+	e := m.entry(id)
 	if e == nil {
 		return ErrUnknownID
 	}
@@ -409,15 +467,34 @@ func (m *Machine) Accept(now time.Time, id uint32, rep REP) error {
 	e.rep = rep
 	m.setState(e, StateREPSent)
 	e.reply = nil
+	m.stats.REPs++
 	b := m.send(e.peer, e.tid, &rep)
 	e.armRetry(now, b, TimeoutDuration(e.req.LocalCMResponseTimeout)+2*e.lifetime, int(e.req.MaxCMRetries))
+	return nil
+}
+
+// Discard forgets the received REQ of id without answering it: the owner
+// has no room for it (a listener's full backlog). cm.c drops such a REQ so
+// that the peer retries (cm_destroy_id with -ENOMEM resets the ID to idle),
+// and so does Discard: the peer's retransmission of the REQ arrives as a new
+// one. Counted in Stats.Discarded.
+func (m *Machine) Discard(id uint32) error {
+	e := m.entry(id)
+	if e == nil {
+		return ErrUnknownID
+	}
+	if e.state != StateREQRcvd {
+		return fmt.Errorf("%w: Discard in state %v", ErrState, e.state)
+	}
+	m.stats.Discarded++
+	m.remove(e)
 	return nil
 }
 
 // SendMRA tells the peer that the answer to its REQ will take up to
 // serviceTimeout (a 5-bit time code), so it stops retransmitting.
 func (m *Machine) SendMRA(id uint32, serviceTimeout uint8) error {
-	e := m.byID[id]
+	e := m.entry(id)
 	if e == nil {
 		return ErrUnknownID
 	}
@@ -437,7 +514,7 @@ func (m *Machine) sendMRA(e *entry, serviceTimeout uint8) {
 // Reject answers a received REQ (passive) or REP (active) with REJ. The
 // communication ID enters timewait and answers duplicates with the same REJ.
 func (m *Machine) Reject(now time.Time, id uint32, reason RejectReason, privateData []byte) error {
-	e := m.byID[id]
+	e := m.entry(id)
 	if e == nil {
 		return ErrUnknownID
 	}
@@ -462,7 +539,7 @@ func (m *Machine) Reject(now time.Time, id uint32, reason RejectReason, privateD
 
 // ReadyToUse sends RTU after REP: the active side's QP is in RTS.
 func (m *Machine) ReadyToUse(id uint32, privateData []byte) error {
-	e := m.byID[id]
+	e := m.entry(id)
 	if e == nil {
 		return ErrUnknownID
 	}
@@ -482,7 +559,7 @@ func (m *Machine) ReadyToUse(id uint32, privateData []byte) error {
 // yet answered is withdrawn with REJ (timeout), a received REQ or REP is
 // rejected, an unanswered REP is withdrawn with REJ.
 func (m *Machine) Disconnect(now time.Time, id uint32, privateData []byte) error {
-	e := m.byID[id]
+	e := m.entry(id)
 	if e == nil {
 		return ErrUnknownID
 	}
@@ -543,7 +620,7 @@ func (m *Machine) ResolveService(now time.Time, peer netip.Addr, req SIDRREQ, ti
 	e.tid = m.newTID(e.id)
 	req.RequestID = e.id
 	e.sidrReq = req
-	m.byID[e.id] = e
+	m.add(e)
 	b := m.send(peer, e.tid, &req)
 	e.armRetry(now, b, timeout, retries)
 	return e.id, nil
@@ -552,7 +629,7 @@ func (m *Machine) ResolveService(now time.Time, peer netip.Addr, req SIDRREQ, ti
 // SIDRReply answers the SIDR_REQ of id. rep.RequestID and ServiceID are
 // filled in. The ID stays for a timewait to answer duplicates.
 func (m *Machine) SIDRReply(now time.Time, id uint32, rep SIDRREP) error {
-	e := m.byID[id]
+	e := m.entry(id)
 	if e == nil {
 		return ErrUnknownID
 	}
@@ -566,17 +643,6 @@ func (m *Machine) SIDRReply(now time.Time, id uint32, rep SIDRREP) error {
 	e.reply = m.send(e.peer, e.tid, &rep)
 	m.enterTimeWait(now, e)
 	return nil
-}
-
-// Deadline returns the earliest time Tick must be called; ok is false when
-// no timer runs.
-func (m *Machine) Deadline() (t time.Time, ok bool) {
-	for _, e := range m.byID {
-		if d := e.next(); !d.IsZero() && (!ok || d.Before(t)) {
-			t, ok = d, true
-		}
-	}
-	return t, ok
 }
 
 // next is e's earliest timer: its retransmission or timewait deadline, or
@@ -607,7 +673,9 @@ func (m *Machine) expire(now time.Time, e *entry) {
 // Tick runs every timer due at now: retransmissions, retry exhaustion and
 // timewait exits.
 func (m *Machine) Tick(now time.Time) {
-	for _, e := range m.byID {
+	m.reschedule()
+	defer m.reschedule()
+	for e := m.due(now); e != nil; e = m.due(now) {
 		if d := e.next(); d.IsZero() || now.Before(d) {
 			continue
 		}
@@ -623,6 +691,12 @@ func (m *Machine) Tick(now time.Time) {
 		if e.retries > 0 && e.retry != nil {
 			e.retries--
 			m.stats.Retransmits++
+			if attrOf(e.retry) == AttrREP {
+				m.stats.REPs++
+				if e.state == StateREPSent {
+					m.markUnanswered(e) // an MRA for our REP said the peer is alive
+				}
+			}
 			m.resend(e.peer, e.retry)
 			e.lastTx, e.deadline = now, now.Add(e.interval)
 			continue
@@ -682,7 +756,7 @@ func (m *Machine) Receive(now time.Time, peer netip.Addr, mad []byte) {
 // lookup finds the entry a reply addresses: RemoteCommID is our ID; when
 // we already know the peer's ID it must match LocalCommID.
 func (m *Machine) lookup(peer netip.Addr, ours, theirs uint32) *entry {
-	e := m.byID[ours]
+	e := m.entry(ours)
 	if e == nil || e.peer != peer || (e.remoteID != 0 && e.remoteID != theirs) {
 		m.stats.Unmatched++
 		return nil
@@ -695,6 +769,7 @@ func (m *Machine) onREQ(now time.Time, peer netip.Addr, h Header, req *REQ) {
 		// A duplicate: answer from saved state, never create a second
 		// connection (IBA 12.9.6 / cm.c cm_dup_req_handler).
 		m.stats.Duplicates++
+		m.touch(e)
 		switch e.state {
 		case StateREQRcvd:
 			m.sendMRA(e, m.cfg.MRAServiceTimeout)
@@ -718,6 +793,7 @@ func (m *Machine) onREQ(now time.Time, peer netip.Addr, h Header, req *REQ) {
 			// The peer lost our REP. Resend it now, unless our own timer
 			// just did, and count it as the retransmission.
 			if now.Sub(e.lastTx) >= e.interval/2 {
+				m.stats.REPs++
 				m.resend(peer, e.retry)
 				e.lastTx = now
 				e.deadline = now.Add(e.interval)
@@ -743,7 +819,7 @@ func (m *Machine) onREQ(now time.Time, peer netip.Addr, h Header, req *REQ) {
 		e.expires = now.Add(m.cfg.PendingTimeout)
 	}
 	m.setState(e, StateREQRcvd)
-	m.byID[e.id] = e
+	m.add(e)
 	m.setRemote(e, req.LocalCommID)
 	r := *req
 	m.emit(Event{Type: EventConnectRequest, ID: e.id, Peer: peer, REQ: &r})
@@ -786,7 +862,7 @@ func (m *Machine) onMRA(now time.Time, peer netip.Addr, mra *MRA) {
 }
 
 func (m *Machine) onREJ(now time.Time, peer netip.Addr, rej *REJ) {
-	e := m.byID[rej.RemoteCommID]
+	e := m.entry(rej.RemoteCommID)
 	if e == nil || e.peer != peer {
 		m.stats.Unmatched++
 		return
@@ -903,14 +979,14 @@ func (m *Machine) onSIDRREQ(peer netip.Addr, h Header, req *SIDRREQ) {
 	// SIDR_REQ carries no timeouts: keep the reply through rdma_cm's
 	// retransmission interval so duplicates are answered, not re-executed.
 	e.req.LocalCMResponseTimeout = DefaultCMResponseTimeout
-	m.byID[e.id] = e
+	m.add(e)
 	m.byRemote[key] = e
 	r := *req
 	m.emit(Event{Type: EventSIDRRequest, ID: e.id, Peer: peer, SIDRREQ: &r})
 }
 
 func (m *Machine) onSIDRREP(peer netip.Addr, rep *SIDRREP) {
-	e := m.byID[rep.RequestID]
+	e := m.entry(rep.RequestID)
 	if e == nil || e.peer != peer || e.state != StateSIDRREQSent {
 		m.stats.Unmatched++
 		return

@@ -26,12 +26,19 @@ const (
 // A Manager bounds the passive connections that wait for their RTU (see
 // Config.MaxPending): a REQ costs the listener a connection's resources
 // before the peer proves it can answer, so a flood of spoofed REQs must not
-// grow them without bound. ManagerConfig.Machine fields left zero take these;
-// a negative one switches the bound off.
+// grow them without bound. The kernel's CM has no such caps, and a peer that
+// opens hundreds of connections at once (an MPI job, a storage client, cmtime)
+// must not meet them either. DefaultMaxPending is a full listen backlog
+// (MaxBacklog): as many requests as rdma_cm queues for one listener at once,
+// at about 3 KB each in the Manager (TestPendingCost), 3 MB in all. A peer is
+// held to DefaultMaxUnansweredPerPeer only for connections whose RTU it failed
+// to send in the time it promised, so one that answers is never refused.
+// ManagerConfig.Machine fields left zero take these; a negative one switches
+// the bound off.
 const (
-	DefaultMaxPending        = 256
-	DefaultMaxPendingPerPeer = 32
-	DefaultPendingTimeout    = 30 * time.Second
+	DefaultMaxPending           = MaxBacklog
+	DefaultMaxUnansweredPerPeer = 32
+	DefaultPendingTimeout       = 30 * time.Second
 	// DefaultMaxTimeWait caps timewait, which follows the peer's advertised
 	// timeouts (≈ 13 s with rdma_cm's).
 	DefaultMaxTimeWait = time.Minute
@@ -164,9 +171,15 @@ type Manager struct {
 type handle struct {
 	id            uint32
 	local, remote netip.AddrPort
-	ev            chan Event // machine events for this ID; buffered
+	ev            chan Event // machine events for this ID; handleEvents buffered
 	conn          *Conn
 }
+
+// handleEvents is how many machine events a handle holds for the Accept or
+// Dial that waits on it: the most either waits for is REP and then a REJ.
+// Events that do not fit are dropped; none is waited for once they return.
+// Every pending connection has one, so it stays small.
+const handleEvents = 2
 
 // NewManager starts a CM on conn. Close stops it.
 func NewManager(conn MADConn, cfg ManagerConfig) *Manager {
@@ -187,7 +200,7 @@ func NewManager(conn MADConn, cfg ManagerConfig) *Manager {
 	}
 	mc := &cfg.Machine
 	mc.MaxPending = orDefault(mc.MaxPending, DefaultMaxPending)
-	mc.MaxPendingPerPeer = orDefault(mc.MaxPendingPerPeer, DefaultMaxPendingPerPeer)
+	mc.MaxUnansweredPerPeer = orDefault(mc.MaxUnansweredPerPeer, DefaultMaxUnansweredPerPeer)
 	mc.PendingTimeout = orDefault(mc.PendingTimeout, DefaultPendingTimeout)
 	mc.MaxTimeWait = orDefault(mc.MaxTimeWait, DefaultMaxTimeWait)
 	mg := &Manager{conn: conn, cfg: cfg, addr: conn.LocalAddr().Unmap(), m: NewMachine(cfg.Machine),
@@ -385,15 +398,18 @@ func (mg *Manager) onConnectRequestLocked(ev Event) {
 	}
 	_, port, _ := SplitServiceID(req.ServiceID)
 	h := &handle{id: ev.ID, local: netip.AddrPortFrom(ch.Dst, port),
-		remote: netip.AddrPortFrom(ch.Src, ch.SrcPort), ev: make(chan Event, 8)}
+		remote: netip.AddrPortFrom(ch.Src, ch.SrcPort), ev: make(chan Event, handleEvents)}
 	mg.handles[ev.ID] = h
-	r := &ConnRequest{mg: mg, h: h, req: *req, Local: h.local, Remote: h.remote,
+	r := &ConnRequest{mg: mg, h: h, req: req, Local: h.local, Remote: h.remote,
 		PrivateData: append([]byte(nil), user...), peer: ev.Peer}
 	select {
 	case l.reqs <- r:
 		mg.publishLocked(ConnectRequest, h, ev.ID, nil)
 	default:
-		mg.m.Reject(now, ev.ID, RejNoResources, nil) // backlog full
+		// The backlog is full: drop the REQ unanswered so that the peer
+		// retries, as ucma does (its event handler fails with -ENOMEM).
+		delete(mg.handles, ev.ID)
+		mg.m.Discard(ev.ID)
 	}
 }
 
@@ -403,13 +419,16 @@ type Listener struct {
 }
 
 // Listen accepts connection requests to addr's port in the TCP port space
-// (rdma_bind_addr + rdma_listen). An unspecified address accepts requests
-// for any address of this port. The backlog is 64 requests.
-func (mg *Manager) Listen(addr netip.AddrPort) (*Listener, error) {
+// (rdma_bind_addr + rdma_listen(id, backlog)). An unspecified address accepts
+// requests for any address of this port. backlog is how many requests may
+// wait for GetRequest, as rdma_listen's: 0 or less, or more than MaxBacklog,
+// is MaxBacklog. A request beyond it is dropped unanswered (counted in
+// Stats.Discarded), and the peer's CM sends it again.
+func (mg *Manager) Listen(addr netip.AddrPort, backlog int) (*Listener, error) {
 	mg.mu.Lock()
 	defer mg.mu.Unlock()
 	l := &Listener{}
-	if err := l.listenLocked(mg, addr, PortSpaceTCP); err != nil {
+	if err := l.listenLocked(mg, addr, PortSpaceTCP, backlog); err != nil {
 		return nil, err
 	}
 	mg.listeners[l.serviceID] = l
@@ -442,17 +461,17 @@ type ConnRequest struct {
 
 	mg   *Manager
 	h    *handle
-	req  REQ
+	req  *REQ // the event's copy, the ConnRequest's own
 	peer netip.Addr
 }
 
 // REQ returns the request as received.
-func (r *ConnRequest) REQ() REQ { return r.req }
+func (r *ConnRequest) REQ() REQ { return *r.req }
 
 // QPParams returns the QP attributes Accept with p would negotiate.
 func (r *ConnRequest) QPParams(p ConnParam) QPParams {
 	p = defaults(p)
-	q := &r.req
+	q := r.req
 	return QPParams{
 		LocalAddr: r.mg.addr, RemoteAddr: r.peer,
 		LocalQPN: p.QPN, RemoteQPN: q.LocalQPN,
@@ -588,7 +607,7 @@ func (mg *Manager) Dial(ctx context.Context, local, remote netip.AddrPort, p Con
 			FlowLabel: fl, TrafficClass: cfg.TrafficClass, HopLimit: cfg.HopLimit,
 			LocalACKTimeout: cfg.PacketLifetime + 1},
 		PrivateData: priv}
-	h := &handle{local: netip.AddrPortFrom(la, lport), remote: netip.AddrPortFrom(ra, remote.Port()), ev: make(chan Event, 8)}
+	h := &handle{local: netip.AddrPortFrom(la, lport), remote: netip.AddrPortFrom(ra, remote.Port()), ev: make(chan Event, handleEvents)}
 
 	mg.mu.Lock()
 	if mg.closed {

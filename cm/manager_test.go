@@ -74,7 +74,7 @@ func TestDialAcceptDisconnect(t *testing.T) {
 			client, server := NewManager(ca, fastConfig(evA)), NewManager(cb, fastConfig(evB))
 			defer client.Close()
 			defer server.Close()
-			l, err := server.Listen(netip.MustParseAddrPort("0.0.0.0:7174"))
+			l, err := server.Listen(netip.MustParseAddrPort("0.0.0.0:7174"), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,14 +215,14 @@ func TestDialRejected(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 	// A listener on another address of the port does not match either.
-	l, _ := server.Listen(netip.MustParseAddrPort("127.0.0.3:7174"))
+	l, _ := server.Listen(netip.MustParseAddrPort("127.0.0.3:7174"), 0)
 	_, err = client.Dial(ctx, netip.AddrPort{}, netip.MustParseAddrPort("127.0.0.2:7174"), ConnParam{})
 	if !errors.As(err, &rej) || rej.Reason != RejInvalidServiceID {
 		t.Fatalf("wrong address: %v", err)
 	}
 	l.Close()
 	// The application rejects with private data.
-	l, _ = server.Listen(netip.MustParseAddrPort("127.0.0.2:7174"))
+	l, _ = server.Listen(netip.MustParseAddrPort("127.0.0.2:7174"), 0)
 	go func() {
 		if r, err := l.GetRequest(ctx); err == nil {
 			r.Reject([]byte("go away"))
@@ -246,7 +246,7 @@ func TestDialRejected(t *testing.T) {
 	if !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("ready error: %v", err)
 	}
-	if _, err := server.Listen(netip.MustParseAddrPort("127.0.0.2:7174")); !errors.Is(err, syscall.EADDRINUSE) {
+	if _, err := server.Listen(netip.MustParseAddrPort("127.0.0.2:7174"), 0); !errors.Is(err, syscall.EADDRINUSE) {
 		t.Errorf("double listen: %v", err)
 	}
 	time.Sleep(50 * time.Millisecond) // let the server goroutine finish its assertions
@@ -266,7 +266,7 @@ func TestResolveUD(t *testing.T) {
 	if !errors.As(err, &se) || se.Status != SIDRUnsupported || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("no listener: %v", err)
 	}
-	l, err := server.ListenUD(netip.MustParseAddrPort("127.0.0.2:7174"))
+	l, err := server.ListenUD(netip.MustParseAddrPort("127.0.0.2:7174"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestDialIPv6(t *testing.T) {
 	client, server := NewManager(ca, fastConfig(events)), NewManager(cb, fastConfig(nil))
 	defer client.Close()
 	defer server.Close()
-	l, _ := server.Listen(netip.AddrPortFrom(netip.IPv6Unspecified(), 7174))
+	l, _ := server.Listen(netip.AddrPortFrom(netip.IPv6Unspecified(), 7174), 0)
 	got := make(chan *ConnRequest, 1)
 	go func() {
 		if r, err := l.GetRequest(ctx); err == nil {
@@ -357,7 +357,7 @@ func TestPathMTUFromREQ(t *testing.T) {
 		cc, sc := fastConfig(nil), fastConfig(nil)
 		cc.PathMTU, sc.PathMTU = tt.client, tt.server
 		client, server := NewManager(ca, cc), NewManager(cb, sc)
-		l, err := server.Listen(netip.MustParseAddrPort("0.0.0.0:7174"))
+		l, err := server.Listen(netip.MustParseAddrPort("0.0.0.0:7174"), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,5 +378,65 @@ func TestPathMTUFromREQ(t *testing.T) {
 		client.Close()
 		server.Close()
 		cancel()
+	}
+}
+
+// TestListenBacklog: Listen takes rdma_listen's backlog as ucma applies it;
+// a REQ beyond it is dropped unanswered (no REJ: ucma's event handler fails
+// with -ENOMEM and cm.c does not reject), and the peer's retransmission gets
+// in once GetRequest has made room.
+func TestListenBacklog(t *testing.T) {
+	for _, c := range []struct{ in, want int }{{0, MaxBacklog}, {-1, MaxBacklog}, {1, 1}, {5, 5}, {MaxBacklog, MaxBacklog}, {MaxBacklog + 1, MaxBacklog}} {
+		if got := backlogOf(c.in); got != c.want {
+			t.Errorf("backlog %d: %d, want %d", c.in, got, c.want)
+		}
+	}
+	checkGoroutines(t)
+	const backlog, dials = 2, 3
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, cb := Pipe(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
+	evB := make(chan ConnEvent, 16)
+	client, server := NewManager(ca, fastConfig(nil)), NewManager(cb, fastConfig(evB))
+	defer client.Close()
+	defer server.Close()
+	l, err := server.Listen(netip.MustParseAddrPort("127.0.0.2:7174"), backlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cap(l.reqs) != backlog {
+		t.Fatalf("backlog %d, want %d", cap(l.reqs), backlog)
+	}
+	errs := make(chan error, dials)
+	for i := range dials {
+		go func() {
+			c, err := client.Dial(ctx, netip.AddrPortFrom(netip.Addr{}, uint16(4000+i)), netip.MustParseAddrPort("127.0.0.2:7174"), ConnParam{QPN: 0x11})
+			if err == nil {
+				err = c.Disconnect(ctx)
+			}
+			errs <- err
+		}()
+	}
+	for server.Stats().Discarded == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no REQ dropped at a backlog of %d: %+v", backlog, server.Stats())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	for range dials {
+		r, err := l.GetRequest(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go r.Accept(ctx, ConnParam{QPN: 0x22})
+	}
+	for range dials {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := server.Stats(); s.RejSent != 0 || s.Discarded == 0 || s.REPs != dials {
+		t.Errorf("server sent %d REJs and %d REPs (want 0 and %d), discarded %d REQs", s.RejSent, s.REPs, dials, s.Discarded)
 	}
 }

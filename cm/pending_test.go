@@ -1,6 +1,7 @@
 package cm
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -21,11 +22,11 @@ func reqMAD(t *testing.T, id uint32, mutate func(*REQ)) []byte {
 	return b
 }
 
-// TestPendingCaps: REQs beyond the per-peer or per-device pending cap are
-// dropped without an answer and counted; a duplicate of an admitted REQ is
-// still answered; an established connection frees its slot.
+// TestPendingCaps: a REQ over the device's pending cap is dropped without an
+// answer and counted; a duplicate of an admitted REQ is still answered; an
+// established connection frees its slot.
 func TestPendingCaps(t *testing.T) {
-	m := NewMachine(Config{Rand: seq(1), MaxPending: 3, MaxPendingPerPeer: 2})
+	m := NewMachine(Config{Rand: seq(1), MaxPending: 3, MaxUnansweredPerPeer: 1})
 	if err := m.Listen(svc); err != nil {
 		t.Fatal(err)
 	}
@@ -37,10 +38,10 @@ func TestPendingCaps(t *testing.T) {
 		pending int
 	}{
 		{addrA, 1, true, 1},
-		{addrA, 2, true, 2},
-		{addrA, 3, false, 2}, // per-peer cap
+		{addrA, 2, true, 2}, // the per-peer cap counts unanswered REPs only
 		{peerC, 1, true, 3},
 		{peerC, 2, false, 3}, // device cap
+		{addrA, 3, false, 3},
 	}
 	var admitted []Event
 	for i, st := range steps {
@@ -85,6 +86,134 @@ func TestPendingCaps(t *testing.T) {
 	m.Receive(t0, peerC, reqMAD(t, 2, nil))
 	if _, ev := m.Drain(); len(ev) != 1 || ev[0].Type != EventConnectRequest {
 		t.Errorf("REQ after a slot freed: events %v", evTypes(ev))
+	}
+}
+
+// TestUnansweredPerPeer: a peer that opens many connections at once and
+// answers every REP in time is never held to MaxUnansweredPerPeer; one whose
+// REPs go unanswered (resent after the response time it promised) gets no
+// more than that many pending, and gets in again as its RTUs arrive. An MRA
+// for a REP says the peer is alive: its REP resent after the MRA's service
+// time does not count.
+func TestUnansweredPerPeer(t *testing.T) {
+	const perPeer, burst = 2, 50
+	m := NewMachine(Config{Rand: seq(1), MaxUnansweredPerPeer: perPeer})
+	if err := m.Listen(svc); err != nil {
+		t.Fatal(err)
+	}
+	accept := func(peer netip.Addr, remote uint32) uint32 {
+		t.Helper()
+		m.Receive(t0, peer, reqMAD(t, remote, nil))
+		_, ev := m.Drain()
+		if len(ev) != 1 || ev[0].Type != EventConnectRequest {
+			t.Fatalf("REQ %d from %v: events %v, want a connection request", remote, peer, evTypes(ev))
+		}
+		if err := m.Accept(t0, ev[0].ID, REP{LocalQPN: 0x22}); err != nil {
+			t.Fatal(err)
+		}
+		m.Drain()
+		return ev[0].ID
+	}
+	rtu := func(peer netip.Addr, remote, id uint32) {
+		t.Helper()
+		b, _ := Marshal(uint64(remote), &RTU{LocalCommID: remote, RemoteCommID: id})
+		m.Receive(t0, peer, b)
+		if _, ev := m.Drain(); len(ev) != 1 || ev[0].Type != EventEstablished {
+			t.Fatalf("RTU %d: events %v", remote, evTypes(ev))
+		}
+	}
+	// A burst from A, far over the per-peer cap, all pending at once.
+	ids := make([]uint32, burst)
+	for i := range ids {
+		ids[i] = accept(addrA, uint32(i+1))
+	}
+	for i, id := range ids {
+		rtu(addrA, uint32(i+1), id)
+	}
+	// B answers nothing: its REPs are resent at its response time.
+	var silent []uint32
+	for i := range perPeer + 1 {
+		silent = append(silent, accept(addrB, uint32(i+1)))
+	}
+	d, _ := m.Deadline()
+	m.Tick(d)
+	out, _ := m.Drain()
+	if len(out) != perPeer+1 || m.Unanswered(addrB) != perPeer+1 {
+		t.Fatalf("%d REPs resent, %d unanswered; want %d of each", len(out), m.Unanswered(addrB), perPeer+1)
+	}
+	m.Receive(d, addrB, reqMAD(t, 100, nil))
+	if _, ev := m.Drain(); len(ev) != 0 {
+		t.Fatalf("REQ from a peer with %d unanswered REPs admitted: %v", perPeer+1, evTypes(ev))
+	}
+	m.Receive(d, addrA, reqMAD(t, 100, nil))
+	if _, ev := m.Drain(); len(ev) != 1 {
+		t.Fatalf("REQ from a peer that answers refused: %v", evTypes(ev))
+	}
+	// B's late RTUs bring it under the cap.
+	rtu(addrB, 1, silent[0])
+	rtu(addrB, 2, silent[1])
+	if m.Unanswered(addrB) != 1 {
+		t.Fatalf("unanswered %d after two RTUs, want 1", m.Unanswered(addrB))
+	}
+	m.Receive(d, addrB, reqMAD(t, 100, nil))
+	_, ev := m.Drain()
+	if len(ev) != 1 {
+		t.Fatalf("REQ under the cap again refused: %v", evTypes(ev))
+	}
+	// An MRA for the new REP: the resend after its service time is no
+	// unanswered REP.
+	if err := m.Accept(d, ev[0].ID, REP{LocalQPN: 0x23}); err != nil {
+		t.Fatal(err)
+	}
+	m.Drain()
+	mra, _ := Marshal(100, &MRA{LocalCommID: 100, RemoteCommID: ev[0].ID, MessageMRAed: MsgREP, ServiceTimeout: 10})
+	m.Receive(d, addrB, mra)
+	m.Tick(d.Add(time.Minute))
+	m.Drain()
+	if n := m.Unanswered(addrB); n != 1 {
+		t.Errorf("unanswered %d after the MRA'd REP was resent, want 1", n)
+	}
+	// REPs: the burst's, B's first ones and their resends, the one after
+	// the RTUs, and the last tick's resends of B's silent one and the MRA'd one.
+	if s, want := m.Stats(), uint64(burst+2*(perPeer+1)+1+2); s.Refused != 1 || s.REPs != want {
+		t.Errorf("refused %d, REPs %d; want 1 and %d", s.Refused, s.REPs, want)
+	}
+}
+
+// TestDiscard: a REQ its owner has no room for is forgotten unanswered, and
+// the peer's retransmission is a new connection request.
+func TestDiscard(t *testing.T) {
+	m := NewMachine(Config{Rand: seq(1)})
+	if err := m.Listen(svc); err != nil {
+		t.Fatal(err)
+	}
+	m.Receive(t0, addrA, reqMAD(t, 1, nil))
+	_, ev := m.Drain()
+	if len(ev) != 1 {
+		t.Fatalf("events %v", evTypes(ev))
+	}
+	if err := m.Discard(ev[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := m.Drain(); len(out) != 0 || m.Pending() != 0 || len(m.byID) != 0 {
+		t.Fatalf("after Discard: %d MADs, %d pending, %d IDs; want none", len(out), m.Pending(), len(m.byID))
+	}
+	if _, ok := m.Deadline(); ok {
+		t.Error("a timer runs after Discard")
+	}
+	m.Receive(t0.Add(4*time.Second), addrA, reqMAD(t, 1, nil))
+	_, ev = m.Drain()
+	if len(ev) != 1 || ev[0].Type != EventConnectRequest {
+		t.Fatalf("the retransmitted REQ: events %v, want a new connection request", evTypes(ev))
+	}
+	if err := m.Accept(t0, ev[0].ID, REP{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Discard(ev[0].ID); !errors.Is(err, ErrState) {
+		t.Errorf("Discard after Accept: %v, want ErrState", err)
+	}
+	if s := m.Stats(); s.Discarded != 1 {
+		t.Errorf("discarded %d, want 1", s.Discarded)
 	}
 }
 
@@ -149,7 +278,7 @@ func TestPendingTimeout(t *testing.T) {
 // refused ones, and is empty again after the pending time and timewait.
 func TestREQFlood(t *testing.T) {
 	const flood, limit = 5000, 64
-	m := NewMachine(Config{Rand: seq(1), MaxPending: limit, MaxPendingPerPeer: 4, PendingTimeout: 10 * time.Second,
+	m := NewMachine(Config{Rand: seq(1), MaxPending: limit, MaxUnansweredPerPeer: 4, PendingTimeout: 10 * time.Second,
 		MaxTimeWait: time.Minute})
 	if err := m.Listen(svc); err != nil {
 		t.Fatal(err)
@@ -187,5 +316,63 @@ func TestREQFlood(t *testing.T) {
 	m.Drain()
 	if n := len(m.byID); n != 0 {
 		t.Errorf("after MaxTimeWait: %d IDs left", n)
+	}
+}
+
+// TestREQFloodAccepted: a flood of REQs that never send an RTU, each accepted
+// as an application would (REP sent), for a minute of spoofing at a steady
+// rate from as many addresses. The REPs sent are counted and bounded: at most
+// MaxPending connections pend at once, each for PendingTimeout, and each gets
+// its REP and a resend every CM response timeout (rdma_cm's 4.3 s plus two
+// packet lifetimes) until then, and one REJ.
+func TestREQFloodAccepted(t *testing.T) {
+	const (
+		limit   = 64
+		pend    = 20 * time.Second
+		rate    = 100 // REQs a second
+		seconds = 60
+	)
+	m := NewMachine(Config{Rand: seq(1), MaxPending: limit, MaxUnansweredPerPeer: 8, PendingTimeout: pend})
+	if err := m.Listen(svc); err != nil {
+		t.Fatal(err)
+	}
+	interval := TimeoutDuration(20) + 2*TimeoutDuration(18) // testREQ: timeouts 20, packet lifetime 18
+	perConn := 1 + int(pend/interval)                       // REPs per connection that never answers
+	var accepted, reps, rejs int
+	for i := range rate * seconds {
+		now := t0.Add(time.Duration(i) * time.Second / rate)
+		m.Tick(now)
+		src := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+		m.Receive(now, src, reqMAD(t, uint32(i+1), nil))
+		for out, ev := m.Drain(); len(out)+len(ev) > 0; out, ev = m.Drain() {
+			for _, d := range out {
+				switch attrOf(d.MAD) {
+				case AttrREP:
+					reps++
+				case AttrREJ:
+					rejs++
+				}
+			}
+			for _, e := range ev {
+				if e.Type == EventConnectRequest {
+					if err := m.Accept(now, e.ID, REP{LocalQPN: 0x22}); err != nil {
+						t.Fatal(err)
+					}
+					accepted++
+				}
+			}
+		}
+		if m.Pending() > limit {
+			t.Fatalf("%d pending at %v, cap %d", m.Pending(), now.Sub(t0), limit)
+		}
+	}
+	s := m.Stats()
+	// Each pending slot turns over once per pending timeout at most.
+	maxAccepted := limit * (1 + seconds*int(time.Second)/int(pend))
+	t.Logf("%d REQs in %d s: %d accepted, %d refused, %d REPs (%d per connection at most), %d REJs",
+		rate*seconds, seconds, accepted, s.Refused, reps, perConn, rejs)
+	if accepted > maxAccepted || uint64(reps) != s.REPs || reps > accepted*perConn || rejs > accepted {
+		t.Errorf("%d accepted (at most %d), %d REPs sent, %d counted (at most %d), %d REJs", accepted, maxAccepted,
+			reps, s.REPs, accepted*perConn, rejs)
 	}
 }

@@ -100,11 +100,13 @@ type UDListener struct {
 
 // ListenUD accepts SIDR requests to addr's port in the UDP port space
 // (rdma_listen on an RDMA_PS_UDP id). An unspecified address matches any.
-func (mg *Manager) ListenUD(addr netip.AddrPort) (*UDListener, error) {
+// backlog is Listen's; a SIDR request beyond it is refused (SIDR_REP "no
+// QP"), as cm.c rejects a SIDR request its consumer cannot take.
+func (mg *Manager) ListenUD(addr netip.AddrPort, backlog int) (*UDListener, error) {
 	mg.mu.Lock()
 	defer mg.mu.Unlock()
 	l := &UDListener{}
-	if err := l.listenLocked(mg, addr, PortSpaceUDP); err != nil {
+	if err := l.listenLocked(mg, addr, PortSpaceUDP, backlog); err != nil {
 		return nil, err
 	}
 	mg.udListen[l.serviceID] = l

@@ -132,8 +132,8 @@ func recordCMTool(t *testing.T, role, transportName string, took time.Duration, 
 		counters: rxe.String() + " | goroce: " + ours})
 }
 
-// runCMPeer is the goroce side of TestUdaddy ("udaddy") and TestUcmatose
-// ("ucmatose"), run in the lab namespace.
+// runCMPeer is the goroce side of TestUdaddy ("udaddy"), TestUcmatose
+// ("ucmatose"), TestCmtime ("cmtime") and TestMckey, run in the lab namespace.
 func runCMPeer(role string) error {
 	addr, err := netip.ParseAddr(os.Getenv("GOROCE_CMPEER_ADDR"))
 	if err != nil {
@@ -147,7 +147,11 @@ func runCMPeer(role string) error {
 	if err != nil || size < 1 {
 		return fmt.Errorf("bad GOROCE_CMPEER_SIZE: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	timeout := 50 * time.Second
+	if role == "cmtime" {
+		timeout = 4 * time.Minute // three runs of cmtimeConns connections from a TCG guest
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	dev, mads, err := gsi.Open(addr, 0)
 	if err != nil {
@@ -161,6 +165,8 @@ func runCMPeer(role string) error {
 		err = udaddyServer(ctx, dev, mg, count, size)
 	case "ucmatose":
 		err = ucmatoseServer(ctx, dev, mg, count, size)
+	case "cmtime":
+		err = cmtimeServer(ctx, dev, mg, count, os.Getenv("GOROCE_CMPEER_OOB") == "1")
 	case "mckey-recv", "mckey-send":
 		err = mckeyPeer(ctx, dev, role == "mckey-send", os.Getenv("GOROCE_CMPEER_GROUP"), count, size)
 	default:
@@ -308,7 +314,7 @@ func (v *peerVerbs) poll(ctx context.Context, n int) ([]roce.WC, error) {
 // Q_Key, count receives posted before SIDR_REP, then as many SEND_WITH_IMM replies to
 // the QPN each client message carries in its immediate data.
 func udaddyServer(ctx context.Context, dev *roce.Device, mg *cm.Manager, count, size int) error {
-	l, err := mg.ListenUD(netip.AddrPortFrom(dev.Addr(), udaddyPort))
+	l, err := mg.ListenUD(netip.AddrPortFrom(dev.Addr(), udaddyPort), 0)
 	if err != nil {
 		return err
 	}
@@ -379,7 +385,7 @@ func udaddyServer(ctx context.Context, dev *roce.Device, mg *cm.Manager, count, 
 // receives posted before REP; after RTU it SENDs count messages, waits for the
 // client's count replies, then disconnects.
 func ucmatoseServer(ctx context.Context, dev *roce.Device, mg *cm.Manager, count, size int) error {
-	l, err := mg.Listen(netip.AddrPortFrom(dev.Addr(), ucmatosePort))
+	l, err := mg.Listen(netip.AddrPortFrom(dev.Addr(), ucmatosePort), 0)
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ func NewCMCollector(opt Options, srcs ...CMSource) *CMCollector {
 		gsiMADs  = "MADs on QP1: rx delivered to the CM, tx sent."
 		gsiDrops = "QP1 datagrams dropped, by reason: malformed (not a UD SEND of a 256-byte MAD with the GSI keys), bad_icrc, overflow (the CM read too slowly)."
 		cmMADs   = "MADs the connection manager handled: rx received, tx sent (retransmissions included)."
-		cmDrops  = "CM MADs dropped, by reason: malformed (did not parse), unmatched (no connection, or the wrong state), pending_limit (a REQ over the pending-connection caps, answered by nothing so the peer retries)."
+		cmDrops  = "CM MADs dropped, by reason: malformed (did not parse), unmatched (no connection, or the wrong state), pending_limit (a REQ over the pending-connection caps, answered by nothing so the peer retries), backlog (a REQ a listener's full backlog had no room for, answered by nothing so the peer retries)."
 		cmRejs   = "CM REJ messages sent (tx) and received (rx)."
 	)
 	ctr := prometheus.CounterValue
@@ -54,6 +54,9 @@ func NewCMCollector(opt Options, srcs ...CMSource) *CMCollector {
 	row("roce_cm_drops_total", cmDrops, ctr, "reason=malformed", func(r *cmReading) uint64 { return r.cm.Malformed })
 	row("roce_cm_drops_total", cmDrops, ctr, "reason=unmatched", func(r *cmReading) uint64 { return r.cm.Unmatched })
 	row("roce_cm_drops_total", cmDrops, ctr, "reason=pending_limit", func(r *cmReading) uint64 { return r.cm.Refused })
+	row("roce_cm_drops_total", cmDrops, ctr, "reason=backlog", func(r *cmReading) uint64 { return r.cm.Discarded })
+	row("roce_cm_reps_total", "REPs sent, retransmissions included: a REQ never answered with an RTU costs one per CM timeout until the pending timeout.", ctr, "",
+		func(r *cmReading) uint64 { return r.cm.REPs })
 	row("roce_cm_duplicates_total", "Duplicate REQ, REP, DREQ or SIDR_REQ answered from saved state.", ctr, "",
 		func(r *cmReading) uint64 { return r.cm.Duplicates })
 	row("roce_cm_retransmits_total", "REQ, REP, DREQ or SIDR_REQ sent again after a CM timeout.", ctr, "",

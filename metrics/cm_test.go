@@ -34,7 +34,7 @@ func TestCMCollector(t *testing.T) {
 	pa, pb := cm.Pipe(a.Addr(), b.Addr())
 	mgr := cm.NewManager(pa, cm.ManagerConfig{Machine: cm.Config{MaxPending: 1}})
 	defer mgr.Close()
-	l, err := mgr.Listen(netip.AddrPortFrom(a.Addr(), 7174))
+	l, err := mgr.Listen(netip.AddrPortFrom(a.Addr(), 7174), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,11 +64,17 @@ type rxMAD struct {
 	from netip.Addr
 }
 
+// rxDepth is how many received MADs wait for the CM: the receives the
+// kernel's MAD layer keeps posted on QP1 (ib_mad's recv_queue_size, 512), so
+// a peer that opens hundreds of connections at once loses no REQ to a CM that
+// is a moment late.
+const rxDepth = 512
+
 // Wrap returns l with QP1 diverted, and the Conn that receives it. Give the
 // Link to the engine (roce.OpenLink) and the Conn to cm.NewManager.
 func Wrap(l link.Link) (*Link, *Conn) {
 	c := &Conn{l: l, addr: l.LocalAddr().Addr().Unmap(), port: l.LocalAddr().Port(),
-		in: make(chan rxMAD, 128), done: make(chan struct{})}
+		in: make(chan rxMAD, rxDepth), done: make(chan struct{})}
 	// MADs leave from rxe's QP1 port (bth.QPSourcePort(1), 55410) when
 	// the link can send from it.
 	c.sport = c.port

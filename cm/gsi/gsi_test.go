@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -232,34 +231,14 @@ func TestWriteMAD(t *testing.T) {
 // TestManagersOverUDP connects two CMs through two roce devices on loopback
 // UDP (127.0.0.1 and 127.0.0.2, one port), MADs going through QP1.
 func TestManagersOverUDP(t *testing.T) {
-	var da, db interface{ Close() error }
-	var ca, cb *Conn
-	for i := 0; ; i++ {
-		port := uint16(20000 + rand.IntN(40000))
-		d1, c1, err1 := Open(netip.MustParseAddr("127.0.0.1"), port)
-		if err1 != nil {
-			continue
-		}
-		d2, c2, err2 := Open(netip.MustParseAddr("127.0.0.2"), port)
-		if err2 != nil {
-			d1.Close()
-			if i > 20 {
-				t.Skip("no free UDP port on 127.0.0.1 and 127.0.0.2")
-			}
-			continue
-		}
-		da, db, ca, cb = d1, d2, c1, c2
-		break
-	}
-	defer da.Close()
-	defer db.Close()
+	_, _, ca, cb := openPair(t)
 	ma := cm.NewManager(ca, cm.ManagerConfig{})
 	mb := cm.NewManager(cb, cm.ManagerConfig{})
 	defer ma.Close()
 	defer mb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := mb.Listen(netip.MustParseAddrPort("127.0.0.2:7174"))
+	l, err := mb.Listen(netip.MustParseAddrPort("127.0.0.2:7174"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestServerEndsWhenClientVanishes(t *testing.T) {
 		p := newPair(t) // closed by its cleanup, inside the bubble
 		devA, devB, mgrA, mgrB := p.devA, p.devB, p.mgrA, p.mgrB
 
-		l, err := mgrB.Listen(netip.MustParseAddrPort("10.0.0.2:7174"))
+		l, err := mgrB.Listen(netip.MustParseAddrPort("10.0.0.2:7174"), 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -113,9 +113,14 @@ type pinger struct {
 	cq     *roce.CQ
 	qp     *roce.QP
 	mr     *roce.MR
-	mem    []byte // recv(16) | send(16) | rdma(BufSize) | start(size)
+	mem    []byte // recv(16) | send(16) | rdma(BufSize) | start(size); the server's: recv | send
 	conn   *cm.Conn
 	server bool
+	// The server's sink, registered once the connection is established, so
+	// that a connection waiting for its RTU (one a spoofed REQ made) holds
+	// no 64 KiB buffer.
+	rdmaMR  *roce.MR
+	rdmaBuf []byte
 }
 
 // Offsets into mem.
@@ -145,9 +150,10 @@ func newPinger(o *Options, dev *roce.Device, server bool) (*pinger, error) {
 		return nil, err
 	}
 	p.dbg("created qp %p\n", p.qp)
-	// The server's sink is always RPING_BUFSIZE so a client with a larger -S
-	// still works; what it prints and writes back is the same.
 	p.mem = make([]byte, offStart+o.Size)
+	if server {
+		p.mem = make([]byte, offRDMA) // the sink comes with the connection (setupSink)
+	}
 	p.mr, err = p.pd.RegMR(p.mem, access)
 	if err != nil {
 		p.close()
@@ -165,8 +171,17 @@ func newPinger(o *Options, dev *roce.Device, server bool) (*pinger, error) {
 	return p, nil
 }
 
+// setupSink registers the server's sink: always RPING_BUFSIZE, so a client
+// with a larger -S still works; what it prints and writes back is the same.
+func (p *pinger) setupSink() error {
+	p.rdmaBuf = make([]byte, BufSize)
+	var err error
+	p.rdmaMR, err = p.pd.RegMR(p.rdmaBuf, access)
+	return err
+}
+
 func (p *pinger) close() {
-	for _, c := range []interface{ Close() error }{p.qp, p.mr, p.cq, p.pd} {
+	for _, c := range []interface{ Close() error }{p.qp, p.rdmaMR, p.mr, p.cq, p.pd} {
 		if c != nil && !isNilHandle(c) {
 			c.Close()
 		}
@@ -189,6 +204,11 @@ func isNilHandle(c interface{ Close() error }) bool {
 
 func (p *pinger) sge(off, n int) roce.SGE {
 	return roce.SGE{Addr: p.mr.Addr() + uint64(off), Length: uint32(n), LKey: p.mr.LKey()}
+}
+
+// sinkSGE is the first n bytes of the server's sink.
+func (p *pinger) sinkSGE(n int) roce.SGE {
+	return roce.SGE{Addr: p.rdmaMR.Addr(), Length: uint32(n), LKey: p.rdmaMR.LKey()}
 }
 
 func (p *pinger) postRecv() error {
@@ -336,8 +356,8 @@ func (p *pinger) testServer(ctx context.Context) error {
 		if n > BufSize {
 			n = BufSize
 		}
-		clear(p.mem[offRDMA : offRDMA+BufSize])
-		if err := p.post(roce.SendWR{WRID: 3, Opcode: roce.WRRDMARead, SGL: []roce.SGE{p.sge(offRDMA, n)},
+		clear(p.rdmaBuf)
+		if err := p.post(roce.SendWR{WRID: 3, Opcode: roce.WRRDMARead, SGL: []roce.SGE{p.sinkSGE(n)},
 			RemoteAddr: adv.Addr, RKey: adv.RKey}); err != nil {
 			return err
 		}
@@ -346,7 +366,7 @@ func (p *pinger) testServer(ctx context.Context) error {
 			return err
 		}
 		p.dbg("server received read complete\n")
-		data := cstr(p.mem[offRDMA : offRDMA+BufSize])
+		data := cstr(p.rdmaBuf)
 		if p.o.Verbose {
 			fmt.Fprintf(p.out, "server ping data: %s\n", data)
 		}
@@ -362,10 +382,10 @@ func (p *pinger) testServer(ctx context.Context) error {
 		p.dbg("server received sink adv\n")
 		wlen := len(data) + 1
 		if p.o.corruptEcho {
-			p.mem[offRDMA] ^= 0x20 // test hook: echo wrong data
+			p.rdmaBuf[0] ^= 0x20 // test hook: echo wrong data
 		}
-		p.dbg("rdma write from lkey %x laddr %x len %d\n", p.mr.LKey(), p.mr.Addr()+offRDMA, wlen)
-		if err := p.post(roce.SendWR{WRID: 4, Opcode: roce.WRRDMAWrite, SGL: []roce.SGE{p.sge(offRDMA, wlen)},
+		p.dbg("rdma write from lkey %x laddr %x len %d\n", p.rdmaMR.LKey(), p.rdmaMR.Addr(), wlen)
+		if err := p.post(roce.SendWR{WRID: 4, Opcode: roce.WRRDMAWrite, SGL: []roce.SGE{p.sinkSGE(wlen)},
 			RemoteAddr: adv.Addr, RKey: adv.RKey}); err != nil {
 			return err
 		}
@@ -472,6 +492,10 @@ func ServeConn(ctx context.Context, dev *roce.Device, r *cm.ConnRequest, o Optio
 	}
 	if o.Established != nil {
 		o.Established()
+	}
+	if err = p.setupSink(); err != nil {
+		p.disconnect(err)
+		return fmt.Errorf("setup_buffers failed: %w", err)
 	}
 	err = p.testServer(ctx)
 	p.disconnect(err)

@@ -116,7 +116,7 @@ func newPair(t *testing.T) *pair {
 func (p *pair) run(t *testing.T, co, so Options) (clientErr, serverErr error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := p.mgrB.Listen(netip.MustParseAddrPort("10.0.0.2:7174"))
+	l, err := p.mgrB.Listen(netip.MustParseAddrPort("10.0.0.2:7174"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -212,6 +212,55 @@ func (s *session) sendWR(q, k int, flags roce.SendFlags) roce.SendWR {
 	return wr
 }
 
+// window is the WRs QP q posts next to fill its send window (-t), within its -n
+// unless the run is unbounded (by time), in wrs[:0]; scnt and ccnt are the QP's
+// WRs posted and completed. With -l they come in whole lists, in which only
+// every cqMod-th WR asks for a completion, as perftest's post list; without,
+// each WR does.
+func (s *session) window(wrs []roce.SendWR, q, scnt, ccnt int, unbounded bool) []roce.SendWR {
+	c := s.c
+	wrs = wrs[:0]
+	for (scnt+len(wrs) < c.iters || unbounded) && scnt+len(wrs)+c.postList-ccnt <= c.txDepth {
+		for j := range c.postList {
+			flags := roce.SendSignaled
+			if c.postList > 1 && (j+1)%c.cqMod != 0 {
+				flags = 0
+			}
+			wrs = append(wrs, s.sendWR(q, scnt+len(wrs), flags))
+		}
+	}
+	return wrs
+}
+
+// post posts wrs on QP q and returns how many it posted: with -l each list in
+// one call, a chain of WRs in one ibv_post_send as perftest's; without, all of
+// them in one call.
+func (s *session) post(q int, wrs []roce.SendWR) (int, error) {
+	step := len(wrs)
+	if s.c.postList > 1 {
+		step = s.c.postList
+	}
+	n := 0
+	for len(wrs) > 0 {
+		got, err := s.qps[q].PostSend(wrs[:step])
+		n += got
+		if err != nil {
+			return n, err
+		}
+		wrs = wrs[step:]
+	}
+	return n, nil
+}
+
+// perCQE is how many WRs one send completion stands for: with -l, the CQ
+// moderation; without, 1 (goroce asks for a completion of every WR).
+func (s *session) perCQE() int {
+	if s.c.postList > 1 {
+		return s.c.cqMod
+	}
+	return 1
+}
+
 // bwClient is run_iter_bw: on every QP it keeps up to -t WRs outstanding until
 // -n completed (or, with -D, until the clock ends), recording when each message
 // was posted and each completion arrived.
@@ -233,12 +282,10 @@ func (s *session) bwClient(ctx context.Context) (bwReport, error) {
 	wrs := make([]roce.SendWR, 0, c.txDepth)
 	start := time.Now()
 	k := newClock(timed, c.duration, c.margin)
+	per := s.perCQE()
 	for totS < total || totC < total || timed && !k.ended() {
 		for q := range n {
-			wrs = wrs[:0]
-			for (scnt[q]+len(wrs) < c.iters || timed) && scnt[q]+len(wrs)-ccnt[q] < c.txDepth {
-				wrs = append(wrs, s.sendWR(q, scnt[q]+len(wrs), roce.SendSignaled))
-			}
+			wrs = s.window(wrs, q, scnt[q], ccnt[q], timed)
 			if timed && k.ended() {
 				break
 			}
@@ -251,7 +298,7 @@ func (s *session) bwClient(ctx context.Context) (bwReport, error) {
 					tm.posted = append(tm.posted, now)
 				}
 			}
-			got, err := s.qps[q].PostSend(wrs)
+			got, err := s.post(q, wrs)
 			scnt[q] += got
 			totS += got
 			if err != nil {
@@ -275,13 +322,15 @@ func (s *session) bwClient(ctx context.Context) (bwReport, error) {
 			if q >= n {
 				return bwReport{}, fmt.Errorf("completion for unknown wr_id %#x", w.WRID)
 			}
-			ccnt[q]++
-			totC++
-			if !c.noPeak {
-				tm.completed = append(tm.completed, int64(now.Sub(start)))
+			ccnt[q] += per
+			totC += per
+			for range per {
+				if !c.noPeak {
+					tm.completed = append(tm.completed, int64(now.Sub(start)))
+				}
 			}
 		}
-		k.count(now, got)
+		k.count(now, got*per)
 	}
 	if timed {
 		return s.bwReportOf(s.size, k.samples, timing{posted: []int64{0}, completed: []int64{int64(k.sampleEnd.Sub(k.sampleStart))}}, true), nil
@@ -309,13 +358,12 @@ func (s *session) bwInfinitely(ctx context.Context) error {
 	if c.duplex && c.test.verb != send {
 		factor = 2
 	}
+	per := s.perCQE()
+	var wrs []roce.SendWR
 	for {
 		for q := range n {
-			var wrs []roce.SendWR
-			for scnt[q]+len(wrs)-ccnt[q] < c.txDepth {
-				wrs = append(wrs, s.sendWR(q, scnt[q]+len(wrs), roce.SendSignaled))
-			}
-			got, err := s.qps[q].PostSend(wrs)
+			wrs = s.window(wrs, q, scnt[q], ccnt[q], true)
+			got, err := s.post(q, wrs)
 			scnt[q] += got
 			totS += got
 			if err != nil {
@@ -333,8 +381,8 @@ func (s *session) bwInfinitely(ctx context.Context) error {
 			if w.Status != roce.WCSuccess {
 				return fmt.Errorf("completion with error: status %v (%d) for wr_id %#x", w.Status, w.Status, w.WRID)
 			}
-			ccnt[int(w.WRID>>32)]++
-			totC++
+			ccnt[int(w.WRID>>32)] += per
+			totC += per
 		}
 		select {
 		case now := <-tick.C:
@@ -347,7 +395,9 @@ func (s *session) bwInfinitely(ctx context.Context) error {
 }
 
 // postRecvs posts k receives on QP q, the next ones of the slots of q's
-// advertised region; posted counts the receives q has had.
+// advertised region; posted counts the receives q has had. With an SRQ they
+// go to it, q naming only whose region they use (perftest's wr_id): any QP may
+// consume them.
 func (s *session) postRecvs(q, k int, posted []int) error {
 	length := s.size
 	if s.c.conn == connUD {
@@ -359,11 +409,17 @@ func (s *session) postRecvs(q, k int, posted []int) error {
 	}
 	wrs := make([]roce.RecvWR, k)
 	for i := range wrs {
-		off := s.advertised(q) + s.slotOf(posted[q]+i, length)
-		wrs[i] = roce.RecvWR{WRID: uint64(q)<<32 | uint64(uint32(posted[q]+i)), SGL: []roce.SGE{{Addr: s.mr.Addr() + uint64(off),
-			Length: uint32(sgeLen), LKey: s.mr.LKey()}}}
+		sge, low, err := s.recvSGE(q, posted[q]+i, length, sgeLen)
+		if err != nil {
+			return err
+		}
+		wrs[i] = roce.RecvWR{WRID: uint64(q)<<32 | uint64(low), SGL: []roce.SGE{sge}}
 	}
-	got, err := s.qps[q].PostRecv(wrs)
+	post := s.qps[q].PostRecv
+	if s.srq != nil {
+		post = s.srq.PostRecv
+	}
+	got, err := post(wrs)
 	posted[q] += got
 	if err != nil {
 		return fmt.Errorf("couldn't post receive: qp %d: %w", q, err)
@@ -404,6 +460,9 @@ func (s *session) sendBW(ctx context.Context) error {
 			depth := c.rxDepth
 			if !s.timed() {
 				depth = min(depth, c.iters)
+			}
+			if s.srq != nil {
+				depth = c.rxDepth / c.numQPs // the SRQ's -r, shared out among the QPs' regions
 			}
 			for q := range c.numQPs {
 				if err := s.postRecvs(q, depth, posted); err != nil {
@@ -506,6 +565,7 @@ func (s *session) recvDone(w roce.WC, n int, posted []int) error {
 	if err := s.checkRecv(w, n); err != nil {
 		return err
 	}
+	s.releaseRecv(w)
 	if q := int(w.WRID >> 32); s.timed() || posted[q] < s.c.iters {
 		return s.postRecvs(q, 1, posted)
 	}
@@ -542,6 +602,8 @@ func (s *session) sendBi(ctx context.Context, posted []int) (bwReport, error) {
 	totS, totC, totR := 0, 0, 0
 	sending := c.server != ""
 	wc := make([]roce.WC, 64)
+	var wrs []roce.SendWR
+	per := s.perCQE()
 	var start time.Time
 	k := newClock(false, 0, 0)
 	if sending {
@@ -551,11 +613,8 @@ func (s *session) sendBi(ctx context.Context, posted []int) (bwReport, error) {
 	for totC < total || totR < total || timed && !k.ended() {
 		if sending && !(timed && k.ended()) {
 			for q := range n {
-				var wrs []roce.SendWR
-				for (scnt[q]+len(wrs) < c.iters || timed) && scnt[q]+len(wrs)-ccnt[q] < c.txDepth {
-					wrs = append(wrs, s.sendWR(q, scnt[q]+len(wrs), roce.SendSignaled))
-				}
-				got, err := s.qps[q].PostSend(wrs)
+				wrs = s.window(wrs, q, scnt[q], ccnt[q], timed)
+				got, err := s.post(q, wrs)
 				scnt[q] += got
 				totS += got
 				if err != nil {
@@ -574,9 +633,9 @@ func (s *session) sendBi(ctx context.Context, posted []int) (bwReport, error) {
 				if w.Status != roce.WCSuccess {
 					return bwReport{}, fmt.Errorf("completion with error: status %v (%d) for wr_id %#x", w.Status, w.Status, w.WRID)
 				}
-				ccnt[int(w.WRID>>32)]++
-				totC++
-				sends++
+				ccnt[int(w.WRID>>32)] += per
+				totC += per
+				sends += per
 				continue
 			}
 			if err := s.recvDone(w, totR, posted); err != nil {

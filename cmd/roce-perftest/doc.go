@@ -29,6 +29,12 @@
 //	-b, --bidirectional  both ways at once (bw tests)
 //	-c, --connection  RC, UC (send, write) or UD (send)
 //	-R, --rdma_cm     connect through rdma_cm (RC): see below; -T, --tos with it
+//	-l, --post_list   post the WRs in chains of this many, one ibv_post_send each,
+//	                  only the last of a chain (or every -Q-th) signaled; -n must
+//	                  be a multiple of it (bw tests)
+//	--use-srq         the receiving side (send_bw's server, either side with -b
+//	                  or in send_lat) draws every QP's receives from one SRQ of
+//	                  -r WRs, -r/-q of them posted for each QP's region
 //	-A, --atomic_type FETCH_AND_ADD (default) or CMP_AND_SWAP
 //	--write_with_imm  write_bw's WRITEs carry immediate data: the server posts
 //	                  receives (-r, 512) and counts the completions, as send_bw
@@ -44,10 +50,10 @@
 // --odp, --use_hugepages, --use_old_post_send, --perform_warm_up, --mr_per_qp,
 // --cpu_util, --latency_gap, --flow_label, --retry_count, --wait_destroy and
 // --pkey_index 0. goroce always sleeps on the completion channel (no busy
-// polling), asks for a completion of every WR and posts one WR per call.
+// polling) and, but in a post list, asks for a completion of every WR.
 // Refused with a one-line reason: the rdma_cm exchange alone (-z), -R over UD
-// or UC, multicast, dual port, raw Ethernet, XRC/DC/SRD, SRQs, post lists, rate
-// limits, hardware counters, JSON output, CPU cycle reports and
+// or UC, multicast, dual port, raw Ethernet, XRC/DC/SRD, receive post lists,
+// rate limits, hardware counters, JSON output, CPU cycle reports and
 // --dont_xchg_versions.
 //
 // goroce's own options: --roce-port (RoCEv2 UDP port, both sides must agree),

@@ -279,6 +279,7 @@ func (s *session) sendLatRun(ctx context.Context, posted []int) ([]int64, *clock
 			if err := s.checkRecv(w, rcnt+pending+recvs); err != nil {
 				return 0, err
 			}
+			s.releaseRecv(w)
 			recvs++
 		}
 		return recvs, nil

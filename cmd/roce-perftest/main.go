@@ -54,6 +54,8 @@ type config struct {
 	histogram        bool   // -H
 	rdmaCM           bool   // -R: connect through rdma_cm, exchange over it
 	tos              int    // -T: the traffic class of -R's connections
+	postList         int    // -l: WRs per ibv_post_send, a chain; 1 without -l
+	useSRQ           bool   // --use-srq: the receiving side's QPs share one SRQ
 }
 
 // set reports whether the option with long name name was given.
@@ -127,8 +129,6 @@ var unsupported = []struct {
 	{"server", 'Z', false, "raw Ethernet is not supported"},
 	{"client", 'P', false, "raw Ethernet is not supported"},
 	{"report-cycles", 'C', false, "CPU cycle counts are not supported"},
-	{"post_list", 'l', true, "post lists are not supported"},
-	{"use-srq", 0, false, "SRQs in perftest are not supported"},
 	{"reversed", 0, false, "reversed traffic is not supported"},
 	{"report-per-port", 0, false, "a goroce device has one port"},
 	{"mmap", 0, true, "mmap'd buffers are not supported"},
@@ -143,7 +143,7 @@ var unsupported = []struct {
 	{"flows", 0, true, "several flows are not supported"},
 	{"flows_burst", 0, true, "several flows are not supported"},
 	{"reply_every", 0, true, "latency under load is not supported"},
-	{"recv_post_list", 0, true, "post lists are not supported"},
+	{"recv_post_list", 0, true, "receive post lists are not supported"},
 	{"inline_recv", 0, true, "inline receive is not supported"},
 	{"force-link", 0, true, "a goroce device is Ethernet only"},
 	{"dlid", 0, true, "RoCE has no LIDs"},
@@ -203,7 +203,7 @@ var ignoredValues = []struct {
 // parseArgs parses TEST, the options and the optional SERVER, in any order, as
 // perftest's getopt_long does.
 func parseArgs(args []string) (*config, *cli.Options, error) {
-	c := &config{gidIndex: -1, qpTimeout: defQPTimeout, numQPs: 1}
+	c := &config{gidIndex: -1, qpTimeout: defQPTimeout, numQPs: 1, postList: 1}
 	o := cli.NewOptions("roce-perftest")
 	c.o = o
 	c.Register(o)
@@ -231,6 +231,8 @@ func parseArgs(args []string) (*config, *cli.Options, error) {
 	o.FlagLong(&c.writeImm, "write_with_imm", 0, "write_bw: RDMA WRITE with immediate, each consuming a receive at the server")
 	o.FlagLong(&c.rdmaCM, "rdma_cm", 'R', "connect the QPs through rdma_cm, and exchange over an rdma_cm connection (RC)")
 	o.FlagLong(&c.tos, "tos", 'T', "with -R: the type of service (traffic class) of the connections", "TOS")
+	o.FlagLong(&c.postList, "post_list", 'l', "post the WRs in chains of this many, one ibv_post_send each; CQ moderation is the chain's length (bw tests)", "SIZE")
+	o.FlagLong(&c.useSRQ, "use-srq", 0, "the receiving side's QPs draw their receives from one SRQ (send tests)")
 	atomicType := "FETCH_AND_ADD"
 	o.FlagLong(&atomicType, "atomic_type", 'A', "atomic test: CMP_AND_SWAP or FETCH_AND_ADD", "TYPE")
 	var showVersion bool
@@ -308,6 +310,8 @@ func parseArgs(args []string) (*config, *cli.Options, error) {
 		return nil, o, fmt.Errorf("-n %d: iterations must be in [%d, %d]", c.iters, minIters, maxIters)
 	case c.mtu != 0 && roce.MTUFromBytes(c.mtu) == 0:
 		return nil, o, fmt.Errorf("-m %d: MTU must be 256, 512, 1024, 2048 or 4096", c.mtu)
+	case c.postList < 1:
+		return nil, o, fmt.Errorf("-l %d: the post list size must be positive", c.postList)
 	case c.numQPs < 1 || c.numQPs > maxQPs:
 		return nil, o, fmt.Errorf("-q %d: between 1 and %d QPs", c.numQPs, maxQPs)
 	case c.set("tx-depth") && (c.txDepth < 1 || c.txDepth > maxTx):

@@ -62,6 +62,11 @@ func TestParseArgs(t *testing.T) {
 			return c.writeImm && c.rxDepth == 100 && c.noPeak && c.receives()
 		}},
 		{"--write_with_imm -r", []string{"write_bw", "--write_with_imm", "-r", "7", "127.0.0.1"}, func(c *config) bool { return c.rxDepth == 7 }},
+		// -l: the CQ moderation becomes the list's length, unless -Q divides it.
+		{"-l", []string{"write_bw", "-l", "4", "-n", "200"}, func(c *config) bool { return c.postList == 4 && c.cqMod == 4 }},
+		{"-l with -Q", []string{"send_bw", "--post_list=8", "-Q", "2", "-n", "64"}, func(c *config) bool { return c.postList == 8 && c.cqMod == 2 }},
+		{"-l by time", []string{"write_bw", "-l", "3", "-D", "4"}, func(c *config) bool { return c.postList == 3 && c.cqMod == 3 }},
+		{"--use-srq", []string{"send_bw", "--use-srq", "-q", "4", "-n", "200"}, func(c *config) bool { return c.useSRQ && c.rxDepth == 200 }},
 	}
 	for _, tt := range ok {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,6 +114,15 @@ func TestParseArgs(t *testing.T) {
 		{"write_with_imm on send", []string{"send_bw", "--write_with_imm"}, "--write_with_imm: only in write_bw"},
 		{"write_with_imm on lat", []string{"write_lat", "--write_with_imm"}, "--write_with_imm: only in write_bw"},
 		{"write_with_imm infinitely both ways", []string{"write_bw", "--write_with_imm", "--run_infinitely", "-b"}, "not with -b"},
+		{"-l on lat", []string{"write_lat", "-l", "2"}, "-l: post lists only in the bw tests"},
+		{"-l not dividing -n", []string{"write_bw", "-l", "3", "-n", "100"}, "must be a multiple of the post list size"},
+		{"-l not a multiple of -Q", []string{"write_bw", "-l", "4", "-Q", "3", "-n", "100"}, "must be a multiple of the CQ moderation"},
+		{"-l over the tx depth", []string{"write_bw", "-l", "8", "-t", "4", "-n", "96"}, "longer than the TX depth"},
+		{"-l 0", []string{"write_bw", "-l", "0"}, "-l 0: the post list size must be positive"},
+		{"--use-srq on write", []string{"write_bw", "--use-srq"}, "an SRQ only in the send tests"},
+		{"--use-srq with write_with_imm", []string{"write_bw", "--write_with_imm", "--use-srq"}, "an SRQ only in the send tests"},
+		{"--use-srq with more QPs than receives", []string{"send_bw", "--use-srq", "-q", "8", "-r", "4"}, "must be at least the number of QPs"},
+		{"receive post lists", []string{"send_bw", "--recv_post_list=2"}, "receive post lists are not supported"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
@@ -417,6 +431,22 @@ func TestLoopback(t *testing.T) {
 		{[]string{"write_bw", "--write_with_imm", "-b", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
 		{[]string{"write_bw", "--write_with_imm", "-a", "-n", "5"}, 0, 5, 23, false, false},
 		{[]string{"write_bw", "--write_with_imm", "-c", "UC", "-s", "1024", "-n", "100"}, 1024, 100, 1, false, false},
+		// Post lists (-l): chains of WRs per ibv_post_send, one completion per list.
+		{[]string{"write_bw", "-l", "4", "-s", "4096", "-n", "200"}, 4096, 200, 1, false, false},
+		{[]string{"send_bw", "-l", "4", "-q", "2", "-s", "64", "-n", "200"}, 64, 400, 1, false, false},
+		{[]string{"read_bw", "-l", "8", "-Q", "2", "-s", "4096", "-n", "96"}, 4096, 96, 1, false, false},
+		{[]string{"atomic_bw", "-l", "4", "-n", "200"}, 8, 200, 1, false, true},
+		{[]string{"write_bw", "-l", "4", "-b", "-s", "4096", "-n", "100"}, 4096, 100, 1, false, false},
+		{[]string{"send_bw", "-l", "2", "-c", "UD", "-s", "1024", "-n", "100"}, 1024, 100, 1, false, false},
+		// One SRQ shared by the receiving side's QPs.
+		{[]string{"send_bw", "--use-srq", "-q", "2", "-s", "64", "-n", "200"}, 64, 400, 1, false, false},
+		{[]string{"send_bw", "--use-srq", "-q", "4", "-s", "4096", "-n", "200"}, 4096, 800, 1, false, false},
+		{[]string{"send_bw", "--use-srq", "-b", "-q", "2", "-s", "4096", "-n", "100"}, 4096, 200, 1, false, false},
+		// UD over an SRQ: one QP, whose -n datagrams find as many receives (UD has
+		// no RNR; with more QPs than that, perftest's -r, at most -n, leaves
+		// datagrams that come faster than the receives are reposted to be dropped).
+		{[]string{"send_bw", "--use-srq", "-c", "UD", "-s", "1024", "-n", "100"}, 1024, 100, 1, false, false},
+		{[]string{"send_lat", "--use-srq", "-s", "64", "-n", "100"}, 64, 100, 1, false, false},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			src, crc, sout, serr, cout, cerr := pair(t, tt.args, "60s")
@@ -459,6 +489,11 @@ func TestLoopback(t *testing.T) {
 			}
 			if strings.Contains(strings.Join(tt.args, " "), "gbits") && !strings.Contains(cout, "BW average[Gb/sec]") {
 				t.Errorf("no Gb/sec header:\n%s", cout)
+			}
+			for flag, want := range map[string]string{"-l": " Post List       : ", "--use-srq": "Using SRQ      : ON"} {
+				if slices.Contains(tt.args, flag) && (!strings.Contains(cout, want) || !strings.Contains(sout, want)) {
+					t.Errorf("%s: the banners lack %q:\n%s\n%s", flag, want, sout, cout)
+				}
 			}
 		})
 	}

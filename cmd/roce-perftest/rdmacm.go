@@ -111,7 +111,7 @@ func (s *session) cmConnect(ctx context.Context, qps []*roce.QP, param func(*roc
 	var conns []*cm.Conn
 	if s.c.server == "" {
 		if s.listener == nil {
-			l, err := s.mgr.Listen(netip.AddrPortFrom(s.c.Addr, uint16(s.c.TCPPort)))
+			l, err := s.mgr.Listen(netip.AddrPortFrom(s.c.Addr, uint16(s.c.TCPPort)), s.c.numQPs) // perftest's backlog
 			if err != nil {
 				return nil, fmt.Errorf("rdma_listen: %w", err)
 			}

@@ -51,6 +51,9 @@ func (s *session) printBanner() {
 	c := s.c
 	t := c.test
 	var b strings.Builder
+	if c.postList > 1 && !c.set("cq-mod") {
+		b.WriteString(resultLine + "\nPost List requested - CQ moderation will be the size of the post list\n")
+	}
 	b.WriteString(resultLine + "\n")
 	title := verbNames[t.verb] + " "
 	if t.verb == atomic {
@@ -59,26 +62,34 @@ func (s *session) printBanner() {
 	switch {
 	case t.lat:
 		title += "Latency "
-	case c.duplex:
-		title += "Bidirectional BW "
 	default:
+		if c.duplex {
+			title += "Bidirectional "
+		}
+		if c.postList > 1 {
+			title += "Post List "
+		}
 		title += "BW "
 	}
 	fmt.Fprintf(&b, "                    %sTest\n", title)
 	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", s.deviceName())
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", c.numQPs)
-	fmt.Fprintf(&b, " Connection type : %v\t\tUsing SRQ      : OFF\n", c.conn)
+	fmt.Fprintf(&b, " Connection type : %v\t\tUsing SRQ      : %s\n", c.conn, map[bool]string{false: "OFF", true: "ON"}[c.useSRQ])
 	b.WriteString(" PCIe relax order: Unsupported\n")
 	b.WriteString(" ibv_wr* API     : OFF\n")
 	if c.server != "" || c.duplex {
 		fmt.Fprintf(&b, " TX depth        : %d\n", c.txDepth)
 	}
+	if c.postList > 1 {
+		fmt.Fprintf(&b, " Post List       : %d\n", c.postList)
+	}
 	if c.receives() && (c.server == "" || c.duplex) {
 		fmt.Fprintf(&b, " RX depth        : %d\n", c.rxDepth)
 	}
 	if t.bw() {
-		// goroce asks for a completion of every WR: no moderation.
-		b.WriteString(" CQ Moderation   : 1\n")
+		// goroce asks for a completion of every WR (no moderation) but in a
+		// post list, where only every cqMod-th does, as perftest's.
+		fmt.Fprintf(&b, " CQ Moderation   : %d\n", s.perCQE())
 	}
 	fmt.Fprintf(&b, " Mtu             : %d[B]\n", s.mtu.Bytes())
 	b.WriteString(" Link type       : Ethernet\n")

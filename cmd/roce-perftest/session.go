@@ -40,16 +40,18 @@ const (
 // session holds one run's verbs objects and exchange state, shaped like perftest's
 // pingpong_context and perftest_comm.
 type session struct {
-	c      *config
-	out    io.Writer
-	errOut io.Writer
-	dev    *roce.Device
-	pd     *roce.PD
-	mr     *roce.MR
-	cq     *roce.CQ // send and receive completions both
-	qps    []*roce.QP
-	ahs    []*roce.AH // UD senders: one per QP
-	gidx   int
+	c       *config
+	out     io.Writer
+	errOut  io.Writer
+	dev     *roce.Device
+	pd      *roce.PD
+	mr      *roce.MR
+	cq      *roce.CQ // send and receive completions both
+	qps     []*roce.QP
+	srq     *roce.SRQ  // --use-srq on the receiving side: every QP's receives
+	srqBufs *srqSlots  // the SRQ's receive buffers, one per posted receive (nil: perftest's layout)
+	ahs     []*roce.AH // UD senders: one per QP
+	gidx    int
 
 	// buf is perftest's buffer: QP i sends from (or reads into) buf[i*bsize:],
 	// and advertises buf[(n+i)*bsize:] to the peer, n QPs in all. results holds,
@@ -326,8 +328,19 @@ func (s *session) createQPs() error {
 			s.outReads = min(c.outReads, dattr.MaxQPRdAtom)
 		}
 	}
+	// --use-srq: the side that receives (the server of send_bw, either side with
+	// -b or in send_lat) creates one SRQ of -r WRs for all its QPs, as perftest.
+	if c.useSRQ && (c.test.lat || c.server == "" || c.duplex) {
+		if s.srq, err = s.pd.CreateSRQ(roce.SRQInitAttr{Attr: roce.SRQAttr{MaxWR: uint32(c.rxDepth), MaxSGE: 1}}); err != nil {
+			return fmt.Errorf("couldn't create SRQ: %w", err)
+		}
+		s.Add(s.srq.Close)
+		if err := s.setupSRQSlots(); err != nil {
+			return err
+		}
+	}
 	for i := range n {
-		attr := roce.QPInitAttr{Type: qpType, SendCQ: s.cq, RecvCQ: s.cq,
+		attr := roce.QPInitAttr{Type: qpType, SendCQ: s.cq, RecvCQ: s.cq, SRQ: s.srq,
 			Cap: roce.QPCap{MaxSendWR: uint32(c.txDepth), MaxSendSGE: 1, MaxRecvWR: uint32(c.rxDepth), MaxRecvSGE: 1}}
 		qp, err := s.pd.CreateQP(attr)
 		if err != nil {

@@ -159,6 +159,10 @@ func (c *config) applyDefaults() error {
 		return fmt.Errorf("-D: not with -a")
 	case (c.unsorted || c.histogram) && !t.lat:
 		return fmt.Errorf("-U and -H: only in the latency tests")
+	case c.postList > 1 && t.lat:
+		return fmt.Errorf("-l: post lists only in the bw tests")
+	case c.useSRQ && (t.verb != send || c.writeImm):
+		return fmt.Errorf("--use-srq: an SRQ only in the send tests")
 	}
 	// force_dependecies, in its order.
 	timed := c.set("duration") || c.runInf
@@ -175,6 +179,12 @@ func (c *config) applyDefaults() error {
 		c.cqMod = 1
 	}
 	c.cqMod = min(c.cqMod, c.txDepth)
+	if err := c.postListRules(timed); err != nil {
+		return err
+	}
+	if c.useSRQ && c.numQPs > c.rxDepth {
+		return fmt.Errorf("--use-srq -q %d: the SRQ's depth (-r, %d) must be at least the number of QPs", c.numQPs, c.rxDepth)
+	}
 	if c.all {
 		c.size = maxSize
 	}
@@ -195,6 +205,29 @@ func (c *config) applyDefaults() error {
 	}
 	if !timed && c.iters > noPeakIters && t.bw() {
 		c.noPeak = true
+	}
+	return nil
+}
+
+// postListRules are perftest's for -l: the iterations come in whole lists, and
+// unless -Q says otherwise a list asks for one completion, of its last WR (CQ
+// moderation is the list's length); with -Q, the list holds whole moderation
+// periods. A list longer than the TX depth would never fit the send queue
+// (perftest waits for room forever); goroce refuses it.
+func (c *config) postListRules(timed bool) error {
+	if c.postList == 1 {
+		return nil
+	}
+	switch {
+	case !timed && c.iters%c.postList != 0:
+		return fmt.Errorf("-l %d: the number of iterations (-n %d) must be a multiple of the post list size", c.postList, c.iters)
+	case !c.set("cq-mod"):
+		c.cqMod = c.postList
+	case c.postList%c.cqMod != 0:
+		return fmt.Errorf("-l %d -Q %d: the post list size must be a multiple of the CQ moderation", c.postList, c.cqMod)
+	}
+	if c.postList > c.txDepth {
+		return fmt.Errorf("-l %d: longer than the TX depth (-t %d): no list fits the send queue", c.postList, c.txDepth)
 	}
 	return nil
 }

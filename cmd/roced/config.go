@@ -67,7 +67,7 @@ type config struct {
 	rpingIdle    time.Duration // an rping connection with no completion for this long ends
 
 	cmMaxPending          int           // passive CM connections waiting for RTU, per address
-	cmMaxPendingPerSource int           // the same, per source address
+	cmMaxPendingPerSource int           // those of one source address whose REP went unanswered
 	cmPendingTimeout      time.Duration // a pending connection not established by then is withdrawn
 	drainTimeout          time.Duration
 	sourcePorts           int // per-QP UDP source ports per address; 0 sends everything from -port
@@ -167,7 +167,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	rpingMaxSess := fs.Int("rping-max-sessions", defaultMaxSessions, "rping connections served at once per address; more are rejected (REJ consumer defined)")
 	rpingIdle := fs.Duration("rping-idle", defaultRpingIdle, "end an rping connection when nothing completes for this long (a client that died)")
 	cmPending := fs.Int("cm-max-pending", defaultCMPending, "CM connections waiting for their RTU per address; more REQs are dropped unanswered")
-	cmPerSource := fs.Int("cm-max-pending-per-source", defaultCMPerSource, "CM connections waiting for their RTU per source address")
+	cmPerSource := fs.Int("cm-max-pending-per-source", defaultCMPerSource, "CM connections of one source address whose REP went unanswered (no RTU in the time the peer promised); while it has this many, its REQs are dropped unanswered")
 	cmPendingFor := fs.Duration("cm-pending-timeout", defaultCMPendingFor, "withdraw a CM connection (REJ timeout) not established this long after its REQ")
 	drain := fs.Duration("drain-timeout", defaultDrainTimeout, "on SIGINT/SIGTERM, how long to wait for sessions to finish")
 	sourcePorts := fs.Int("source-ports", defaultSourcePorts, "most per-QP UDP source `ports` (rxe's, for ECMP entropy; one socket each) per address; 0 sends all from -port")

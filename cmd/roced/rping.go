@@ -68,14 +68,14 @@ func newCM(dev *roce.Device, mads *gsi.Conn, c *config) (*cm.Manager, error) {
 		return nil, err
 	}
 	return cm.NewManager(mads, cm.ManagerConfig{CAGUID: gsi.CAGUID(dev), PathMTU: uint8(pa.ActiveMTU),
-		Machine: cm.Config{MaxPending: c.cmMaxPending, MaxPendingPerPeer: c.cmMaxPendingPerSource,
+		Machine: cm.Config{MaxPending: c.cmMaxPending, MaxUnansweredPerPeer: c.cmMaxPendingPerSource,
 			PendingTimeout: c.cmPendingTimeout}}), nil
 }
 
 // newRpingResponder listens on addr's rdma_cm port through mgr, which it closes
 // when it closes.
 func newRpingResponder(dev *roce.Device, mgr *cm.Manager, addr netip.AddrPort, cfg rpingConfig, log *slog.Logger) (*rpingResponder, error) {
-	ln, err := mgr.Listen(addr)
+	ln, err := mgr.Listen(addr, 0) // rdma_cm's default backlog
 	if err != nil {
 		mgr.Close()
 		return nil, err

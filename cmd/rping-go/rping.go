@@ -183,7 +183,7 @@ func runServer(ctx context.Context, o *options, ro rping.Options) error {
 		return cli.OpenError(err, addr, o.udpPort, "-a", "--udp-port")
 	}
 	defer e.close()
-	l, err := e.mgr.Listen(netip.AddrPortFrom(addr, uint16(o.port)))
+	l, err := e.mgr.Listen(netip.AddrPortFrom(addr, uint16(o.port)), 3) // rping's backlog
 	if err != nil {
 		return fmt.Errorf("rdma_listen: %w", err)
 	}
