@@ -586,7 +586,7 @@ func gr_cm_listen(h C.uintptr_t, backlog C.int) C.int {
 		}
 		addr := netip.AddrPortFrom(d.addr, local.Port())
 		if id.ps == cm.PortSpaceUDP {
-			l, err := mg.ListenUD(addr)
+			l, err := mg.ListenUD(addr, int(backlog))
 			if err != nil {
 				return errno(err)
 			}
@@ -596,7 +596,7 @@ func gr_cm_listen(h C.uintptr_t, backlog C.int) C.int {
 			go id.serveUD(d, l)
 			continue
 		}
-		l, err := mg.Listen(addr)
+		l, err := mg.Listen(addr, int(backlog))
 		if err != nil {
 			return errno(err)
 		}
