@@ -252,6 +252,16 @@ func (mg *Manager) Close() error {
 		mg.mu.Unlock()
 		return nil
 	}
+	// An established connection ends with a DREQ, as the kernel's CM sends
+	// one for every connection of a process that exits: the peer learns at
+	// once instead of when its QP times out. It is sent once; no DREP is
+	// awaited.
+	now := time.Now()
+	for _, h := range mg.handles {
+		if h.conn != nil && mg.m.Disconnect(now, h.id, nil) == nil {
+			mg.flushLocked()
+		}
+	}
 	mg.closed = true
 	mg.timer.Stop()
 	for _, l := range mg.listeners {

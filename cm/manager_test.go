@@ -147,6 +147,46 @@ func TestDialAcceptDisconnect(t *testing.T) {
 	}
 }
 
+// TestCloseDisconnects: closing a Manager sends a DREQ for each established
+// connection, as the kernel does for a process that exits, so the peer sees
+// the disconnect at once.
+func TestCloseDisconnects(t *testing.T) {
+	checkGoroutines(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, cb := Pipe(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
+	client, server := NewManager(ca, fastConfig(nil)), NewManager(cb, fastConfig(nil))
+	defer server.Close()
+	l, err := server.Listen(netip.MustParseAddrPort("0.0.0.0:7174"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan *Conn, 1)
+	go func() {
+		r, err := l.GetRequest(ctx)
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		c, _ := r.Accept(ctx, ConnParam{QPN: 0x22, StartingPSN: 1})
+		accepted <- c
+	}()
+	if _, err := client.Dial(ctx, netip.MustParseAddrPort("0.0.0.0:4242"), netip.MustParseAddrPort("127.0.0.2:7174"),
+		ConnParam{QPN: 0x11, StartingPSN: 2}); err != nil {
+		t.Fatal(err)
+	}
+	sconn := <-accepted
+	if sconn == nil {
+		t.Fatal("no connection accepted")
+	}
+	client.Close()
+	select {
+	case <-sconn.Done():
+	case <-ctx.Done():
+		t.Fatal("the server never saw the closed client disconnect")
+	}
+}
+
 // wantSeq checks that want appears in order in the events seen so far
 // (ConnectResponse and others may interleave).
 func wantSeq(t *testing.T, who string, ch chan ConnEvent, want ...ConnEventType) {

@@ -189,7 +189,9 @@ func gr_cm_create_id(chH C.uintptr_t, element C.uintptr_t, ps C.int, h *C.uintpt
 
 // newChild is the id of an incoming request on listener id l.
 func (l *cmID) newChild(dev *device, local, remote netip.AddrPort) (*cmID, C.uintptr_t) {
-	ctx, cancel := context.WithCancel(l.ctx)
+	// A connection outlives its listener: programs destroy the listening id
+	// once they accepted what they wait for.
+	ctx, cancel := context.WithCancel(context.Background())
 	l.mu.Lock()
 	c := &cmID{ps: l.ps, ctx: ctx, cancel: cancel, ch: l.ch, dev: dev, local: local, remote: remote, tos: l.tos}
 	l.mu.Unlock()
@@ -242,11 +244,11 @@ func gr_cm_destroy_id(h C.uintptr_t) C.int {
 			delete(d.waiting, conn.ID())
 			d.mu.Unlock()
 		}
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			conn.Disconnect(ctx)
-		}()
+		// The DREQ leaves before this returns (the program may exit next);
+		// the CM resends it until the DREP comes or it gives up.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		conn.Disconnect(ctx)
 	}
 	ch.q.withdraw(func(e *C.struct_gr_cm_event) bool {
 		if e.id == el {
