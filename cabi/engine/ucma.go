@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -61,6 +62,11 @@ const (
 	privSIDRRQ = 216 - cm.CMAHeaderLen
 	privSIDRRP = 136
 )
+
+// cmRetriesEnv sets how often the CM resends a REQ, REP or DREQ that gets no
+// answer (rdma_cm's default, 15, takes about a minute to give up on a peer
+// that never answers; 4 bits).
+const cmRetriesEnv = "GOROCE_CM_RETRIES"
 
 // cmEventQueueLen bounds a channel's unread events; a program that never
 // reads its channel loses the newest events, counted.
@@ -518,7 +524,11 @@ func (d *device) manager() (*cm.Manager, error) {
 			mtu = uint8(p.ActiveMTU)
 		}
 		events := make(chan cm.ConnEvent, 256)
-		d.mgr = cm.NewManager(d.gsi, cm.ManagerConfig{CAGUID: gsi.CAGUID(d.dev), PathMTU: mtu, Events: events})
+		cfg := cm.ManagerConfig{CAGUID: gsi.CAGUID(d.dev), PathMTU: mtu, Events: events}
+		if n, err := strconv.Atoi(os.Getenv(cmRetriesEnv)); err == nil && n >= 0 && n < 16 {
+			cfg.MaxCMRetries = uint8(n)
+		}
+		d.mgr = cm.NewManager(d.gsi, cfg)
 		go d.timewaits(d.mgr, events)
 	}
 	return d.mgr, nil

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -252,43 +253,80 @@ func TestCPrograms(t *testing.T) {
 	}
 }
 
-// TestSymbols checks that libibverbs.so.1 exports exactly the symbols, with
-// their versions, of Debian 12's (verbs/libibverbs.symbols).
+// TestSymbols checks that libibverbs.so.1 and librdmacm.so.1 export exactly
+// the symbols, with their versions, of Debian 12's (the .symbols files).
 func TestSymbols(t *testing.T) {
 	d := cabiDir(t)
-	out, err := exec.Command("objdump", "-T", filepath.Join(d, "lib", "libibverbs.so.1")).Output()
-	if err != nil {
-		t.Fatalf("objdump: %v", err)
+	for _, lib := range []struct{ so, prefix, ref string }{
+		{"libibverbs.so.1", "IBVERBS", "verbs/libibverbs.symbols"},
+		{"librdmacm.so.1", "RDMACM", "rdmacm/librdmacm.symbols"},
+	} {
+		t.Run(lib.so, func(t *testing.T) {
+			out, err := exec.Command("objdump", "-T", filepath.Join(d, "lib", lib.so)).Output()
+			if err != nil {
+				t.Fatalf("objdump: %v", err)
+			}
+			var got []string
+			for _, line := range strings.Split(string(out), "\n") {
+				f := strings.Fields(line)
+				if len(f) < 7 || f[2] == "*UND*" || !strings.Contains(line, " D") {
+					continue
+				}
+				ver, name := f[len(f)-2], f[len(f)-1]
+				if name == ver || !strings.HasPrefix(strings.Trim(ver, "()"), lib.prefix) {
+					continue // a version's own definition, or another library's symbol
+				}
+				if strings.HasPrefix(ver, "(") {
+					got = append(got, name+"@"+strings.Trim(ver, "()"))
+				} else {
+					got = append(got, name+"@@"+ver)
+				}
+			}
+			ref, err := os.ReadFile(filepath.Join(d, lib.ref))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, l := range strings.Split(string(ref), "\n") {
+				if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+					want = append(want, l)
+				}
+			}
+			sort.Strings(got)
+			sort.Strings(want)
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("exported symbols differ from Debian 12's:\ngot  %d: %v\nwant %d: %v", len(got), got, len(want), want)
+			}
+		})
 	}
-	var got []string
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 7 || f[2] == "*UND*" || !strings.Contains(line, " D") {
-			continue
+}
+
+// lockedBuf is a bytes.Buffer a process writes while a test reads it.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitFor waits until b holds s: the server said it is ready.
+func waitFor(t *testing.T, b *lockedBuf, s string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(b.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never printed %q:\n%s", s, b.String())
 		}
-		ver, name := f[len(f)-2], f[len(f)-1]
-		if name == ver || !strings.HasPrefix(strings.Trim(ver, "()"), "IBVERBS") {
-			continue // a version's own definition, or a C library symbol
-		}
-		if strings.HasPrefix(ver, "(") {
-			got = append(got, name+"@"+strings.Trim(ver, "()"))
-		} else {
-			got = append(got, name+"@@"+ver)
-		}
-	}
-	ref, err := os.ReadFile(filepath.Join(d, "verbs", "libibverbs.symbols"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []string
-	for _, l := range strings.Split(string(ref), "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-			want = append(want, l)
-		}
-	}
-	sort.Strings(got)
-	sort.Strings(want)
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("exported symbols differ from Debian 12's:\ngot  %d: %v\nwant %d: %v", len(got), got, len(want), want)
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -1,0 +1,141 @@
+/*
+ * cm-errors: the error paths of rdma_cm, as librdmacm reports them to a program.
+ *
+ *   cm-errors -t noport      -a ADDR -p PORT   connect to a port nobody listens on
+ *   cm-errors -t unreachable -a ADDR -p PORT   connect to an address that never answers
+ *   cm-errors -t reject      -a ADDR -p PORT   connect to a reject-server
+ *   cm-errors -t reject-server -b ADDR -p PORT  reject one request with private data
+ *
+ * A client prints "cm-errors TEST: EVENT status S [private_data TEXT]" for the event that
+ * ended its rdma_connect and exits 0; the checks are the caller's (the same binary runs
+ * on goroce's librdmacm and on rxe's). It exits 1 when a step before the connect fails, 2
+ * on bad arguments.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <rdma/rdma_cma.h>
+
+#define REJECT_DATA "no thanks"
+
+static int fail(const char *what)
+{
+	printf("cm-errors: FAIL: %s (errno %d: %s)\n", what, errno, strerror(errno));
+	return 1;
+}
+
+/* next waits for the id's next event and returns it (acked by the caller). */
+static struct rdma_cm_event *next(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_event *ev;
+
+	return rdma_get_cm_event(ch, &ev) ? NULL : ev;
+}
+
+static int get_addr(const char *host, const char *port, int passive, struct rdma_addrinfo **res)
+{
+	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP, .ai_flags = passive ? RAI_PASSIVE : 0};
+
+	return rdma_getaddrinfo(host, port, &hints, res);
+}
+
+static int server(const char *addr, const char *port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *listen;
+	struct rdma_addrinfo *res;
+	struct rdma_cm_event *ev;
+
+	if (!ch || rdma_create_id(ch, &listen, NULL, RDMA_PS_TCP))
+		return fail("create id");
+	if (get_addr(addr, port, 1, &res) || rdma_bind_addr(listen, res->ai_src_addr) || rdma_listen(listen, 1))
+		return fail("listen");
+	printf("cm-errors reject-server: listening\n");
+	fflush(stdout);
+	while ((ev = next(ch))) {
+		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			struct rdma_cm_id *id = ev->id;
+
+			if (rdma_reject(id, REJECT_DATA, sizeof(REJECT_DATA)))
+				return fail("rdma_reject");
+			rdma_ack_cm_event(ev);
+			rdma_destroy_id(id);
+			printf("cm-errors reject-server: rejected\n");
+			return 0;
+		}
+		rdma_ack_cm_event(ev);
+	}
+	return fail("rdma_get_cm_event");
+}
+
+static int client(const char *test, const char *addr, const char *port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_conn_param param = {.retry_count = 7, .rnr_retry_count = 7};
+	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct rdma_addrinfo *res;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+
+	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		return fail("create id");
+	if (get_addr(addr, port, 0, &res))
+		return fail("rdma_getaddrinfo");
+	if (rdma_resolve_addr(id, NULL, res->ai_dst_addr, 2000))
+		return fail("rdma_resolve_addr");
+	if (!(ev = next(ch)) || ev->event != RDMA_CM_EVENT_ADDR_RESOLVED)
+		return fail("address not resolved");
+	rdma_ack_cm_event(ev);
+	if (rdma_resolve_route(id, 2000) || !(ev = next(ch)) || ev->event != RDMA_CM_EVENT_ROUTE_RESOLVED)
+		return fail("route not resolved");
+	rdma_ack_cm_event(ev);
+	if (rdma_create_qp(id, NULL, &qa))
+		return fail("rdma_create_qp");
+	if (rdma_connect(id, &param))
+		return fail("rdma_connect");
+	if (!(ev = next(ch)))
+		return fail("rdma_get_cm_event");
+	printf("cm-errors %s: %s status %d", test, rdma_event_str(ev->event), ev->status);
+	if (ev->event == RDMA_CM_EVENT_REJECTED && ev->param.conn.private_data_len) {
+		const char *p = ev->param.conn.private_data;
+		int n = strnlen(p, ev->param.conn.private_data_len);
+
+		printf(" private_data %.*s", n, p);
+	}
+	printf("\n");
+	rdma_ack_cm_event(ev);
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	rdma_freeaddrinfo(res);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *test = NULL, *addr = NULL, *port = "7480";
+	int c;
+
+	while ((c = getopt(argc, argv, "t:a:b:p:")) != -1) {
+		switch (c) {
+		case 't': test = optarg; break;
+		case 'a':
+		case 'b': addr = optarg; break;
+		case 'p': port = optarg; break;
+		default: goto usage;
+		}
+	}
+	if (!test || !addr)
+		goto usage;
+	if (!strcmp(test, "reject-server"))
+		return server(addr, port);
+	if (!strcmp(test, "noport") || !strcmp(test, "unreachable") || !strcmp(test, "reject"))
+		return client(test, addr, port);
+usage:
+	fprintf(stderr, "usage: cm-errors -t noport|unreachable|reject -a ADDR -p PORT | -t reject-server -b ADDR -p PORT\n");
+	return 2;
+}
