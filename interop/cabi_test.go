@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -299,4 +300,483 @@ func TestCABIVerbsErrno(t *testing.T) {
 		}
 	}
 	t.Logf("goroce:\n%s", out)
+}
+
+// cabiRping is goroce's side of the rping rows played by the stock rping itself
+// on cabi's librdmacm.
+func cabiRping(t *testing.T, dir string) rpingOurs {
+	prog := stockTool(t, "rping")
+	return rpingOurs{who: "rping on goroce", tool: "rping on goroce librdmacm", command: func(host string, args ...string) (string, []string) {
+		return cabiCommand(dir, host, prog, args...)
+	}}
+}
+
+// TestCABIRping is TestRping with the stock rping on goroce's librdmacm as
+// goroce's side: both directions at every size, and its -v lines byte for byte
+// against stock rping's on rxe.
+func TestCABIRping(t *testing.T) {
+	lab := labtest.Open(t)
+	runRpingRows(t, lab, cabiRping(t, cabiDir(t)))
+}
+
+// cabiPerftest is goroce's side of a perftest row played by the stock perftest
+// on cabi's libibverbs and librdmacm.
+func cabiPerftest(t *testing.T, dir string) ptOurs {
+	return ptOurs{who: "perftest on goroce", tool: "ib_* on goroce libibverbs",
+		command: func(test, addr string, opts []string) (string, []string) {
+			return cabiCommand(dir, addr, stockTool(t, "ib_"+test), append([]string{"-d", "goroce0", "-x", "1"}, opts...)...)
+		}}
+}
+
+// TestCABIPerftest runs Debian's perftest on goroce's libibverbs against the same
+// tools on rxe, both ways: every bandwidth and latency test, several QPs (-q 4),
+// both ways at once (-b), all sizes (-a) and through rdma_cm (-R), with the checks
+// of TestPerftest.
+func TestCABIPerftest(t *testing.T) {
+	lab := labtest.Open(t)
+	ours := cabiPerftest(t, cabiDir(t))
+	g := lab.Guest(t, "a")
+	const n = 200
+	cases := []ptCase{
+		{test: "write_bw", size: 65536, iters: n},
+		{test: "read_bw", size: 65536, iters: n},
+		{test: "send_bw", size: 4096, iters: n},
+		{test: "write_lat", size: 64, iters: n},
+		{test: "read_lat", size: 64, iters: n},
+		{test: "send_lat", size: 64, iters: n},
+		{test: "atomic_bw", size: 8, iters: n},
+		{test: "atomic_lat", size: 8, iters: 100},
+		{test: "write_bw", size: 4096, iters: 50, qps: 4, extra: []string{"-q", "4"}},
+		{test: "send_bw", size: 4096, iters: 50, qps: 4, extra: []string{"-q", "4"}},
+		{test: "write_bw", size: 4096, iters: 100, extra: []string{"-b"}},
+		{test: "write_bw", size: 0, iters: 5, rows: 23, extra: []string{"-a"}},
+		{test: "write_bw", size: 4096, iters: 100, qps: 2, extra: []string{"-R", "-q", "2"}},
+		{test: "send_lat", size: 64, iters: 100, extra: []string{"-R"}},
+		{test: "read_bw", size: 4096, iters: 100, extra: []string{"-R"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name(), func(t *testing.T) {
+			for _, dir := range []ptDirection{ptOursToRxe, ptRxeToOurs} {
+				t.Run(dir.short(), func(t *testing.T) { runPerftest(t, lab, g, ours, c, dir) })
+			}
+		})
+	}
+}
+
+// cabiToolRun is one run of a stock rdma_cm tool pair: the server side and the
+// client side, one of them on goroce's librdmacm, the other on rxe.
+type cabiToolRun struct {
+	tool           string // the server's program, and the client's unless clientTool
+	clientTool     string
+	server, client string // arguments; %s is the server's address in the client's
+	want           string // the client's success line
+}
+
+// runCABITool runs r with goroce's side as the client (ours-to-rxe) or the
+// server (rxe-to-ours), retrying the client while the server does not listen yet.
+func runCABITool(t *testing.T, lab *labtest.Lab, g *labtest.Guest, dir string, r cabiToolRun, oursClient bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	host := lab.HostIP.String()
+	row := resultRow{tool: r.tool + " on goroce librdmacm", transport: "rdma_cm", opts: r.client, verdict: "FAIL"}
+	defer func() {
+		if !t.Failed() {
+			row.verdict = "pass"
+		}
+		appendResult(t, row)
+	}()
+	defer captureRun(t, lab, "cabi-"+r.tool+"-"+dirShortName(oursClient), netip.Addr{})()
+	cliTool := r.tool
+	if r.clientTool != "" {
+		cliTool = r.clientTool
+	}
+	start := time.Now()
+	var cli, srv string
+	if oursClient {
+		row.dir = "goroce " + r.tool + " client -> rxe server"
+		job, err := g.Start(ctx, fmt.Sprintf("%s %s 2>&1", r.tool, fmt.Sprintf(r.server, g.IP)))
+		prog := stockTool(t, cliTool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+			bin, args := cabiCommand(dir, host, prog, strings.Fields(fmt.Sprintf(r.client, g.IP))...)
+			out, err := lab.Command(ctx, bin, args...).CombinedOutput()
+			cli = string(out)
+			if err == nil || !cmNotListening(cli) && !strings.Contains(cli, "refused") || time.Now().After(deadline) || len(job.Done()) > 0 {
+				if err != nil {
+					t.Errorf("%s client on goroce: %v\n%s", cliTool, err, cli)
+					job.Kill()
+				}
+				break
+			}
+		}
+		res, err := waitJob(job, 30*time.Second)
+		if err != nil || res.RC != 0 {
+			t.Errorf("%s server on rxe: %v rc %d\n%s", r.tool, err, res.RC, res.Out)
+		}
+		srv = res.Out
+		checkOursStats(t, r.tool+" client on goroce", cli)
+	} else {
+		row.dir = "rxe " + r.tool + " client -> goroce server"
+		bin, args := cabiCommand(dir, host, stockTool(t, r.tool), strings.Fields(fmt.Sprintf(r.server, host))...)
+		s := lab.Command(ctx, bin, args...)
+		var so lockedBuffer
+		s.Stdout, s.Stderr = &so, &so
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Wait() }()
+		res := retryStockClient(ctx, t, g, fmt.Sprintf("%s %s 2>&1", cliTool, fmt.Sprintf(r.client, host)), done)
+		cli = res.Out
+		if res.RC != 0 {
+			t.Errorf("%s client on rxe: rc %d\n%s", r.tool, res.RC, res.Out)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s server on goroce: %v\n%s", r.tool, err, so.String())
+			}
+		case <-time.After(30 * time.Second):
+			s.Process.Kill()
+			<-done
+			t.Errorf("%s server on goroce did not end:\n%s", r.tool, so.String())
+		}
+		srv = so.String()
+		checkOursStats(t, r.tool+" server on goroce", srv)
+	}
+	row.usec = float64(time.Since(start).Microseconds())
+	if !strings.Contains(cli, r.want) {
+		t.Errorf("%s client printed no %q:\n%s\nserver:\n%s", r.tool, r.want, cli, srv)
+	}
+}
+
+func dirShortName(oursClient bool) string {
+	if oursClient {
+		return "ours-to-rxe"
+	}
+	return "rxe-to-ours"
+}
+
+// TestCABIRdmacmTools runs rdmacm-utils' ucmatose and udaddy and rdma-core's
+// rdma_server/rdma_client on goroce's librdmacm against the same programs on rxe,
+// both ways.
+func TestCABIRdmacmTools(t *testing.T) {
+	lab := labtest.Open(t)
+	dir := cabiDir(t)
+	g := lab.Guest(t, "a")
+	for _, r := range []cabiToolRun{
+		{tool: "ucmatose", server: "-b %s -C 10", client: "-s %s -C 10", want: "test complete"},
+		{tool: "udaddy", server: "-b %s -C 10", client: "-s %s -C 10", want: "test complete"},
+	} {
+		for _, oursClient := range []bool{true, false} {
+			t.Run(r.tool+"/"+dirShortName(oursClient), func(t *testing.T) { runCABITool(t, lab, g, dir, r, oursClient) })
+		}
+	}
+	r := cabiToolRun{tool: "rdma_server", clientTool: "rdma_client", server: "-s %s -p 7481", client: "-s %s -p 7481",
+		want: "rdma_client: end 0"}
+	for _, oursClient := range []bool{true, false} {
+		t.Run("rdma_server/"+dirShortName(oursClient), func(t *testing.T) { runCABITool(t, lab, g, dir, r, oursClient) })
+	}
+}
+
+// cabiCmtimeConns is cmtime's -c in TestCABICmtime.
+const cabiCmtimeConns = 100
+
+// TestCABICmtime runs cmtime with cabiCmtimeConns connections at once: between
+// the lane's guests (the kernel's CM on both sides), then with the stock cmtime on
+// goroce's librdmacm as the client of rxe's server, and as the server of rxe's
+// client, and reports each connect rate next to the kernel's. Debian 12's cmtime
+// (rdma-core 44, the host's) has no TCP sync, which rdma-core 56's (trixie)
+// requires of its peer, so the rows run on the 6.1 lane.
+func TestCABICmtime(t *testing.T) {
+	lab := labtest.Open(t)
+	lab.RunsOn(t, labtest.Gens{labtest.Gen61})
+	dir := cabiDir(t)
+	a, b := lab.Guest(t, "a"), lab.Guest(t, "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	prog := stockTool(t, "cmtime")
+	row := func(dir string) resultRow {
+		return resultRow{tool: "cmtime on goroce librdmacm", dir: dir, transport: "RC (rdma_cm)", opts: fmt.Sprintf("-c %d", cabiCmtimeConns)}
+	}
+	var kernel []time.Duration
+	t.Run("rxe-to-rxe", func(t *testing.T) {
+		r := row("rxe cmtime client (guest a) -> rxe cmtime server (guest b)")
+		defer func() { appendResult(t, r) }()
+		srv, err := b.Start(ctx, "cmtime 2>&1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Kill() // rdma-core 44's server serves until it is killed
+		if err := waitCmtimeServer(ctx, b, false); err != nil {
+			t.Fatal(err)
+		}
+		res, err := a.Run(ctx, fmt.Sprintf("cmtime -s %s -c %d 2>&1", b.IP, cabiCmtimeConns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kernel, err = checkCmtime(t, res); err != nil {
+			t.Fatal(err)
+		}
+		r.usec = float64(kernel[0].Microseconds()) / cabiCmtimeConns
+		r.verdict = "pass"
+	})
+	t.Run("ours-to-rxe", func(t *testing.T) {
+		r := row("goroce cmtime client -> rxe cmtime server (guest b)")
+		defer func() { appendResult(t, r) }()
+		srv, err := b.Start(ctx, "cmtime 2>&1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Kill()
+		if err := waitCmtimeServer(ctx, b, false); err != nil {
+			t.Fatal(err)
+		}
+		bin, args := cabiCommand(dir, lab.HostIP.String(), prog, "-s", b.IP.String(), "-c", fmt.Sprint(cabiCmtimeConns))
+		out, err := lab.Command(ctx, bin, args...).CombinedOutput()
+		rc := 0
+		if err != nil {
+			rc = 1
+		}
+		ours, err := checkCmtime(t, labtest.Result{Out: string(out), RC: rc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.usec = float64(ours[0].Microseconds()) / cabiCmtimeConns
+		t.Logf("goroce librdmacm client: %s; kernel CM: %s", cabiRates(ours), cabiRates(kernel))
+		if !t.Failed() {
+			r.verdict = "pass"
+		}
+	})
+	t.Run("rxe-to-ours", func(t *testing.T) {
+		r := row("rxe cmtime client (guest a) -> goroce cmtime server")
+		defer func() { appendResult(t, r) }()
+		bin, args := cabiCommand(dir, lab.HostIP.String(), prog, "-b", lab.HostIP.String())
+		s := lab.Command(ctx, bin, args...)
+		var so lockedBuffer
+		s.Stdout, s.Stderr = &so, &so
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			s.Process.Kill()
+			s.Wait()
+		}()
+		var res labtest.Result
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+			var err error
+			if res, err = a.Run(ctx, fmt.Sprintf("cmtime -s %s -c %d 2>&1", lab.HostIP, cabiCmtimeConns)); err != nil {
+				t.Fatal(err)
+			}
+			if res.RC == 0 || !strings.Contains(res.Out, "REJECTED") || time.Now().After(deadline) {
+				break
+			}
+		}
+		ours, err := checkCmtime(t, res)
+		if err != nil {
+			t.Fatalf("%v\ngoroce server:\n%s", err, so.String())
+		}
+		r.usec = float64(ours[0].Microseconds()) / cabiCmtimeConns
+		t.Logf("goroce librdmacm server: %s; kernel CM: %s", cabiRates(ours), cabiRates(kernel))
+		for i := range min(len(ours), len(kernel)) {
+			if ours[i] > 2*kernel[i] {
+				t.Errorf("run %d: goroce took %v for %d connections, more than twice the kernel's %v", i, ours[i], cabiCmtimeConns, kernel[i])
+			}
+		}
+		if !t.Failed() {
+			r.verdict = "pass"
+		}
+	})
+}
+
+func cabiRates(runs []time.Duration) string {
+	var s []string
+	for _, d := range runs {
+		s = append(s, fmt.Sprintf("%v (%.0f/s)", d.Round(time.Millisecond), cabiCmtimeConns/d.Seconds()))
+	}
+	return strings.Join(s, ", ")
+}
+
+// TestCABICMErrors runs cabi's cm-errors on goroce's librdmacm against rxe and,
+// the same binary, on rxe's against goroce: a connect to a port nobody listens
+// on, and a reject with private data, must end in the same event with the same
+// status either way.
+func TestCABICMErrors(t *testing.T) {
+	lab := labtest.Open(t)
+	dir := cabiDir(t)
+	g := lab.Guest(t, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prog := filepath.Join(dir, "bin", "cm-errors")
+	exe, err := os.ReadFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := fmt.Sprintf("echo %s | base64 -d > /tmp/cm-errors && chmod +x /tmp/cm-errors", base64.StdEncoding.EncodeToString(exe))
+	if r, err := g.Run(ctx, install); err != nil || r.RC != 0 {
+		t.Fatalf("cm-errors into guest %s: %v %s", g.Name, err, r.Out)
+	}
+	host := lab.HostIP.String()
+	ours := func(args ...string) string {
+		bin, a := cabiCommand(dir, host, prog, args...)
+		out, err := lab.Command(ctx, bin, a...).CombinedOutput()
+		if err != nil {
+			t.Errorf("cm-errors %v on goroce: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	// rxe's CM answers on the guest's address whether or not a program listens.
+	t.Run("noport/ours-to-rxe", func(t *testing.T) {
+		if out := ours("-t", "noport", "-a", g.IP.String(), "-p", "7491"); !strings.Contains(out, "REJECTED status 8") {
+			t.Errorf("goroce client to a port nobody listens on in rxe: want REJECTED status 8:\n%s", out)
+		}
+	})
+	t.Run("reject/rxe-to-ours", func(t *testing.T) {
+		bin, a := cabiCommand(dir, host, prog, "-t", "reject-server", "-b", host, "-p", "7492")
+		s := lab.Command(ctx, bin, a...)
+		var so lockedBuffer
+		s.Stdout, s.Stderr = &so, &so
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			s.Process.Kill()
+			s.Wait()
+		}()
+		for deadline := time.Now().Add(15 * time.Second); !strings.Contains(so.String(), "listening"); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("reject-server on goroce not listening:\n%s", so.String())
+			}
+		}
+		r, err := g.Run(ctx, fmt.Sprintf("/tmp/cm-errors -t reject -a %s -p 7492", host))
+		if err != nil || !strings.Contains(r.Out, "REJECTED status 28 private_data no thanks") {
+			t.Errorf("rxe client rejected by goroce: want REJECTED status 28 with the private data: %v\n%s", err, r.Out)
+		}
+	})
+	t.Run("reject/ours-to-rxe", func(t *testing.T) {
+		job, err := g.Start(ctx, fmt.Sprintf("/tmp/cm-errors -t reject-server -b %s -p 7493", g.IP))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+			out = ours("-t", "reject", "-a", g.IP.String(), "-p", "7493")
+			if !strings.Contains(out, "status 8") || time.Now().After(deadline) {
+				break // status 8: rxe's server was not listening yet
+			}
+		}
+		if !strings.Contains(out, "REJECTED status 28 private_data no thanks") {
+			t.Errorf("goroce client rejected by rxe: want REJECTED status 28 with the private data:\n%s", out)
+		}
+		waitJob(job, 10*time.Second)
+	})
+	t.Run("noport/rxe-to-ours", func(t *testing.T) {
+		// goroce's CM answers only while a program has its librdmacm open: the
+		// reject-server on another port keeps it so.
+		bin, a := cabiCommand(dir, host, prog, "-t", "reject-server", "-b", host, "-p", "7494")
+		s := lab.Command(ctx, bin, a...)
+		var so lockedBuffer
+		s.Stdout, s.Stderr = &so, &so
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			s.Process.Kill()
+			s.Wait()
+		}()
+		for deadline := time.Now().Add(15 * time.Second); !strings.Contains(so.String(), "listening"); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("reject-server on goroce not listening:\n%s", so.String())
+			}
+		}
+		r, err := g.Run(ctx, fmt.Sprintf("/tmp/cm-errors -t noport -a %s -p 7495", host))
+		if err != nil || !strings.Contains(r.Out, "REJECTED status 8") {
+			t.Errorf("rxe client to a port nobody listens on in goroce: want REJECTED status 8: %v\n%s", err, r.Out)
+		}
+	})
+}
+
+// TestCABIMckey runs rdmacm-utils' mckey on goroce's librdmacm against rxe's: a
+// sender to a stock receiver with mckeyQPs QPs in the group, and a receiver with
+// mckeyQPs QPs of a stock sender.
+func TestCABIMckey(t *testing.T) {
+	lab := labtest.Open(t)
+	dir := cabiDir(t)
+	a := lab.Guest(t, "a")
+	prog := stockTool(t, "mckey")
+	host := lab.HostIP.String()
+	group := fmt.Sprintf("239.18.%d.2", lab.HostIP.As4()[2])
+	row := func(dir string) resultRow {
+		return resultRow{tool: "mckey on goroce librdmacm", dir: dir, transport: "UD multicast (rdma_cm)",
+			opts: fmt.Sprintf("-m %s -C %d -S %d, receiver -c %d", group, mckeyCount, mckeySize, mckeyQPs)}
+	}
+	t.Run("ours-to-rxe", func(t *testing.T) {
+		r := row("goroce mckey sender -> rxe receiver (guest a)")
+		defer func() { appendResult(t, r) }()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		recv, err := a.Start(ctx, fmt.Sprintf("mckey -m %s -b %s -c %d -C %d -S %d 2>&1", group, a.IP, mckeyQPs, mckeyCount, mckeySize))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // the receiver's joins, before our first datagram
+		bin, args := cabiCommand(dir, host, prog, "-m", group, "-b", host, "-s", "-C", fmt.Sprint(mckeyCount), "-S", fmt.Sprint(mckeySize))
+		out, err := lab.Command(ctx, bin, args...).CombinedOutput()
+		rc := 0
+		if err != nil {
+			rc = 1
+		}
+		checkMckey(t, "sender on goroce", labtest.Result{Out: string(out), RC: rc}, 1)
+		rres, err := waitJob(recv, 20*time.Second)
+		if err != nil {
+			t.Errorf("receiver: %v", err)
+		}
+		checkMckey(t, "receiver (guest a)", rres, mckeyQPs)
+		if !t.Failed() {
+			r.verdict = "pass"
+		}
+	})
+	t.Run("rxe-to-ours", func(t *testing.T) {
+		r := row("rxe mckey sender (guest a) -> goroce receiver")
+		defer func() { appendResult(t, r) }()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		bin, args := cabiCommand(dir, host, prog, "-m", group, "-b", host, "-c", fmt.Sprint(mckeyQPs),
+			"-C", fmt.Sprint(mckeyCount), "-S", fmt.Sprint(mckeySize))
+		s := lab.Command(ctx, bin, args...)
+		var so lockedBuffer
+		s.Stdout, s.Stderr = &so, &so
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Wait() }()
+		for deadline := time.Now().Add(15 * time.Second); strings.Count(so.String(), "joined dgid") < mckeyQPs; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("goroce receiver did not join:\n%s", so.String())
+			}
+		}
+		send, err := a.Run(ctx, mckeySender(fmt.Sprintf("-m %s -b %s -s -C %d -S %d", group, a.IP, mckeyCount, mckeySize)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkMckey(t, "sender (guest a)", send, 1)
+		var werr error
+		select {
+		case werr = <-done:
+		case <-time.After(20 * time.Second):
+			s.Process.Kill()
+			werr = <-done
+		}
+		rc := 0
+		if werr != nil {
+			rc = 1
+		}
+		checkMckey(t, "receiver on goroce", labtest.Result{Out: so.String(), RC: rc}, mckeyQPs)
+		if !t.Failed() {
+			r.verdict = "pass"
+		}
+	})
 }

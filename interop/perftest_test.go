@@ -175,7 +175,7 @@ func TestPerftest(t *testing.T) {
 							verdict: "waiting: roce-perftest has no " + c.needs})
 						t.Skipf("roce-perftest has no %s yet", c.needs)
 					}
-					runPerftest(t, lab, g, bin, c, dir)
+					runPerftest(t, lab, g, rocePerftest(bin), c, dir)
 				})
 			}
 		})
@@ -215,6 +215,7 @@ func (c ptCase) opts() string {
 
 // ptResult is one row of the results table (GOROCE_INTEROP_RESULTS).
 type ptResult struct {
+	tool      string // the tool column; "" is ib_TEST
 	c         ptCase
 	dir       ptDirection
 	verdict   string
@@ -238,7 +239,11 @@ func (r *ptResult) record(t *testing.T) {
 			transport = r.c.extra[i+1]
 		}
 	}
-	appendResult(t, resultRow{tool: "ib_" + r.c.test, dir: string(r.dir), transport: transport,
+	tool := "ib_" + r.c.test
+	if r.tool != "" {
+		tool = r.tool
+	}
+	appendResult(t, resultRow{tool: tool, dir: string(r.dir), transport: transport,
 		opts: r.c.opts(), verdict: r.verdict, usec: r.usec, counters: counters})
 }
 
@@ -323,9 +328,28 @@ func runPairWatched(ctx context.Context, t *testing.T, lab *labtest.Lab, g *labt
 	}
 }
 
+// ptOurs is goroce's side of a perftest row: roce-perftest, or the stock
+// perftest on goroce's libibverbs (cabi_test.go).
+type ptOurs struct {
+	who, tool string // in messages, and the results table's tool column ("" is ib_TEST)
+	// command is the program and arguments for test on our address with
+	// perftest's options opts.
+	command func(test, addr string, opts []string) (string, []string)
+	// atomicsChecked says the program checks that every atomic ran once
+	// (roce-perftest's "executed exactly once").
+	atomicsChecked bool
+}
+
+// rocePerftest is cmd/roce-perftest built at bin.
+func rocePerftest(bin string) ptOurs {
+	return ptOurs{who: "roce-perftest", atomicsChecked: true, command: func(test, addr string, opts []string) (string, []string) {
+		return bin, append([]string{test, "-d", addr, "-x", "1", "--stats", "--timeout", "120s"}, opts...)
+	}}
+}
+
 // runPerftest makes one run and checks it.
-func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c ptCase, dir ptDirection) {
-	res := ptResult{c: c, dir: dir, verdict: "FAIL"}
+func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ptOurs, c ptCase, dir ptDirection) {
+	res := ptResult{c: c, dir: dir, verdict: "FAIL", tool: o.tool}
 	defer func() { res.record(t) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
@@ -374,9 +398,9 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 			sender = netip.Addr{} // nothing of ours to look for in the capture
 		}
 		defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short(), sender)()
-		ours := append([]string{c.test, "-d", lab.HostIP.String(), "-x", "1", "--stats", "--timeout", "120s"}, opts...)
+		bin, ours := o.command(c.test, lab.HostIP.String(), opts)
 		r := runPairWatched(ctx, t, lab, g, bin, c, stock(g), ours, dir == ptOursToRxe, &before, &res)
-		sides = []side{{"roce-perftest", r.oursOut, r.oursRC, dir == ptRxeToOurs}, {"ib_" + c.test, r.stock.Out, r.stock.RC, dir == ptOursToRxe}}
+		sides = []side{{o.who, r.oursOut, r.oursRC, dir == ptRxeToOurs}, {"ib_" + c.test, r.stock.Out, r.stock.RC, dir == ptOursToRxe}}
 		oursErr = r.oursErr
 		if r.oursRC != 0 {
 			sides[0].out += r.oursErr
@@ -424,11 +448,11 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 			// figure the stock tool measured (its own row, or the report goroce's
 			// passive server prints) may be 0.00 too: perftest under TCG sometimes
 			// prints that for a whole run.
-			stockFigure := side.who != "roce-perftest" || passive
+			stockFigure := side.who != o.who || o.tool != "" || passive
 			if row.bytes != size || row.iters != iters || row.iters < 1 || !(row.value > 0 || c.rows > 1 && size < 1024 || stockFigure) {
 				t.Errorf("%s: row %+v; want %d bytes, %d iterations, a positive figure", side.who, row, size, iters)
 			}
-			if (side.who == "roce-perftest" || dir == ptRxeToRxe && !side.server) && row.value > 0 && i == 0 {
+			if (side.who == o.who || dir == ptRxeToRxe && !side.server) && row.value > 0 && i == 0 {
 				res.usec = row.value
 				if !lat {
 					res.usec = float64(size) / (row.value * (1 << 20)) * 1e6
@@ -438,10 +462,10 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c
 		}
 	}
 	if dir != ptRxeToRxe {
-		if c.atomic() && !strings.Contains(oursErr, "executed exactly once") {
-			t.Errorf("roce-perftest did not check the atomics:\n%s", oursErr)
+		if o.atomicsChecked && c.atomic() && !strings.Contains(oursErr, "executed exactly once") {
+			t.Errorf("%s did not check the atomics:\n%s", o.who, oursErr)
 		}
-		res.oursStats = checkOursStats(t, "roce-perftest", oursErr)
+		res.oursStats = checkOursStats(t, o.who, oursErr)
 	}
 	after, err := g.Counters(ctx)
 	if err != nil {

@@ -60,6 +60,7 @@ func toolBin(t *testing.T, env, pkg string) string {
 
 // rpingRow is one row of the results table, in the pingpong rows' columns.
 type rpingRow struct {
+	tool    string // the results table's tool column
 	dir     string
 	size    int
 	verdict string
@@ -69,7 +70,7 @@ type rpingRow struct {
 }
 
 func (r *rpingRow) record(t *testing.T) {
-	appendResult(t, resultRow{tool: "rping", dir: r.dir, transport: "RC (rdma_cm)",
+	appendResult(t, resultRow{tool: r.tool, dir: r.dir, transport: "RC (rdma_cm)",
 		opts: fmt.Sprintf("-S %d -C %d -V -v", r.size, rpingCount), verdict: r.verdict, usec: r.usec,
 		counters: r.rxe.String() + " | goroce: " + r.ours})
 }
@@ -175,20 +176,43 @@ func rpingCapture(t *testing.T, lab *labtest.Lab, name string) func() {
 	}
 }
 
+// rpingOurs is goroce's side of the rping rows: cmd/rping-go, or the stock rping
+// on goroce's librdmacm (cabi_test.go).
+type rpingOurs struct {
+	who, tool string // in messages (client role; "-s" replaces "-c") and the results table
+	// command is the program and arguments for rping's own args on our host
+	// address.
+	command func(host string, args ...string) (string, []string)
+}
+
+// rpingGo is cmd/rping-go built at bin.
+func rpingGo(bin string) rpingOurs {
+	return rpingOurs{who: "rping-go", tool: "rping", command: func(host string, args ...string) (string, []string) {
+		if args[0] == "-c" {
+			args = append(args, "-I", host)
+		}
+		return bin, append(args, "--stats")
+	}}
+}
+
 // TestRping runs stock rping (rdmacm-utils) in guest a against cmd/rping-go on the
 // host side of the bridge, both directions, at each size, with validation (-V) on the
 // client, and checks that rping-go's -v output is byte-identical to stock rping's for
 // the same size and role.
 func TestRping(t *testing.T) {
 	lab := labtest.Open(t)
-	bin := toolBin(t, "GOROCE_RPING", "cmd/rping-go")
+	runRpingRows(t, lab, rpingGo(toolBin(t, "GOROCE_RPING", "cmd/rping-go")))
+}
+
+// runRpingRows makes TestRping's rows with o as goroce's side.
+func runRpingRows(t *testing.T, lab *labtest.Lab, o rpingOurs) {
 	g := lab.Guest(t, "a")
 	host, guest := lab.HostIP.String(), g.IP.String()
 	for _, size := range rpingSizes {
 		// -v output of each program in each role, compared once both directions ran.
 		var stockClient, oursClient, stockServer, oursServer []string
 		t.Run(fmt.Sprintf("s%d/ours-to-rxe", size), func(t *testing.T) {
-			row := rpingRow{dir: "rping-go client -> rxe rping server", size: size, verdict: "pass"}
+			row := rpingRow{dir: o.who + " client -> rxe rping server", size: size, verdict: "pass", tool: o.tool}
 			defer row.record(t)
 			defer rpingCapture(t, lab, t.Name())()
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -198,7 +222,7 @@ func TestRping(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			args := []string{"-c", "-V", "-v", "-a", guest, "-I", host, "-C", strconv.Itoa(rpingCount), "-S", strconv.Itoa(size), "--stats"}
+			bin, args := o.command(host, "-c", "-V", "-v", "-a", guest, "-C", strconv.Itoa(rpingCount), "-S", strconv.Itoa(size))
 			var rc int
 			var out, errOut string
 			var took time.Duration
@@ -215,7 +239,7 @@ func TestRping(t *testing.T) {
 			}
 			if rc != 0 {
 				job.Kill()
-				t.Errorf("rping-go client exit %d:\n%s\n%s", rc, tail(out, 5), errOut)
+				t.Errorf("%s client exit %d:\n%s\n%s", o.who, rc, tail(out, 5), errOut)
 			}
 			res, err := waitJob(job, 20*time.Second)
 			if err != nil {
@@ -224,20 +248,21 @@ func TestRping(t *testing.T) {
 			if res.RC != 0 {
 				t.Errorf("stock rping server exit %d:\n%s", res.RC, tail(res.Out, 10))
 			}
-			row.ours = rpingOursCounters(t, "rping-go -c", errOut)
-			oursClient = rpingLines(t, "rping-go -c", out, "ping data: ")
+			row.ours = rpingOursCounters(t, o.who+" -c", errOut)
+			oursClient = rpingLines(t, o.who+" -c", out, "ping data: ")
 			stockServer = rpingLines(t, "rping -s", res.Out, "server ping data: ")
 			row.usec = float64(took.Microseconds()) / rpingCount
 			row.rxe = chk.finish(ctx, t, size)
 		})
 		t.Run(fmt.Sprintf("s%d/rxe-to-ours", size), func(t *testing.T) {
-			row := rpingRow{dir: "rxe rping client -> rping-go server", size: size, verdict: "pass"}
+			row := rpingRow{dir: "rxe rping client -> " + o.who + " server", size: size, verdict: "pass", tool: o.tool}
 			defer row.record(t)
 			defer rpingCapture(t, lab, t.Name())()
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			chk := startRpingCheck(ctx, t, g)
-			srv := lab.Command(ctx, bin, "-s", "-v", "-a", host, "-C", strconv.Itoa(rpingCount), "-S", strconv.Itoa(size), "--stats")
+			bin, args := o.command(host, "-s", "-v", "-a", host, "-C", strconv.Itoa(rpingCount), "-S", strconv.Itoa(size))
+			srv := lab.Command(ctx, bin, args...)
 			var so, se bytes.Buffer
 			srv.Stdout, srv.Stderr = &so, &se
 			if err := srv.Start(); err != nil {
@@ -252,23 +277,23 @@ func TestRping(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				srv.Process.Kill()
 				werr = <-done
-				t.Errorf("rping-go server still running 20 s after the client ended; killed")
+				t.Errorf("%s server still running 20 s after the client ended; killed", o.who)
 			}
 			if rc := exitCode(werr); rc != 0 {
-				t.Errorf("rping-go server exit %d:\n%s\n%s", rc, tail(so.String(), 5), se.String())
+				t.Errorf("%s server exit %d:\n%s\n%s", o.who, rc, tail(so.String(), 5), se.String())
 			}
 			if res.RC != 0 {
 				t.Errorf("stock rping client exit %d:\n%s", res.RC, tail(res.Out, 10))
 			}
 			stockClient = rpingLines(t, "rping -c", res.Out, "ping data: ")
-			row.ours = rpingOursCounters(t, "rping-go -s", se.String())
-			oursServer = rpingLines(t, "rping-go -s", so.String(), "server ping data: ")
+			row.ours = rpingOursCounters(t, o.who+" -s", se.String())
+			oursServer = rpingLines(t, o.who+" -s", so.String(), "server ping data: ")
 			row.usec = float64(took.Microseconds()) / rpingCount
 			row.rxe = chk.finish(ctx, t, size)
 		})
 		t.Run(fmt.Sprintf("s%d/output", size), func(t *testing.T) {
-			sameLines(t, "client (rping-go -c vs rping -c)", oursClient, stockClient)
-			sameLines(t, "server (rping-go -s vs rping -s)", oursServer, stockServer)
+			sameLines(t, "client ("+o.who+" -c vs rping -c)", oursClient, stockClient)
+			sameLines(t, "server ("+o.who+" -s vs rping -s)", oursServer, stockServer)
 		})
 	}
 }
@@ -450,7 +475,7 @@ func TestRpingRoced(t *testing.T) {
 	host := lab.HostIP.String()
 	for _, size := range rpingSizes {
 		t.Run(fmt.Sprintf("s%d", size), func(t *testing.T) {
-			row := rpingRow{dir: "rxe rping client -> roced", size: size, verdict: "pass"}
+			row := rpingRow{tool: "rping", dir: "rxe rping client -> roced", size: size, verdict: "pass"}
 			defer row.record(t)
 			defer rpingCapture(t, lab, t.Name())()
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
