@@ -743,7 +743,8 @@ func TestCABIMckey(t *testing.T) {
 		defer func() { appendResult(t, r) }()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		bin, args := cabiCommand(dir, host, prog, "-m", group, "-b", host, "-c", fmt.Sprint(mckeyQPs),
+		// Line-buffered, so its "joined" lines say when the sender may start.
+		bin, args := cabiCommand(dir, host, "stdbuf", "-oL", prog, "-m", group, "-b", host, "-c", fmt.Sprint(mckeyQPs),
 			"-C", fmt.Sprint(mckeyCount), "-S", fmt.Sprint(mckeySize))
 		s := lab.Command(ctx, bin, args...)
 		var so lockedBuffer
@@ -753,6 +754,11 @@ func TestCABIMckey(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- s.Wait() }()
+		defer func() {
+			if len(done) == 0 {
+				s.Process.Kill()
+			}
+		}()
 		for deadline := time.Now().Add(15 * time.Second); strings.Count(so.String(), "joined dgid") < mckeyQPs; time.Sleep(50 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("goroce receiver did not join:\n%s", so.String())

@@ -441,7 +441,7 @@ func (p *rocedProc) scrape(t *testing.T) (map[string]float64, string) {
 }
 
 // lockedBuffer is a bytes.Buffer safe for the process's writer goroutine. onWrite, when
-// set, sees the whole text after each write.
+// set, sees the whole text after each write. The zero value is ready to use.
 type lockedBuffer struct {
 	mu      sync.Mutex
 	b       *bytes.Buffer
@@ -451,6 +451,9 @@ type lockedBuffer struct {
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.b == nil {
+		l.b = new(bytes.Buffer)
+	}
 	n, err := l.b.Write(p)
 	if l.onWrite != nil {
 		l.onWrite(l.b.String())
@@ -462,6 +465,9 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.b == nil {
+		return ""
+	}
 	return l.b.String()
 }
 

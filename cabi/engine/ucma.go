@@ -354,7 +354,7 @@ func gr_cm_bind_addr(h C.uintptr_t, sa *C.struct_sockaddr) C.int {
 	}
 	var dev *device
 	if !ap.Addr().IsUnspecified() {
-		if dev = deviceOf(ap.Addr()); dev == nil {
+		if dev = deviceOf(ap.Addr()); dev == nil || dev.open() == nil {
 			return C.EADDRNOTAVAIL
 		}
 	}
@@ -446,7 +446,9 @@ func gr_cm_resolve_addr(h C.uintptr_t, src, dst *C.struct_sockaddr, timeoutMS C.
 		if dev == nil {
 			dev = routeDevice(remote.Addr())
 		}
-		if dev == nil {
+		if dev == nil || dev.open() == nil {
+			// No device reaches dst, or the one that does could not be
+			// opened (its address is another process's).
 			id.push(evAddrError, -C.EHOSTUNREACH, nil)
 			return
 		}
