@@ -323,8 +323,15 @@ func TestCABIRping(t *testing.T) {
 // on cabi's libibverbs and librdmacm.
 func cabiPerftest(t *testing.T, dir string) ptOurs {
 	return ptOurs{who: "perftest on goroce", tool: "ib_* on goroce libibverbs",
-		command: func(test, addr string, opts []string) (string, []string) {
-			return cabiCommand(dir, addr, stockTool(t, "ib_"+test), append([]string{"-d", "goroce0", "-x", "1"}, opts...)...)
+		command: func(c ptCase, addr string, opts []string) (string, []string) {
+			// Sleeping on completion events wherever perftest takes -e (not
+			// for WRITE): a poller on the host takes a core from the guests'
+			// TCG threads, delaying rxe's ACKs past its retransmission timer
+			// (see pingpongPort).
+			if !strings.HasPrefix(c.test, "write_") {
+				opts = append([]string{"-e"}, opts...)
+			}
+			return cabiCommand(dir, addr, stockTool(t, "ib_"+c.test), append([]string{"-d", "goroce0", "-x", "1"}, opts...)...)
 		}}
 }
 
@@ -357,7 +364,19 @@ func TestCABIPerftest(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name(), func(t *testing.T) {
 			for _, dir := range []ptDirection{ptOursToRxe, ptRxeToOurs} {
-				t.Run(dir.short(), func(t *testing.T) { runPerftest(t, lab, g, ours, c, dir) })
+				t.Run(dir.short(), func(t *testing.T) {
+					if c.has("-R") && dir == ptOursToRxe && lab.Gen == labtest.Gen61 {
+						// perftest 4.5's server listens again for the test QPs after
+						// the exchange, and its client connects them at once and takes
+						// a REJ (invalid service ID) as the end: a client faster than
+						// the server in its TCG guest loses that race every time.
+						// perftest 25.01 (the 6.12 lane) listens throughout.
+						appendResult(t, resultRow{tool: ours.tool, dir: string(dir), transport: "RC", opts: c.opts(),
+							verdict: "skipped: perftest 4.5 server re-listens after the exchange"})
+						t.Skip("perftest 4.5's -R server re-listens after its exchange; its client does not retry")
+					}
+					runPerftest(t, lab, g, ours, c, dir)
+				})
 			}
 		})
 	}

@@ -332,9 +332,9 @@ func runPairWatched(ctx context.Context, t *testing.T, lab *labtest.Lab, g *labt
 // perftest on goroce's libibverbs (cabi_test.go).
 type ptOurs struct {
 	who, tool string // in messages, and the results table's tool column ("" is ib_TEST)
-	// command is the program and arguments for test on our address with
-	// perftest's options opts.
-	command func(test, addr string, opts []string) (string, []string)
+	// command is the program and arguments for case c on our address with
+	// perftest's options opts (the stock side's, without its -e).
+	command func(c ptCase, addr string, opts []string) (string, []string)
 	// atomicsChecked says the program checks that every atomic ran once
 	// (roce-perftest's "executed exactly once").
 	atomicsChecked bool
@@ -342,8 +342,8 @@ type ptOurs struct {
 
 // rocePerftest is cmd/roce-perftest built at bin.
 func rocePerftest(bin string) ptOurs {
-	return ptOurs{who: "roce-perftest", atomicsChecked: true, command: func(test, addr string, opts []string) (string, []string) {
-		return bin, append([]string{test, "-d", addr, "-x", "1", "--stats", "--timeout", "120s"}, opts...)
+	return ptOurs{who: "roce-perftest", atomicsChecked: true, command: func(c ptCase, addr string, opts []string) (string, []string) {
+		return bin, append([]string{c.test, "-d", addr, "-x", "1", "--stats", "--timeout", "120s"}, opts...)
 	}}
 }
 
@@ -398,7 +398,7 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ptOurs, c p
 			sender = netip.Addr{} // nothing of ours to look for in the capture
 		}
 		defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short(), sender)()
-		bin, ours := o.command(c.test, lab.HostIP.String(), opts)
+		bin, ours := o.command(c, lab.HostIP.String(), opts)
 		r := runPairWatched(ctx, t, lab, g, bin, c, stock(g), ours, dir == ptOursToRxe, &before, &res)
 		sides = []side{{o.who, r.oursOut, r.oursRC, dir == ptRxeToOurs}, {"ib_" + c.test, r.stock.Out, r.stock.RC, dir == ptOursToRxe}}
 		oursErr = r.oursErr

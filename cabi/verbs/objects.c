@@ -3,6 +3,7 @@
  * completion channels, SRQ, QP, AH), each a libibverbs struct with the Go
  * handle of the object behind it.
  */
+#include <sched.h>
 #include <unistd.h>
 #include "gr.h"
 
@@ -703,7 +704,15 @@ int gr_op_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	if (gr_child_refuses())
 		return -1;
-	return gr_poll_cq(GR_CQ(cq)->h, n, wc);
+	int got = gr_poll_cq(GR_CQ(cq)->h, n, wc);
+
+	/* A program that polls an empty CQ in a loop gives its core up once per
+	 * empty poll: on a host with more runnable threads than cores (the
+	 * engine's own among them) the poller would otherwise hold the core the
+	 * work it waits for needs. With a core free it returns at once. */
+	if (got == 0)
+		sched_yield();
+	return got;
 }
 
 void gr_set_ops(struct gr_context *c)
