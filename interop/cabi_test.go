@@ -807,3 +807,28 @@ func TestCABIMckey(t *testing.T) {
 		}
 	})
 }
+
+// TestCABIVerbsEvents runs cabi's verbs-events (async_fd and completion
+// channels under poll(2), the SRQ limit event, ibv_wr_* and ibv_cq_ex) on
+// goroce's libibverbs and, the same binary, on rxe: both must pass.
+func TestCABIVerbsEvents(t *testing.T) {
+	lab := labtest.Open(t)
+	dir := cabiDir(t)
+	g := lab.Guest(t, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	prog := filepath.Join(dir, "bin", "verbs-events")
+	bin, args := cabiCommand(dir, lab.HostIP.String(), prog, "-d", "goroce0", "-g", "1")
+	if out, err := lab.Command(ctx, bin, args...).CombinedOutput(); err != nil || !strings.Contains(string(out), "verbs-events: PASS") {
+		t.Errorf("verbs-events on goroce: %v\n%s", err, out)
+	}
+	exe, err := os.ReadFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := g.Run(ctx, fmt.Sprintf("echo %s | base64 -d > /tmp/verbs-events && chmod +x /tmp/verbs-events && /tmp/verbs-events -d rxe0 -g %d",
+		base64.StdEncoding.EncodeToString(exe), g.GIDIndex))
+	if err != nil || !strings.Contains(r.Out, "verbs-events: PASS") {
+		t.Errorf("verbs-events on rxe: %v\n%s", err, r.Out)
+	}
+}

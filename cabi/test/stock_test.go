@@ -240,7 +240,7 @@ func TestDevinfo(t *testing.T) {
 // TestCPrograms runs cabi's own C tests: the errno of every verb's invalid
 // arguments (verbs-errno) and fork() (verbs-fork).
 func TestCPrograms(t *testing.T) {
-	for _, prog := range []string{"verbs-errno", "verbs-fork"} {
+	for _, prog := range []string{"verbs-errno", "verbs-fork", "verbs-events"} {
 		t.Run(prog, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
