@@ -196,10 +196,10 @@ func TestPerftest(t *testing.T) {
 		{"send_bw", []string{"-s", "4096", "-n", "500"}},
 		{"read_bw", []string{"-s", "65536", "-n", "200"}},
 		{"atomic_bw", []string{"-n", "500"}},
-		{"send_lat", []string{"-s", "64", "-n", "500"}},
+		{"send_lat", []string{"-s", "64", "-n", "500", "-e"}},
 		{"write_lat", []string{"-s", "64", "-n", "500"}},
-		{"read_lat", []string{"-s", "64", "-n", "500"}},
-		{"atomic_lat", []string{"-n", "500", "-A", "CMP_AND_SWAP"}},
+		{"read_lat", []string{"-s", "64", "-n", "500", "-e"}},
+		{"atomic_lat", []string{"-n", "500", "-A", "CMP_AND_SWAP", "-e"}},
 		{"send_bw", []string{"-s", "1024", "-n", "200", "-c", "UD"}},
 		{"send_lat", []string{"-a", "-n", "5"}},
 	} {
