@@ -87,6 +87,19 @@ for cmd in roce-pingpong roce-perftest rping-go roced; do
   log "build cmd/$cmd"
   step go build -o "$RUN/$cmd" "./cmd/$cmd" || fail "go build ./cmd/$cmd failed"
 done
+# goroce's libibverbs and librdmacm, which the TestCABI* rows run Debian's own binaries on:
+# built once here, not by each lane at the same time.
+log "build cabi (libibverbs.so.1, librdmacm.so.1) and install the stock tools it runs"
+pkgs=()
+for p in libibverbs-dev librdmacm-dev ibverbs-utils perftest rdmacm-utils; do
+  dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
+done
+if [ ${#pkgs[@]} -gt 0 ]; then
+  step env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${pkgs[@]}" >/dev/null ||
+    fail "apt-get install ${pkgs[*]} failed"
+fi
+step bash "$ROOT/cabi/build.sh" || fail "cabi/build.sh failed"
+export GOROCE_CABI=$ROOT/cabi
 log "build the test binaries"
 step go test -c -o "$RUN/interop.test" ./interop || fail "go test -c ./interop failed"
 step go test -c -o "$RUN/roced.test" ./cmd/roced || fail "go test -c ./cmd/roced failed"

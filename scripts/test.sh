@@ -29,13 +29,14 @@ fi
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
 
-# cabi: goroce's libibverbs.so.1 for unmodified C programs, its own Go module (cgo
-# stays out of the main one). The build and its tests need rdma-core's headers and
-# Debian's stock binaries (ibverbs-utils, perftest), installed as root as CI does.
-echo "== cabi (libibverbs.so.1 for C programs)"
+# cabi: goroce's libibverbs.so.1 and librdmacm.so.1 for unmodified C programs, its own Go
+# module (cgo stays out of the main one). The build and its tests need rdma-core's headers
+# and Debian's stock binaries (ibverbs-utils, perftest, rdmacm-utils), installed as root as
+# CI does.
+echo "== cabi (libibverbs.so.1 and librdmacm.so.1 for C programs)"
 if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
   missing=()
-  for p in libibverbs-dev ibverbs-utils perftest; do
+  for p in libibverbs-dev librdmacm-dev ibverbs-utils perftest rdmacm-utils; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
