@@ -6,27 +6,50 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOFLAGS=${GOFLAGS:-}
 
-echo "== gofmt"
+# Each stage's duration is printed in a table at the end, after a failure too (the
+# EXIT trap), where a CI log cut to its tail still shows where the time went.
+names=() secs=() stage= stage_t0=0 T0=$(date +%s)
+end_stage() {
+  [ -n "$stage" ] || return 0
+  names+=("$stage$1") secs+=($(($(date +%s) - stage_t0)))
+  stage=
+}
+begin() { # begin NAME: ends the stage running, starts NAME
+  end_stage ""
+  stage=$1 stage_t0=$(date +%s)
+  echo "== $1"
+}
+durations() {
+  local rc=$? i
+  end_stage " (FAILED)"
+  echo "== stage durations (seconds)"
+  for i in "${!names[@]}"; do printf '%6d  %s\n' "${secs[$i]}" "${names[$i]}"; done
+  printf '%6d  total (exit %d)\n' $(($(date +%s) - T0)) "$rc"
+  exit "$rc"
+}
+trap durations EXIT
+
+begin "gofmt"
 bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
 
-echo "== go vet"
+begin "go vet"
 go vet ./...
 
 # The roced end-to-end tests drive a real Prometheus server and promtool (Debian's
 # prometheus package); install them when we can (root with apt), as CI does.
 if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
-  echo "== install prometheus (cmd/roced end-to-end tests)"
+  begin "install prometheus (cmd/roced end-to-end tests)"
   bash cmd/roced/testdata/install-prometheus.sh
   # tshark checks that Wireshark decodes our captures as InfiniBand (roce capture test).
   if ! command -v tshark >/dev/null; then
-    echo "== install tshark"
+    begin "install tshark"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark >/dev/null ||
       { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark >/dev/null; }
   fi
 fi
 
-echo "== go test -race"
+begin "go test -race"
 go test -race -count=1 -timeout 20m ./...
 
 # cabi: goroce's libibverbs.so.1 and librdmacm.so.1 for unmodified C programs, its own Go
@@ -61,7 +84,7 @@ fuzz_budget() { # package target
     *) echo 200000x ;;
   esac
 }
-echo "== fuzz smoke"
+begin "fuzz smoke"
 for pkg in $(go list ./...); do
   for fz in $(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do
     budget=$(fuzz_budget "$pkg" "$fz")
@@ -72,11 +95,12 @@ done
 
 # The soak: roced for SOAK_DURATION (5 minutes) under good clients, loss, clients
 # killed mid-run and malformed traffic; it needs UDP 4791 on 127.0.0.x (skips if taken).
-echo "== soak (${SOAK_DURATION:-5m})"
+begin "soak (${SOAK_DURATION:-5m})"
 bash scripts/soak.sh
 
 if [ -x interop/run.sh ]; then
-  echo "== interop (real rxe in QEMU)"
+  begin "interop (real rxe in QEMU)"
   interop/run.sh
 fi
+end_stage ""
 echo "== all stages passed"
