@@ -97,7 +97,7 @@ func TestServerEndsAtOnceAfterAFailedCompletion(t *testing.T) {
 		const timeout = 30 * time.Second
 		p := newPair(t)
 		srv := netip.MustParseAddrPort("10.0.0.2:7174")
-		l, err := p.mgrB.Listen(srv)
+		l, err := p.mgrB.Listen(srv, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
