@@ -15,10 +15,18 @@
 # Env: GOROCE_INTEROP_RUN=REGEXP passes -run to go test; GOROCE_INTEROP_TIMEOUT (default
 # 900 s) bounds the Go tests of each lane; GOROCE_INTEROP_KEEP=1 leaves the lab up
 # afterwards; GOROCE_LAB_DISTS="bookworm" (say) runs one lane only.
+#
+#   interop/run.sh           all of it
+#   interop/run.sh prepare   apt, images and the guests' boot only, leaving the lab up
+#                            (scripts/test.sh runs it in the background, beside the
+#                            stages that need no lab)
+#   interop/run.sh tests     the tests on a lab `prepare` left up, then the teardown
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 T0=$(date +%s)
+mode=${1:-all}
+case $mode in all | prepare | tests) ;; *) echo "usage: interop/run.sh [prepare|tests]" >&2; exit 2 ;; esac
 reruns= # the second runs the stage needed, for its last line
 log() { echo "[interop] $(($(date +%s) - T0))s $*" >&2; }
 fail() { echo "[interop] FAIL: $*" >&2; exit 1; }
@@ -33,6 +41,10 @@ fi
 
 cleanup() {
   local rc=$?
+  if [ "$mode" = prepare ] && [ "$rc" = 0 ]; then
+    log "prepared: lab up for interop/run.sh tests"
+    exit 0
+  fi
   if [ "${GOROCE_INTEROP_KEEP:-}" = 1 ]; then
     log "GOROCE_INTEROP_KEEP=1: lab left up (interop/lab down)"
   else
@@ -65,6 +77,7 @@ on_signal() {
 }
 trap on_signal INT TERM
 
+if [ "$mode" != tests ]; then
 # apt lists: refreshed once per run on a fresh machine, and when older than a day.
 stamp=/var/lib/apt/lists/partial/.goroce-updated
 if [ -z "$(find "$stamp" -mmin -1440 2>/dev/null)" ] ||
@@ -81,6 +94,10 @@ step timeout 900 "$HERE/lab" build || fail "guest image build failed (see above)
 "$HERE/lab" down >/dev/null 2>&1 || true # a lab left over from an interrupted run
 log "boot 2 guests per lane"
 GOROCE_LAB_BUILT=1 step timeout 300 "$HERE/lab" up 2 || fail "the lab did not come up (see above)"
+fi
+[ "$mode" = prepare ] && exit 0
+. "$HERE/lab.conf"
+dists=($GOROCE_LAB_DISTS)
 
 cd "$ROOT"
 RUN=$HERE/run

@@ -22,6 +22,12 @@ begin() { # begin NAME: ends the stage running, starts NAME
 durations() {
   local rc=$? i
   end_stage " (FAILED)"
+  if [ -n "${prep_pid:-}" ]; then
+    # A stage failed before the interop stage: end the lab being prepared for it.
+    kill -TERM "$prep_pid" 2>/dev/null || true
+    wait "$prep_pid" 2>/dev/null || true
+    interop/lab down >/dev/null 2>&1 || true
+  fi
   echo "== stage durations (seconds)"
   for i in "${!names[@]}"; do printf '%6d  %s\n' "${secs[$i]}" "${names[$i]}"; done
   printf '%6d  total (exit %d)\n' $(($(date +%s) - T0)) "$rc"
@@ -36,29 +42,17 @@ if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
 begin "go vet"
 go vet ./...
 
-# The roced end-to-end tests drive a real Prometheus server and promtool (Debian's
-# prometheus package); install them when we can (root with apt), as CI does.
+# What the stages install, when we can (root with apt), as CI does, all before the lab
+# is prepared in the background (its apt steps would otherwise wait on dpkg's lock):
+# - a real Prometheus server and promtool for the roced end-to-end tests;
+# - tshark, which checks that Wireshark decodes our captures as InfiniBand;
+# - rdma-core's headers and Debian's own binaries (ibverbs-utils, perftest, rdmacm-utils),
+#   which cabi builds against and runs.
 if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
-  begin "install prometheus (cmd/roced end-to-end tests)"
+  begin "install prometheus, tshark, rdma-core's headers and tools"
   bash cmd/roced/testdata/install-prometheus.sh
-  # tshark checks that Wireshark decodes our captures as InfiniBand (roce capture test).
-  if ! command -v tshark >/dev/null; then
-    begin "install tshark"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark >/dev/null ||
-      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark >/dev/null; }
-  fi
-fi
-
-begin "go test -race"
-go test -race -count=1 -timeout 20m ./...
-
-# cabi: goroce's libibverbs.so.1 and librdmacm.so.1 for unmodified C programs, its own Go
-# module (cgo stays out of the main one). The build and its tests need rdma-core's headers
-# and Debian's stock binaries (ibverbs-utils, perftest, rdmacm-utils), installed as root as
-# CI does.
-echo "== cabi (libibverbs.so.1 and librdmacm.so.1 for C programs)"
-if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
   missing=()
+  command -v tshark >/dev/null || missing+=(tshark)
   for p in libibverbs-dev librdmacm-dev ibverbs-utils perftest rdmacm-utils; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
   done
@@ -67,6 +61,23 @@ if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
       { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }
   fi
 fi
+
+# The interop lab (images, then two guests per lane) is prepared in the background while
+# the stages that need no lab run; the interop stage then only runs its tests.
+prep_pid= prep_log=
+if [ -x interop/run.sh ] && [ "$(id -u)" = 0 ]; then
+  prep_log=$(mktemp)
+  echo "== interop: preparing the lab in the background (log: $prep_log)"
+  interop/run.sh prepare >"$prep_log" 2>&1 &
+  prep_pid=$!
+fi
+
+begin "go test -race"
+go test -race -count=1 -timeout 20m ./...
+
+# cabi: goroce's libibverbs.so.1 and librdmacm.so.1 for unmodified C programs, its own Go
+# module (cgo stays out of the main one), with Debian's own binaries run on them.
+begin "cabi (libibverbs.so.1 and librdmacm.so.1 for C programs)"
 bash cabi/build.sh
 (cd cabi && go vet ./... && go test -count=1 -timeout 10m ./...)
 
@@ -85,8 +96,11 @@ fuzz_budget() { # package target
   esac
 }
 begin "fuzz smoke"
-for pkg in $(go list ./...); do
-  for fz in $(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do
+# The targets are found in the sources: listing them through go test would build every
+# package's test binary once more.
+for dir in $(git ls-files '*_test.go' | grep -v '^cabi/' | xargs grep -l '^func Fuzz' | xargs -n1 dirname | sort -u); do
+  pkg=./$dir
+  for fz in $(grep -h '^func Fuzz' "$dir"/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do
     budget=$(fuzz_budget "$pkg" "$fz")
     echo "-- $pkg $fz ($budget)"
     go test -run '^$' -fuzz "^${fz}\$" -fuzztime "$budget" "$pkg"
@@ -100,7 +114,16 @@ bash scripts/soak.sh
 
 if [ -x interop/run.sh ]; then
   begin "interop (real rxe in QEMU)"
-  interop/run.sh
+  if [ -n "$prep_pid" ]; then
+    rc=0
+    wait "$prep_pid" || rc=$?
+    pid=$prep_pid prep_pid=
+    cat "$prep_log"
+    [ "$rc" = 0 ] || { echo "interop: preparing the lab failed (pid $pid, exit $rc)"; exit 1; }
+    interop/run.sh tests
+  else
+    interop/run.sh
+  fi
 fi
 end_stage ""
 echo "== all stages passed"
