@@ -168,7 +168,7 @@ func runCMPeer(role string) error {
 	case "cmtime":
 		err = cmtimeServer(ctx, dev, mg, count, os.Getenv("GOROCE_CMPEER_OOB") == "1")
 	case "mckey-recv", "mckey-send":
-		err = mckeyPeer(ctx, dev, role == "mckey-send", os.Getenv("GOROCE_CMPEER_GROUP"), count, size)
+		err = mckeyPeer(ctx, dev, role == "mckey-send", os.Getenv("GOROCE_CMPEER_GROUP"), count, size, nil)
 	default:
 		err = fmt.Errorf("unknown role")
 	}
@@ -592,8 +592,9 @@ func mckeyPeerEnv(lab *labtest.Lab, role, group string) []string {
 // mckeyPeer is mckey on goroce, with rdma_cm's join (cm/mcast): as a receiver, mckeyQPs UD
 // QPs each joined to group, each of which must receive count datagrams of size bytes; as a
 // sender, one joined QP that sends count datagrams to the group and waits for their
-// completions (mckey does not) before it leaves.
-func mckeyPeer(ctx context.Context, dev *roce.Device, send bool, group string, count, size int) error {
+// completions (mckey does not) before it leaves. A receiver calls joined, if set, once
+// every QP has joined.
+func mckeyPeer(ctx context.Context, dev *roce.Device, send bool, group string, count, size int, joined func()) error {
 	g, err := netip.ParseAddr(group)
 	if err != nil {
 		return err
@@ -648,6 +649,9 @@ func mckeyPeer(ctx context.Context, dev *roce.Device, send bool, group string, c
 		}
 	}
 	fmt.Println(cmPeerReady)
+	if joined != nil {
+		joined()
+	}
 	for i, v := range vs {
 		wcs, err := v.poll(ctx, count)
 		if err != nil {
@@ -701,9 +705,18 @@ func TestMckeyPeerLoopback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	recv := make(chan error, 1)
-	go func() { recv <- mckeyPeer(ctx, devs[0], false, "239.18.99.1", mckeyCount, mckeySize) }()
-	time.Sleep(200 * time.Millisecond) // the receiver's joins
-	if err := mckeyPeer(ctx, devs[1], true, "239.18.99.1", mckeyCount, mckeySize); err != nil {
+	joined := make(chan struct{})
+	go func() {
+		recv <- mckeyPeer(ctx, devs[0], false, "239.18.99.1", mckeyCount, mckeySize, func() { close(joined) })
+	}()
+	// The sender starts once the receiver's QPs have joined: a datagram sent
+	// before a join reaches nobody.
+	select {
+	case <-joined:
+	case err := <-recv:
+		t.Fatalf("receiver: %v", err)
+	}
+	if err := mckeyPeer(ctx, devs[1], true, "239.18.99.1", mckeyCount, mckeySize, nil); err != nil {
 		t.Fatalf("sender: %v", err)
 	}
 	if err := <-recv; err != nil {
