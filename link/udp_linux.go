@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -148,6 +149,77 @@ const (
 // errors.Is(err, syscall.EADDRINUSE); a loaded rdma_rxe module typically
 // holds 4791.
 func ListenUDP(local netip.AddrPort, cfg Config) (*UDP, error) {
+	u, err := newUDP(local, cfg)
+	if err != nil {
+		return nil, err
+	}
+	nr := cfg.readers()
+	role := roleMain
+	for i := 0; i < nr; i++ {
+		conn, rc, err := u.open(u.local, role, nr > 1)
+		if err != nil {
+			u.closeReaders()
+			u.netns.close()
+			return nil, fmt.Errorf("link: listen %v: %w", u.local, err)
+		}
+		if i == 0 {
+			// Port 0 picked a port: the other readers join it.
+			u.local = netip.AddrPortFrom(u.local.Addr(), conn.LocalAddr().(*net.UDPAddr).AddrPort().Port())
+			u.main = newSendSock(rc)
+			role = roleReader
+		}
+		u.readers = append(u.readers, &reader{u: u, conn: conn, rc: rc})
+	}
+	u.finish()
+	return u, nil
+}
+
+// FromFile makes a UDP link of a socket that is already bound, such as a
+// slot of a steered SO_REUSEPORT group (package link/steer) handed over by
+// another process. It sets the options ListenUDP sets before bind (all of
+// them apply after bind too) and reads and sends through its own duplicate
+// of f, so the caller closes f. Config.Readers is ignored: the link has the
+// one socket. The socket must be a UDP socket bound to a specific unicast
+// address, else EINVAL.
+func FromFile(f *os.File, cfg Config) (*UDP, error) {
+	pc, err := net.FilePacketConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("link: socket from file: %w", err)
+	}
+	conn, ok := pc.(*net.UDPConn)
+	if !ok {
+		pc.Close()
+		return nil, fmt.Errorf("link: socket from file: not a UDP socket: %w", syscall.EINVAL)
+	}
+	local := conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	u, err := newUDP(local, cfg)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	conn, rc, err := rawUDP(conn, nil)
+	if err == nil {
+		var serr error
+		if err = rc.Control(func(fd uintptr) { serr = u.setSockopts(int(fd), roleMain, false) }); err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		if conn != nil {
+			conn.Close()
+		}
+		u.netns.close()
+		return nil, fmt.Errorf("link: socket from file %v: %w", local, err)
+	}
+	u.main = newSendSock(rc)
+	u.readers = []*reader{{u: u, conn: conn, rc: rc}}
+	u.finish()
+	return u, nil
+}
+
+// newUDP checks local and sets up what every UDP link has before its
+// sockets: configuration, namespace, interface.
+func newUDP(local netip.AddrPort, cfg Config) (*UDP, error) {
 	addr := local.Addr().Unmap()
 	if !addr.IsValid() || addr.IsUnspecified() || addr.IsMulticast() {
 		return nil, fmt.Errorf("link: listen %v: need a specific unicast address: %w", local, syscall.EINVAL)
@@ -180,23 +252,12 @@ func ListenUDP(local netip.AddrPort, cfg Config) (*UDP, error) {
 	}
 	u.ifindex = interfaceOf(addr, u.zoneIdx)
 	u.scratch.New = func() any { return newMmsgScratch(u.batch) }
-	nr := cfg.readers()
-	role := roleMain
-	for i := 0; i < nr; i++ {
-		conn, rc, err := u.open(u.local, role, nr > 1)
-		if err != nil {
-			u.closeReaders()
-			u.netns.close()
-			return nil, fmt.Errorf("link: listen %v: %w", u.local, err)
-		}
-		if i == 0 {
-			// Port 0 picked a port: the other readers join it.
-			u.local = netip.AddrPortFrom(addr, conn.LocalAddr().(*net.UDPAddr).AddrPort().Port())
-			u.main = newSendSock(rc)
-			role = roleReader
-		}
-		u.readers = append(u.readers, &reader{u: u, conn: conn, rc: rc})
-	}
+	return u, nil
+}
+
+// finish reads back what the kernel granted the main socket and decides GSO
+// and GRO.
+func (u *UDP) finish() {
 	_ = u.main.rc.Control(func(fd uintptr) {
 		u.rcvbuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
 		u.sndbuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
@@ -207,8 +268,7 @@ func ListenUDP(local netip.AddrPort, cfg Config) (*UDP, error) {
 		}
 	})
 	u.gso.Store(u.probeGSO())
-	u.groAllowed.Store(!cfg.NoGRO)
-	return u, nil
+	u.groAllowed.Store(!u.cfg.NoGRO)
 }
 
 // probeGSO decides whether trains go out with UDP_SEGMENT: not if the

@@ -410,6 +410,11 @@ type Config struct {
 	// off: the traffic class goes on the wire as given, CE marks are only
 	// counted, CNPs are ignored and nothing is paced, as rxe does.
 	CC dcqcn.Config
+	// FirstQPN and LastQPN bound the QPNs CreateQP hands out (both 0: from
+	// 0x11, as rxe, to 0xFFFFFF): the block roced grants a process that
+	// shares its address, whose socket receives only that block's
+	// datagrams.
+	FirstQPN, LastQPN uint32
 }
 
 // newErr is the error of verb op on QP qpn (0 when there is no QP yet): the

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -154,7 +155,14 @@ func newEngine(cfg Config) (*Engine, error) {
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
-	e.qps.init()
+	lo, hi := uint32(firstQPN), uint32(maxQPN)
+	if cfg.LastQPN != 0 {
+		if cfg.FirstQPN > cfg.LastQPN || cfg.LastQPN > maxQPN {
+			return nil, fmt.Errorf("transport: QPNs %#x-%#x: %w", cfg.FirstQPN, cfg.LastQPN, syscall.EINVAL)
+		}
+		lo, hi = max(cfg.FirstQPN, firstQPN), cfg.LastQPN
+	}
+	e.qps.init(lo, hi)
 	batch := cfg.Link.BatchSize()
 	if batch <= 0 {
 		batch = 1

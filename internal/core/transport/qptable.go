@@ -31,12 +31,14 @@ type qpChunk struct {
 type qpTable struct {
 	chunks [qpnChunks]atomic.Pointer[qpChunk]
 	// Writers only.
-	n     int      // QPs in the table
-	next  uint32   // where the search for a free QPN starts
-	spare *qpChunk // an emptied chunk kept for the next one needed
+	n      int      // QPs in the table
+	next   uint32   // where the search for a free QPN starts
+	lo, hi uint32   // the QPNs alloc hands out
+	spare  *qpChunk // an emptied chunk kept for the next one needed
 }
 
-func (t *qpTable) init() { t.next = firstQPN }
+// init makes alloc hand out [lo, hi].
+func (t *qpTable) init(lo, hi uint32) { t.lo, t.hi, t.next = lo, hi, lo }
 
 // lookup returns the QP with number qpn, or nil. Safe from any goroutine.
 func (t *qpTable) lookup(qpn uint32) *QP {
@@ -50,7 +52,7 @@ func (t *qpTable) lookup(qpn uint32) *QP {
 	return c.slots[qpn&(qpnChunkSize-1)].Load()
 }
 
-// alloc returns the next free QPN in [firstQPN, maxQPN] at or after the
+// alloc returns the next free QPN in [lo, hi] at or after the
 // cursor, wrapping around, and moves the cursor past it: QPNs are handed out
 // in sequence, so a destroyed QP's number comes back only after the whole
 // space has gone round (as rxe's cyclic index allocation), and a stray packet
@@ -59,15 +61,15 @@ func (t *qpTable) lookup(qpn uint32) *QP {
 // table's geometry, never by the number of QPs. It returns 0 when every QPN is
 // taken.
 func (t *qpTable) alloc() uint32 {
-	if t.n >= maxQPN+1-firstQPN {
+	if t.n >= int(t.hi+1-t.lo) {
 		return 0
 	}
 	for qpn, wrapped := t.next, false; ; {
-		if qpn > maxQPN {
+		if qpn > t.hi {
 			if wrapped {
 				return 0
 			}
-			qpn, wrapped = firstQPN, true
+			qpn, wrapped = t.lo, true
 		}
 		ci := qpn >> qpnChunkBits
 		c := t.chunks[ci].Load()
@@ -75,7 +77,7 @@ func (t *qpTable) alloc() uint32 {
 			return t.take(qpn)
 		}
 		if c.n < qpnChunkSize {
-			if free, ok := c.freeFrom(qpn & (qpnChunkSize - 1)); ok {
+			if free, ok := c.freeFrom(qpn & (qpnChunkSize - 1)); ok && ci<<qpnChunkBits|free <= t.hi {
 				return t.take(ci<<qpnChunkBits | free)
 			}
 		}
@@ -86,8 +88,8 @@ func (t *qpTable) alloc() uint32 {
 // take moves the cursor past qpn and returns it.
 func (t *qpTable) take(qpn uint32) uint32 {
 	t.next = qpn + 1
-	if t.next > maxQPN {
-		t.next = firstQPN
+	if t.next > t.hi {
+		t.next = t.lo
 	}
 	return qpn
 }

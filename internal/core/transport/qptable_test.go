@@ -6,8 +6,13 @@ import (
 
 // tableWith returns a table holding a QP at each of qpns, the cursor at next.
 func tableWith(next uint32, qpns ...uint32) *qpTable {
+	return tableIn(firstQPN, maxQPN, next, qpns...)
+}
+
+// tableIn is tableWith for a table that hands out [lo, hi] (a block).
+func tableIn(lo, hi, next uint32, qpns ...uint32) *qpTable {
 	t := new(qpTable)
-	t.init()
+	t.init(lo, hi)
 	for _, n := range qpns {
 		t.insert(n, &QP{qpn: n})
 	}
@@ -38,6 +43,10 @@ func TestQPTableAlloc(t *testing.T) {
 		{"skips a full chunk", tableWith(0x1000, fullChunk(1)...), []uint32{0x2000, 0x2001}},
 		{"word boundary", tableWith(0x3F, 0x3F, 0x40), []uint32{0x41}},
 		{"cursor in a partly used chunk", tableWith(0x1005, 0x1000, 0x1006), []uint32{0x1005, 0x1007}},
+		{"a block starts at its first", tableIn(0x30000, 0x3FFFF, 0), []uint32{0x30000, 0x30001}},
+		{"a block wraps within itself", tableIn(0x30000, 0x3FFFF, 0x3FFFF), []uint32{0x3FFFF, 0x30000}},
+		{"a block skips its taken", tableIn(0x30000, 0x3FFFF, 0x3FFFF, 0x3FFFF, 0x30000), []uint32{0x30001}},
+		{"a small block wraps inside its chunk", tableIn(0x2000, 0x200F, 0x200F, 0x200F), []uint32{0x2000}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,6 +58,17 @@ func TestQPTableAlloc(t *testing.T) {
 				tc.tab.insert(got, &QP{qpn: got})
 			}
 		})
+	}
+}
+
+func TestQPTableBlockFull(t *testing.T) {
+	var qpns []uint32
+	for q := uint32(0x2000); q <= 0x200F; q++ {
+		qpns = append(qpns, q)
+	}
+	tab := tableIn(0x2000, 0x200F, 0, qpns...)
+	if got := tab.alloc(); got != 0 {
+		t.Fatalf("alloc on a full block = %#x, want 0", got)
 	}
 }
 

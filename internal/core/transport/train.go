@@ -57,8 +57,15 @@ func (s *shard) trainEnd(i, hi int) int {
 // packets in order.
 func (s *shard) joins(i, j int) bool {
 	p, o := &s.out[i], &s.out[j]
-	return o.q.wport == p.q.wport && o.dst == p.dst && o.n <= p.n && o.tos == p.tos && o.ttl == p.ttl && o.flow == p.flow
+	return o.q.wport == p.q.wport && o.dst == p.dst && o.n <= p.n && o.tos == p.tos && o.ttl == p.ttl && o.flow == p.flow &&
+		sameQPNRange(o.buf[:], p.buf[:])
 }
+
+// sameQPNRange reports whether two packets' DestQPs share their top 12
+// bits. A receiver that shares its address among processes steers a train
+// to one process by its first segment (package link/steer, whose smallest
+// block is 4096 QPNs), so a train never spans two such ranges.
+func sameQPNRange(a, b []byte) bool { return a[5] == b[5] && a[6]>>4 == b[6]>>4 }
 
 // message finishes out[i:j] (one packet, or a train) with their ICRCs and
 // returns the Link message that sends them. A train's pieces are the

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -73,6 +74,8 @@ func TestTrainEnd(t *testing.T) {
 		{"ACKs of one QP coalesce", "a.x.20 a.x.20", "2", false},
 		{"another traffic class breaks it", "a.x.80 a.x.80.2 a.x.80.2", "1 2", false},
 		{"trains off", "a.x.80 a.x.80 a.x.80", "1 1 1", true},
+		{"DestQPs of one 4096-QPN range share a train", "a.x.80.0.3 b.x.80.0.3", "2", false},
+		{"another DestQP range breaks it", "a.x.80.0.3 b.x.80.0.4 b.x.80.0.4", "1 2", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,8 +84,8 @@ func TestTrainEnd(t *testing.T) {
 			qps := map[string]*QP{}
 			for _, f := range strings.Fields(tc.out) {
 				var q, d string
-				var n, tos int
-				fmt.Sscanf(f, "%1s.%1s.%d.%d", &q, &d, &n, &tos)
+				var n, tos, rng int
+				fmt.Sscanf(f, "%1s.%1s.%d.%d.%d", &q, &d, &n, &tos, &rng)
 				if qps[q] == nil {
 					qps[q] = &QP{e: e, sh: s}
 					if q >= "c" {
@@ -93,7 +96,9 @@ func TestTrainEnd(t *testing.T) {
 				if d == "y" {
 					dst = netip.MustParseAddr("192.0.2.2")
 				}
-				s.out = append(s.out, txPacket{q: qps[q], dst: dst, n: n, tos: uint8(tos)})
+				buf := new([link.MaxDatagram]byte)
+				binary.BigEndian.PutUint32(buf[4:], uint32(rng)<<12|0x11) // DestQP
+				s.out = append(s.out, txPacket{q: qps[q], dst: dst, n: n, tos: uint8(tos), buf: buf})
 			}
 			var got []string
 			for i := 0; i < len(s.out); {
