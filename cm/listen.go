@@ -16,6 +16,7 @@ type requestQueue[T any] struct {
 	mg        *Manager
 	addr      netip.AddrPort
 	serviceID uint64
+	ud        bool // in the UDP port space (SIDR)
 	reqs      chan T
 	done      chan struct{}
 	closeOnce sync.Once
@@ -43,9 +44,19 @@ func (q *requestQueue[T]) listenLocked(mg *Manager, addr netip.AddrPort, ps Port
 		return net.ErrClosed
 	}
 	sid := ServiceID(ps, addr.Port())
+	claimer, _ := mg.conn.(ServiceClaimer)
+	if claimer != nil {
+		if err := claimer.ClaimService(sid, ps == PortSpaceUDP); err != nil {
+			return fmt.Errorf("cm: listen %v: %w", addr, err)
+		}
+	}
 	if err := mg.m.Listen(sid); err != nil {
+		if claimer != nil {
+			claimer.ReleaseService(sid, ps == PortSpaceUDP)
+		}
 		return fmt.Errorf("cm: listen %v: %w", addr, err)
 	}
+	q.ud = ps == PortSpaceUDP
 	q.mg, q.serviceID = mg, sid
 	q.addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
 	q.reqs, q.done = make(chan T, backlogOf(backlog)), make(chan struct{})
@@ -73,6 +84,9 @@ func (q *requestQueue[T]) closeLocked(unregister func(), refuse func(now time.Ti
 	q.closeOnce.Do(func() {
 		close(q.done)
 		q.mg.m.Unlisten(q.serviceID)
+		if c, ok := q.mg.conn.(ServiceClaimer); ok {
+			c.ReleaseService(q.serviceID, q.ud)
+		}
 		unregister()
 		for {
 			select {

@@ -23,6 +23,24 @@ type MADConn interface {
 	Close() error
 }
 
+// ServiceClaimer is implemented by a MADConn that several processes share
+// (an attached device's, through roced, which owns QP1): REQs and SIDR_REQs
+// reach the process that claimed their service ID. A Manager claims a
+// service before it listens on it and releases it when the listener
+// closes. A claim another process holds fails with EADDRINUSE.
+type ServiceClaimer interface {
+	ClaimService(serviceID uint64, ud bool) error
+	ReleaseService(serviceID uint64, ud bool)
+}
+
+// CommIDSpace is implemented by a MADConn that several processes share:
+// roced hands each answer to the process whose prefix its communication ID
+// (or SIDR request ID) carries, so a Manager on it draws every ID as
+// prefix | (random & mask).
+type CommIDSpace interface {
+	CommIDs() (prefix, mask uint32)
+}
+
 // PipeConn is one end of an in-memory MADConn pair made by Pipe.
 type PipeConn struct {
 	addr netip.Addr

@@ -199,6 +199,14 @@ func NewManager(conn MADConn, cfg ManagerConfig) *Manager {
 		cfg.HopLimit = 64
 	}
 	mc := &cfg.Machine
+	if sp, ok := conn.(CommIDSpace); ok {
+		prefix, mask := sp.CommIDs()
+		r := mc.Rand
+		if r == nil {
+			r = rand.Uint32
+		}
+		mc.Rand = func() uint32 { return prefix | r()&mask }
+	}
 	mc.MaxPending = orDefault(mc.MaxPending, DefaultMaxPending)
 	mc.MaxUnansweredPerPeer = orDefault(mc.MaxUnansweredPerPeer, DefaultMaxUnansweredPerPeer)
 	mc.PendingTimeout = orDefault(mc.PendingTimeout, DefaultPendingTimeout)

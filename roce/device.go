@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/core/attach"
 	"github.com/goroce/goroce/internal/core/cq"
 	"github.com/goroce/goroce/internal/core/srq"
 	"github.com/goroce/goroce/internal/core/transport"
@@ -44,6 +45,12 @@ type options struct {
 	readers  int
 	rtc      bool
 	cc       *dcqcn.Config
+
+	roced             string // the socket Open attaches through (WithRoced)
+	rocedSet          bool
+	wrap              func(link.Link) link.Link
+	attachErr         error  // why attaching failed, for a bind that then fails
+	firstQPN, lastQPN uint32 // the block roced granted
 }
 
 // WithPort binds a UDP port other than 4791. Both ends of a connection must use the
@@ -128,6 +135,8 @@ type Device struct {
 
 	lnk   link.Link
 	eng   *transport.Engine
+	sess  *attach.Session // roced's grant, when attached
+	alink *attach.Link    // the block's socket, when attached
 	stats *transport.Stats
 	mem   *memory
 
@@ -174,6 +183,13 @@ func Open(addr netip.Addr, opts ...Option) (*Device, error) {
 	}
 	l := o.link
 	if l == nil {
+		s, err := dial(addr, &o)
+		if err != nil {
+			return nil, err
+		}
+		if s != nil {
+			return openAttached(addr, s, &o)
+		}
 		cfg := o.linkCfg
 		cfg.NoGSO = cfg.NoGSO || o.noGSO
 		cfg.NoGRO = cfg.NoGRO || o.noGRO
@@ -182,9 +198,12 @@ func Open(addr netip.Addr, opts ...Option) (*Device, error) {
 		}
 		u, err := link.ListenUDP(netip.AddrPortFrom(addr, o.port), cfg)
 		if err != nil {
-			return nil, wrapOpenErr(err)
+			return nil, o.attachHint(wrapOpenErr(err))
 		}
 		l = u
+		if o.wrap != nil {
+			l = o.wrap(u)
+		}
 	}
 	d, err := newDevice(addr, l, &o)
 	if err != nil {
@@ -285,6 +304,8 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		NoGRO:           o.noGRO,
 		RunToCompletion: o.rtc,
 		CC:              d.cc,
+		FirstQPN:        o.firstQPN,
+		LastQPN:         o.lastQPN,
 	})
 	if err != nil {
 		return nil, wrapErr("ibv_open_device", "", -1, err)
@@ -454,6 +475,7 @@ func (d *Device) Close() error {
 	d.eng.Close()
 	close(d.done)
 	err := d.lnk.Close()
+	d.closeSession()
 	d.evMu.Lock()
 	d.evClosed = true
 	close(d.events)

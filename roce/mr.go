@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/goroce/goroce/internal/core/attach"
 	"github.com/goroce/goroce/internal/core/transport"
 )
 
@@ -86,6 +87,11 @@ func (pd *PD) regMR(op string, buf []byte, iova uint64, access Access) (*MR, err
 		pd.release()
 		return nil, newErr(op, obj, syscall.ENOMEM, "max_mr %d reached", d.limits.MaxMR)
 	}
+	if err := d.charge(attach.KindMR, op, obj); err != nil {
+		d.nMR.Add(-1)
+		pd.release()
+		return nil, err
+	}
 	r := &transport.Region{
 		PD:     pd.id,
 		Addr:   iova,
@@ -93,6 +99,7 @@ func (pd *PD) regMR(op string, buf []byte, iova uint64, access Access) (*MR, err
 		Access: access,
 	}
 	if err := d.mem.register(r); err != nil {
+		d.uncharge(attach.KindMR)
 		d.nMR.Add(-1)
 		pd.release()
 		return nil, newErr(op, obj, syscall.ENOMEM, "no key: %v", err)
@@ -150,6 +157,7 @@ func (mr *MR) Close() error {
 		d.barrier()
 	}
 	d.nMR.Add(-1)
+	d.uncharge(attach.KindMR)
 	mr.pd.release()
 	return nil
 }

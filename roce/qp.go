@@ -6,6 +6,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/goroce/goroce/internal/core/attach"
 	"github.com/goroce/goroce/internal/core/transport"
 )
 
@@ -70,10 +71,16 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		pd.release()
 		return nil, newErr(op, obj, syscall.ENOMEM, "max_qp %d reached", d.limits.MaxQP)
 	}
+	if err := d.charge(attach.KindQP, op, obj); err != nil {
+		d.nQP.Add(-1)
+		pd.release()
+		return nil, err
+	}
 	// The engine attaches the QP to its CQs and SRQ (their Close is EBUSY from
 	// then on) and detaches on Destroy.
 	tq, err := d.eng.CreateQP(&ti)
 	if err != nil {
+		d.uncharge(attach.KindQP)
 		d.nQP.Add(-1)
 		pd.release()
 		return nil, wrapErr(op, obj, -1, err)
@@ -226,6 +233,7 @@ func (q *QP) Close() error {
 	delete(d.qps, q.qpn)
 	d.objMu.Unlock()
 	d.nQP.Add(-1)
+	d.uncharge(attach.KindQP)
 	q.pd.release()
 	return nil
 }

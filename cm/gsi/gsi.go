@@ -23,6 +23,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/internal/core/attach"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
 )
@@ -44,6 +45,7 @@ type Link struct {
 
 // Conn sends and receives CM MADs on QP1; it implements cm.MADConn.
 type Conn struct {
+	relay *attach.Session // attached: roced carries the MADs (l is nil)
 	l     link.Link
 	addr  netip.Addr
 	port  uint16 // the RoCEv2 UDP port: ours, and the one peers listen on
@@ -84,21 +86,33 @@ func Wrap(l link.Link) (*Link, *Conn) {
 	return &Link{Link: l, conn: c}, c
 }
 
-// Open binds a UDP socket on addr:port (port 0 means 4791), diverts QP1,
-// and opens a roce Device on the rest. Closing the Device closes the Conn.
+// Open opens the device on addr:port (port 0 means 4791) with QP1 for the
+// CM. Where roced serves the address, the device attaches to it
+// (roce.Open) and the Conn carries the MADs through roced, which owns QP1
+// and hands this process the MADs of its listens and its communication
+// IDs; elsewhere the device binds the address and the Conn diverts QP1 off
+// its socket. Closing the Device closes the Conn.
 func Open(addr netip.Addr, port uint16, opts ...roce.Option) (*roce.Device, *Conn, error) {
 	if port == 0 {
 		port = link.RoCEv2Port
 	}
-	u, err := link.ListenUDP(netip.AddrPortFrom(addr.Unmap(), port), link.Config{})
+	var c *Conn
+	wrap := func(l link.Link) link.Link {
+		gl, gc := Wrap(l)
+		c = gc
+		return gl
+	}
+	d, err := roce.Open(addr, append(opts[:len(opts):len(opts)], roce.WithPort(port), roce.WithLinkWrapper(wrap))...)
 	if err != nil {
 		return nil, nil, err
 	}
-	l, c := Wrap(u)
-	d, err := roce.OpenLink(l, opts...)
-	if err != nil {
-		u.Close()
-		return nil, nil, err
+	if c == nil {
+		s := attach.Of(d)
+		if s == nil {
+			d.Close()
+			return nil, nil, errors.New("gsi: the device has neither QP1 nor roced's relay")
+		}
+		c = &Conn{relay: s, addr: d.Addr(), port: port, in: make(chan rxMAD), done: make(chan struct{})}
 	}
 	return d, c, nil
 }
@@ -197,6 +211,9 @@ func (c *Conn) take(m *link.Message, b []byte) {
 
 // ReadMAD implements cm.MADConn.
 func (c *Conn) ReadMAD(b []byte) (int, netip.Addr, error) {
+	if c.relay != nil {
+		return c.relay.ReadMADUntil(b, c.done)
+	}
 	select {
 	case m := <-c.in:
 		c.rx.Add(1)
@@ -216,6 +233,9 @@ func (c *Conn) WriteMAD(mad []byte, to netip.Addr) error {
 	}
 	if len(mad) != cm.MADLen {
 		return errors.New("gsi: a MAD is 256 bytes")
+	}
+	if c.relay != nil {
+		return c.relay.WriteMAD(mad, to)
 	}
 	to = to.Unmap()
 	f := bth.Fields{Opcode: bth.UDSendOnly, PKey: cm.GSIPKey, DestQP: cm.GSIQPN, AckReq: true,
@@ -243,8 +263,38 @@ func (c *Conn) Close() error {
 	return nil
 }
 
+// ClaimService implements cm.ServiceClaimer: through roced, the listen is
+// the process's alone; on a device this process owns, there is nothing to
+// claim.
+func (c *Conn) ClaimService(serviceID uint64, ud bool) error {
+	if c.relay != nil {
+		return c.relay.Claim(serviceID, ud)
+	}
+	return nil
+}
+
+// ReleaseService implements cm.ServiceClaimer.
+func (c *Conn) ReleaseService(serviceID uint64, ud bool) {
+	if c.relay != nil {
+		c.relay.Release(serviceID, ud)
+	}
+}
+
+// CommIDs implements cm.CommIDSpace: through roced, the prefix of the
+// process's block; otherwise any ID.
+func (c *Conn) CommIDs() (prefix, mask uint32) {
+	if c.relay != nil {
+		return c.relay.CommIDs()
+	}
+	return 0, 1<<32 - 1
+}
+
 // Stats returns the counters.
 func (c *Conn) Stats() Stats {
+	if c.relay != nil {
+		rx, tx, overflow := c.relay.MADStats()
+		return Stats{RxMADs: rx, TxMADs: tx, Overflow: overflow}
+	}
 	return Stats{RxMADs: c.rx.Load(), TxMADs: c.tx.Load(), Malformed: c.malformed.Load(),
 		BadICRC: c.badICRC.Load(), Overflow: c.overflow.Load()}
 }

@@ -287,14 +287,16 @@ func (s *Session) Charge(kind Kind, n int) error {
 	return err
 }
 
-// ReadMAD receives the next CM MAD roced routed to this client (the
-// cm.MADConn method). After the session ends it returns net.ErrClosed.
-func (s *Session) ReadMAD(b []byte) (int, netip.Addr, error) {
+// ReadMADUntil receives the next CM MAD roced routed to this client. After
+// the session ends, or stop is closed, it returns net.ErrClosed.
+func (s *Session) ReadMADUntil(b []byte, stop <-chan struct{}) (int, netip.Addr, error) {
 	select {
 	case m := <-s.mads:
 		s.madRx.Add(1)
 		return copy(b, m.mad), m.from, nil
 	case <-s.done:
+		return 0, netip.Addr{}, net.ErrClosed
+	case <-stop:
 		return 0, netip.Addr{}, net.ErrClosed
 	}
 }
@@ -309,12 +311,35 @@ func (s *Session) WriteMAD(mad []byte, to netip.Addr) error {
 	return nil
 }
 
-// CommIDs returns the top byte every communication ID (and SIDR request
-// ID) of this client must carry, and the mask of the bits it may choose.
-func (s *Session) CommIDs() (prefix, mask uint32) { return s.grant.CommIDs, 1<<24 - 1 }
+// CommIDs returns the prefix every communication ID (and SIDR request ID)
+// of this client must carry, and the mask of the bits it may choose: the
+// block number in the top bits, as many as the QPN's block number has (a
+// block of 2^k QPNs leaves k+8 bits to choose).
+func (s *Session) CommIDs() (prefix, mask uint32) {
+	return s.grant.CommIDs, (s.grant.Last-s.grant.First+1)<<8 - 1
+}
 
 // MADStats returns the MADs received and sent through roced, and those
 // dropped because the client's CM read too slowly.
 func (s *Session) MADStats() (rx, tx, overflow uint64) {
 	return s.madRx.Load(), s.madTx.Load(), s.madOverflow.Load()
+}
+
+// sessions maps what a session was opened for (a roce.Device) to it, so a
+// package above the device (cm/gsi) finds the session that carries its
+// MADs without the device exporting it.
+var sessions sync.Map
+
+// Bind records s as the session of key.
+func Bind(key any, s *Session) { sessions.Store(key, s) }
+
+// Unbind forgets key's session.
+func Unbind(key any) { sessions.Delete(key) }
+
+// Of returns key's session, or nil.
+func Of(key any) *Session {
+	if s, ok := sessions.Load(key); ok {
+		return s.(*Session)
+	}
+	return nil
 }

@@ -96,7 +96,7 @@ type Msg struct {
 	Block     uint16
 	First     uint32
 	Last      uint32
-	CommIDs   uint32 // the top byte every communication ID of the client has
+	CommIDs   uint32 // the prefix every communication ID of the client has (Session.CommIDs)
 	Flags     uint32
 	MTU       uint8 // the port's active MTU (1 = 256 ... 5 = 4096)
 	Errno     syscall.Errno

@@ -67,7 +67,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"truncated body", hello[:len(hello)-1], syscall.EPROTO},
 		{"trailing bytes", append(append([]byte(nil), hello...), 0), syscall.EPROTO},
 		{"bad address length", mod(hello, headerLen, 5), syscall.EPROTO},
-		{"grant MTU 0", grant[:len(grant)-1:len(grant)-1], syscall.EPROTO},
+		{"grant MTU 0", grant[: len(grant)-1 : len(grant)-1], syscall.EPROTO},
 		{"grant MTU 9", mod(grant, len(grant)-1, 9), syscall.EPROTO},
 		{"too long", make([]byte, MaxMessage+1), syscall.EMSGSIZE},
 	}

@@ -1,0 +1,252 @@
+package attachd
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/core/attach"
+	"github.com/goroce/goroce/internal/core/transport"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/steer"
+)
+
+// freeRcvbuf is the receive buffer of a block nobody holds: what arrives
+// for it is only counted, so a flood costs little memory.
+const freeRcvbuf = 64 << 10
+
+// Device is one shared address: its steered group (one socket per QPN
+// block), which process holds which block, and the CM router on QP1.
+// Block 0 is roced's own: its device reads that socket (Link), and QP1,
+// whose QPN is in block 0, arrives there.
+type Device struct {
+	s      *Server
+	g      *steer.Group
+	router *Router
+
+	mu     sync.Mutex
+	owner  []*Client
+	freed  []time.Time // when each block's last process left
+	locked []bool      // SO_LOCK_FILTER set (once handed out)
+	next   int         // where the search for a free block starts
+
+	drops    atomic.Uint64 // datagrams that arrived for a block no process held
+	departed departed      // under s.mu
+}
+
+// departed sums the last reports of the processes that left, so that the
+// device's totals never go down.
+type departed struct {
+	stats     transport.StatsSnapshot
+	misrouted uint64
+	n         int
+}
+
+func (dp *departed) fold(c *Client) {
+	r, _ := c.Report()
+	dp.stats.Add(&r.Stats)
+	dp.misrouted += r.Misrouted
+	dp.n++
+}
+
+// Share starts serving local: it binds the steered group (EADDRINUSE when
+// anything else holds the port). The caller opens its own device on Link
+// and starts the CM with StartCM.
+func (s *Server) Share(local netip.AddrPort) (*Device, error) {
+	g, err := steer.Listen(local, s.cfg.Blocks)
+	if err != nil {
+		return nil, err
+	}
+	if g.Blocks() < 2 {
+		g.Close()
+		return nil, fmt.Errorf("attachd: %d QPN blocks leave none for clients: %w", g.Blocks(), syscall.EINVAL)
+	}
+	n := g.Blocks()
+	d := &Device{s: s, g: g, owner: make([]*Client, n), freed: make([]time.Time, n), locked: make([]bool, n), next: 1}
+	for b := 1; b < n; b++ {
+		_ = steer.Control(g.Socket(b), func(fd int) error {
+			return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, freeRcvbuf)
+		})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		g.Close()
+		return nil, fmt.Errorf("attachd: server closed: %w", syscall.ESHUTDOWN)
+	}
+	ap := g.LocalAddr()
+	if s.devs[ap] != nil {
+		g.Close()
+		return nil, fmt.Errorf("attachd: %v already shared: %w", ap, syscall.EEXIST)
+	}
+	s.devs[ap] = d
+	return d, nil
+}
+
+// Group is the device's steered group.
+func (d *Device) Group() *steer.Group { return d.g }
+
+// Link returns a link over block 0's socket, for roced's own device.
+func (d *Device) Link(cfg link.Config) (*link.UDP, error) { return d.g.Link(0, cfg) }
+
+// MADReader reads QP1's MADs: the device's cm/gsi agent.
+type MADReader interface {
+	ReadMAD(b []byte) (int, netip.Addr, error)
+}
+
+// StartCM routes QP1's MADs, which rw reads from and writes to the wire,
+// until rw's ReadMAD fails. It returns the router, whose home port is the
+// cm.MADConn of roced's own CM.
+func (d *Device) StartCM(rw interface {
+	MADReader
+	MADWriter
+}) *Router {
+	d.router = NewRouter(rw, d.g.LocalAddr().Addr(), d.g.Blocks())
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := rw.ReadMAD(buf)
+			if err != nil {
+				d.router.home.Close()
+				return
+			}
+			d.router.Receive(buf[:n], from)
+		}
+	}()
+	return d.router
+}
+
+// Router returns the CM router (nil before StartCM).
+func (d *Device) Router() *Router { return d.router }
+
+// Drops counts the datagrams that arrived for blocks no process held.
+func (d *Device) Drops() uint64 { return d.drops.Load() }
+
+// Departed returns the summed counters of the processes that left, and
+// how many they were.
+func (d *Device) Departed() (transport.StatsSnapshot, uint64, int) {
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	return d.departed.stats, d.departed.misrouted, d.departed.n
+}
+
+// admit gives c a free block: the next one after the last handed out that
+// has been free for Quarantine, so a restarted process gets a fresh block
+// and the QPNs of one that left are not anyone's for a while.
+func (d *Device) admit(c *Client) error {
+	if d.router == nil {
+		return fmt.Errorf("roced's CM is not running on %v: %w", d.g.LocalAddr(), syscall.EAGAIN)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := len(d.owner)
+	now := time.Now()
+	b := -1
+	for i := 0; i < n-1; i++ {
+		cand := 1 + (d.next-1+i)%(n-1)
+		if d.owner[cand] == nil && (d.freed[cand].IsZero() || now.Sub(d.freed[cand]) >= Quarantine) {
+			b = cand
+			break
+		}
+	}
+	if b < 0 {
+		return fmt.Errorf("no free QPN block on %v (%d blocks, quarantine %v): %w", d.g.LocalAddr(), n-1, Quarantine, syscall.EUSERS)
+	}
+	sock := d.g.Socket(b)
+	if !d.locked[b] {
+		if err := steer.Lock(sock); err != nil {
+			return err
+		}
+		d.locked[b] = true
+	}
+	d.drainLocked(b)
+	if old := d.router.portOf(b); old != nil {
+		old.Forget()
+	}
+	port, err := d.router.Add(b, c.deliver)
+	if err != nil {
+		return err
+	}
+	d.owner[b], d.next = c, b%(n-1)+1
+	c.dev, c.Block, c.port = d, b, port
+	return nil
+}
+
+// release frees c's block: roced takes its socket back (a connect undone,
+// GRO off, a small buffer) and counts what arrives for it from now on.
+func (d *Device) release(c *Client) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b := c.Block
+	if d.owner[b] != c {
+		return
+	}
+	d.owner[b], d.freed[b] = nil, time.Now()
+	_ = steer.Control(d.g.Socket(b), func(fd int) error {
+		disconnect(fd)
+		_ = unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 0)
+		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, freeRcvbuf)
+	})
+	d.drainLocked(b)
+}
+
+// drainFree empties every free block's socket.
+func (d *Device) drainFree() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for b := 1; b < len(d.owner); b++ {
+		if d.owner[b] == nil {
+			d.drainLocked(b)
+		}
+	}
+}
+
+// drainLocked reads block b's socket empty without waiting, counting.
+func (d *Device) drainLocked(b int) {
+	buf := make([]byte, link.MaxTrain)
+	_ = steer.Control(d.g.Socket(b), func(fd int) error {
+		for i := 0; i < 1<<16; i++ { // bounded: a flood is drained over several ticks
+			_, _, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+			if err != nil {
+				if errors.Is(err, syscall.EINTR) {
+					continue
+				}
+				return nil
+			}
+			d.drops.Add(1)
+		}
+		return nil
+	})
+}
+
+func (d *Device) close() {
+	d.g.Close()
+}
+
+// portOf returns the port registered for block b (a departed process's, not
+// yet forgotten), or nil.
+func (r *Router) portOf(b int) *Port {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ports[uint32(b)]
+}
+
+// deliver hands a MAD routed to c's port to the process, without waiting.
+func (c *Client) deliver(mad []byte, from netip.Addr) bool {
+	return c.send(&attach.Msg{Type: attach.TMADIn, Addr: from, MAD: append([]byte(nil), mad...)})
+}
+
+// disconnect undoes a connect(2) a process made on its block's socket (a
+// connected member takes its peer's datagrams whatever their QPN): connect
+// with AF_UNSPEC.
+func disconnect(fd int) {
+	var sa unix.RawSockaddr // Family 0: AF_UNSPEC
+	_, _, _ = unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa))
+}
