@@ -36,6 +36,14 @@ type Device interface {
 	QueueOccupancy() roce.QueueOccupancy
 }
 
+// StateCounter is implemented by a Device that counts its QPs by state
+// itself (roced's view of an address shared with other processes, which
+// report counts rather than every QP); the Collector then uses the counts
+// (keys: QPStateNames) instead of QPs.
+type StateCounter interface {
+	QPStates() map[string]int
+}
+
 // Options tunes a Collector.
 type Options struct {
 	// PerAddress exports each device's series with an address label (its IP
@@ -144,8 +152,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	sum.states = map[string]int{}
 	for _, d := range c.devs {
 		r := reading{stats: d.Stats(), states: map[string]int{}, queues: d.QueueOccupancy()}
-		for _, q := range d.QPs() {
-			r.states[strings.ToLower(q.State.String())]++
+		if sc, ok := d.(StateCounter); ok {
+			r.states = sc.QPStates()
+		} else {
+			for _, q := range d.QPs() {
+				r.states[strings.ToLower(q.State.String())]++
+			}
 		}
 		if c.opt.PerAddress {
 			r.addr = []string{d.Addr().String()}

@@ -251,6 +251,9 @@ func printText(w io.Writer, o *options, devs []devapi.Device) error {
 				if q.Peer != "" {
 					fmt.Fprintf(&b, " peer %s", q.Peer)
 				}
+				if q.PID != 0 {
+					fmt.Fprintf(&b, " pid %d comm %s", q.PID, q.Comm)
+				}
 				if o.verbose {
 					fmt.Fprintf(&b, " src-port %d acked-psn %d send-queued %d tx-pkts %d rx-pkts %d retransmits %d timeouts %d",
 						q.SrcPort, q.AckedPSN, q.SendQueued, q.TxPackets, q.RxPackets, q.Retransmits, q.Timeouts)
@@ -315,6 +318,14 @@ func devinfo(b *strings.Builder, d devapi.Device, verbose bool) {
 				}
 				fmt.Fprintf(b, "\t\t\tGID[%3d]:\t\t%s, %s%s\n", g.Index, g.GID, g.Type, note)
 			}
+		}
+		b.WriteByte('\n')
+	}
+	if len(d.Processes) > 0 {
+		fmt.Fprintf(b, "\tattached processes:\t\t%d\n", len(d.Processes))
+		for _, p := range d.Processes {
+			fmt.Fprintf(b, "\t\tpid %d comm %s uid %d qpns %#x-%#x qps %d cqs %d srqs %d mrs %d pds %d listeners %d\n",
+				p.PID, p.Comm, p.UID, p.FirstQPN, p.LastQPN, p.QPs, p.CQs, p.SRQs, p.MRs, p.PDs, p.Listeners)
 		}
 		b.WriteByte('\n')
 	}

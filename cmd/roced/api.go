@@ -21,6 +21,9 @@ func (d *daemon) debugMux() *http.ServeMux {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
+			if s.shared != nil {
+				s.shared.describe(d.share, &dev)
+			}
 			devs = append(devs, dev)
 		}
 		w.Header().Set("Content-Type", "application/json")

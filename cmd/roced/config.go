@@ -75,6 +75,7 @@ type config struct {
 	readers               int          // SO_REUSEPORT receive sockets per address
 	runToCompletion       bool         // the goroutine that has the work does it (roce.WithRunToCompletion)
 	cc                    dcqcn.Config // congestion control of every device (-cc, -cc-param, ...)
+	share                 shareConfig  // -socket and its siblings
 }
 
 // addrList is a repeatable flag of IP addresses; "-bind a,b" and "-bind a -bind b"
@@ -177,6 +178,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	rtc := fs.Bool("run-to-completion", false, "the goroutine that has the work does it when the engine shard is idle (posts send their own packets, the socket reader runs the receive side), saving hand-offs")
 	var ccf ccflags.Flags
 	ccf.Register(fs)
+	var sf shareFlags
+	sf.register(fs)
 	fs.Usage = func() {} // a mistake gets one line, not the whole usage
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -224,6 +227,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	var err error
 	if c.cc, err = ccf.Config(); err != nil {
 		return nil, &usageError{oneLine(err.Error())}
+	}
+	if c.share, err = sf.config(); err != nil {
+		return nil, err
 	}
 	if c.sourcePorts < 0 || c.sourcePorts > 16384 {
 		return nil, &usageError{fmt.Sprintf("invalid value %d for flag -source-ports: want 0..16384", c.sourcePorts)}

@@ -23,6 +23,8 @@ type qpJSON struct {
 	RxPackets   uint64 `json:"rx_packets"`
 	Retransmits uint64 `json:"retransmits"`
 	Timeouts    uint64 `json:"timeouts"`
+	PID         int    `json:"pid,omitempty"`  // the attached process that owns it; 0: roced's own
+	Comm        string `json:"comm,omitempty"` // its command name
 	// Congestion control (absent when off): the DCQCN rate the QP is paced
 	// at and its target, in Mb/s, α (0..1), and the rate cuts so far.
 	CCRateMbps   *float64 `json:"cc_rate_mbps,omitempty"`
@@ -37,6 +39,17 @@ func (d *daemon) debugQPs() any {
 	for _, s := range d.devs {
 		for _, q := range s.dev.QPs() {
 			out = append(out, qpRow(s.dev, q))
+		}
+		if s.shared == nil {
+			continue
+		}
+		for _, c := range s.shared.refresh(d.share) {
+			r, _ := c.Report()
+			for _, q := range r.QPs {
+				row := qpRow(s.dev, roce.QPInfo(q))
+				row.PID, row.Comm = c.PID, c.Comm
+				out = append(out, row)
+			}
 		}
 	}
 	return out

@@ -62,7 +62,7 @@ type rpingResponder struct {
 
 // newCM starts the connection manager of dev on mads, with the pending-connection
 // caps of the configuration.
-func newCM(dev *roce.Device, mads *gsi.Conn, c *config) (*cm.Manager, error) {
+func newCM(dev *roce.Device, mads cm.MADConn, c *config) (*cm.Manager, error) {
 	pa, err := dev.QueryPort(1)
 	if err != nil {
 		return nil, err

@@ -21,6 +21,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/internal/tool/attachd"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/metrics"
 	"github.com/goroce/goroce/roce"
@@ -114,8 +115,9 @@ type served struct {
 	tap      *link.Tap // nil without -pcap
 	pcapPath string
 	pcap     *os.File
-	mads     *gsi.Conn   // QP1 for the CM; nil without -rping
+	mads     *gsi.Conn   // QP1 for the CM; nil without -rping or sharing
 	cm       *cm.Manager // the CM on mads; the rping responder closes it
+	shared   *view       // the address's attached processes; nil when not shared
 }
 
 // daemon holds everything run starts, so shutdown can stop it in order.
@@ -125,6 +127,7 @@ type daemon struct {
 	logFile *reopenFile // nil when logging to stderr
 
 	devs       []*served
+	share      *attachd.Server // the attach socket; nil when not sharing
 	responders []responder
 	metrics    net.Listener
 	http       *http.Server
@@ -180,6 +183,9 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 		}
 	}()
 
+	if err := d.startSharing(); err != nil {
+		return nil, err
+	}
 	for _, a := range cfg.binds {
 		s, err := d.openDevice(a)
 		if err != nil {
@@ -208,6 +214,9 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 		links := make([]metrics.LinkSource, len(d.devs))
 		for i, s := range d.devs {
 			devs[i] = s.dev
+			if s.shared != nil {
+				devs[i] = sharedMetricsDevice{s.shared, d.share}
+			}
 			links[i] = metrics.LinkSource{Addr: s.dev.Addr(), Link: s.udp}
 			if s.mads != nil {
 				cms = append(cms, metrics.CMSource{Addr: s.dev.Addr(), GSI: s.mads, CM: s.cm})
@@ -217,6 +226,9 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 		opt := metrics.Options{PerAddress: len(d.devs) > 1}
 		reg := newRegistry(metrics.NewCollector(opt, devs...), metrics.NewCMCollector(opt, cms...), metrics.NewLinkCollector(opt, links...),
 			newResponderCollector(&d.pingpong, &d.rping, &d.events), d.health)
+		if d.share != nil {
+			reg.MustRegister(newShareCollector(d, opt))
+		}
 		ep := endpoints{reg: reg, ready: &d.ready, health: d.health.check, log: d.log}
 		if cfg.debug == "" && debugHere(cfg.metrics) {
 			ep.debug = d.debugMux()
@@ -278,6 +290,9 @@ func start(cfg *config, stderr io.Writer) (_ *daemon, err error) {
 	for _, r := range d.responders {
 		d.goServe(r.Name(), r.Serve)
 	}
+	if d.share != nil {
+		d.goServe("attach socket", d.share.Serve)
+	}
 	for _, s := range d.devs {
 		d.goServe("device "+s.dev.Addr().String(), func() error { return d.watchEvents(s.dev) })
 	}
@@ -315,7 +330,14 @@ func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 	if cfg.sourcePorts == 0 {
 		lcfg.MaxSourcePorts = -1 // link.Config's 0 means its default
 	}
-	u, err := link.ListenUDP(ap, lcfg)
+	var u *link.UDP
+	var sd *attachd.Device
+	var err error
+	if d.share != nil {
+		u, sd, err = d.listenShared(ap, lcfg)
+	} else {
+		u, err = link.ListenUDP(ap, lcfg)
+	}
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("-bind %s: UDP %d is in use — a loaded rdma_rxe module (soft-RoCE) or another roced usually holds it", a, cfg.port)
@@ -329,6 +351,9 @@ func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 		return nil, fmt.Errorf("-bind %s: UDP %d: %w", a, cfg.port, unwrapOp(err))
 	}
 	s := &served{udp: u}
+	if sd != nil {
+		s.shared = &view{s: s, sd: sd}
+	}
 	var l link.Link = u
 	if cfg.pcapFile != "" {
 		s.pcapPath = pcapPath(cfg.pcapFile, a, len(cfg.binds))
@@ -345,9 +370,10 @@ func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 		}
 		l = s.tap
 	}
-	if cfg.rping {
+	if cfg.rping || sd != nil {
 		// The CM's MADs go to QP1, which the gsi agent takes off the link before the
 		// engine sees it; inside the tap, so captures show the CM exchange too.
+		// A shared address's QP1 is every attached process's CM too.
 		l, s.mads = gsi.Wrap(l)
 	}
 	s.dev, err = roce.OpenLink(l, roce.WithMTU(roce.MTU(mtuCode(cfg.mtu))), roce.WithGSO(cfg.gso), roce.WithGRO(cfg.gro),
@@ -360,7 +386,11 @@ func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 		return nil, fmt.Errorf("-bind %s: %w", a, err)
 	}
 	if s.mads != nil {
-		if s.cm, err = newCM(s.dev, s.mads, cfg); err != nil {
+		var mc cm.MADConn = s.mads
+		if sd != nil {
+			mc = sd.StartCM(s.mads).Home()
+		}
+		if s.cm, err = newCM(s.dev, mc, cfg); err != nil {
 			s.dev.Close()
 			if s.pcap != nil {
 				s.pcap.Close()
@@ -547,7 +577,14 @@ func (d *daemon) closeAll() {
 }
 
 func (d *daemon) closeDevices() {
+	if d.share != nil {
+		// Attached processes see DEVICE_FATAL: roced restarts without them.
+		d.share.Close()
+	}
 	for _, s := range d.devs {
+		if !d.cfg.rping && s.cm != nil {
+			s.cm.Close() // the home CM of a shared address; the rping responder closes its own
+		}
 		if err := s.dev.Close(); err != nil && d.log != nil {
 			d.log.Warn("closing device", "addr", s.dev.Addr(), "err", err)
 		}

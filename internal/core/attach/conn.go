@@ -3,6 +3,7 @@ package attach
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -67,6 +68,9 @@ func (c *Conn) Send(m *Msg, files ...*os.File) error {
 // closed.
 func (c *Conn) Recv() (Msg, []*os.File, error) {
 	n, oobn, flags, _, err := c.c.ReadMsgUnix(c.rbuf, c.oob)
+	if errors.Is(err, io.EOF) {
+		return Msg{}, nil, errEOF
+	}
 	if err != nil {
 		return Msg{}, nil, err
 	}

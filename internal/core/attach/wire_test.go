@@ -3,10 +3,14 @@ package attach
 import (
 	"bytes"
 	"errors"
+	"net"
 	"net/netip"
+	"os"
 	"reflect"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -121,4 +125,37 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip changed the bytes:\n in  %x\n out %x", b, out)
 		}
 	})
+}
+
+// TestRecvSeesPeerClose: a peer that closes is a closed connection to Recv,
+// never a message or an error to retry (roced would spin on it).
+func TestRecvSeesPeerClose(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]*Conn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "pair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = NewConn(c.(*net.UnixConn))
+	}
+	if err := conns[0].Send(&Msg{Type: TOK, Seq: 3}); err != nil {
+		t.Fatal(err)
+	}
+	conns[0].Close()
+	m, _, err := conns[1].Recv()
+	if err != nil || m.Type != TOK || m.Seq != 3 {
+		t.Fatalf("first Recv: %+v %v", m, err)
+	}
+	for range 3 {
+		if _, _, err := conns[1].Recv(); !IsClosed(err) {
+			t.Fatalf("Recv after the peer closed: %v, want a closed connection", err)
+		}
+	}
+	conns[1].Close()
 }

@@ -47,6 +47,29 @@ type Device struct {
 	Ports        []Port    `json:"ports"`
 	QPs          []QP      `json:"qps"`
 	Counters     []Counter `json:"counters"`
+	// Processes are the programs attached through roced to the address,
+	// sharing the device; their QPs are in QPs with their pid and command,
+	// and Counters include them (as rdma statistic counts every process).
+	Processes []Process `json:"processes,omitempty"`
+}
+
+// Process is a program attached to a shared device, with what it holds (as
+// it last reported).
+type Process struct {
+	PID       int    `json:"pid"`
+	UID       uint32 `json:"uid"`
+	Comm      string `json:"comm"`
+	FirstQPN  uint32 `json:"first_qpn"` // its block of QPNs
+	LastQPN   uint32 `json:"last_qpn"`
+	QPs       int    `json:"qps"`
+	CQs       int    `json:"cqs"`
+	SRQs      int    `json:"srqs"`
+	MRs       int    `json:"mrs"`
+	PDs       int    `json:"pds"`
+	Listeners int    `json:"listeners"`
+	// Omitted counts QPs the process did not list one by one (it reports
+	// at most a bounded number).
+	Omitted int `json:"qps_omitted,omitempty"`
 }
 
 // Port is one port (ibv_query_port) with its GID table.
@@ -92,6 +115,8 @@ type QP struct {
 	RxPackets   uint64 `json:"rx_packets"`
 	Retransmits uint64 `json:"retransmits"`
 	Timeouts    uint64 `json:"timeouts"`
+	PID         int    `json:"pid,omitempty"`  // the attached process that owns it; 0: roced's own
+	Comm        string `json:"comm,omitempty"` // its command name
 }
 
 // Counter is one value of the device's counters: a series of the engine's
@@ -176,16 +201,30 @@ func Describe(dev *roce.Device) (Device, error) {
 	}
 	d.QPs = []QP{}
 	for _, q := range dev.QPs() {
-		r := QP{QPN: q.QPN, DestQPN: q.DestQPN, Type: q.Type.String(), State: q.State.String(), SrcPort: q.SrcPort,
-			SQPSN: uint32(q.NextPSN), RQPSN: uint32(q.ExpectedPSN), AckedPSN: uint32(q.AckedPSN), SendQueued: q.SendQueued,
-			TxPackets: q.TxPackets, RxPackets: q.RxPackets, Retransmits: q.Retransmits, Timeouts: q.Timeouts}
-		if q.Peer.IsValid() {
-			r.Peer = q.Peer.String()
-		}
-		d.QPs = append(d.QPs, r)
+		d.QPs = append(d.QPs, qpOf(q))
 	}
 	d.Counters = Counters(dev.Stats())
 	return d, nil
+}
+
+func qpOf(q roce.QPInfo) QP {
+	r := QP{QPN: q.QPN, DestQPN: q.DestQPN, Type: q.Type.String(), State: q.State.String(), SrcPort: q.SrcPort,
+		SQPSN: uint32(q.NextPSN), RQPSN: uint32(q.ExpectedPSN), AckedPSN: uint32(q.AckedPSN), SendQueued: q.SendQueued,
+		TxPackets: q.TxPackets, RxPackets: q.RxPackets, Retransmits: q.Retransmits, Timeouts: q.Timeouts}
+	if q.Peer.IsValid() {
+		r.Peer = q.Peer.String()
+	}
+	return r
+}
+
+// AddProcess lists an attached process and its QPs on d.
+func (d *Device) AddProcess(p Process, qps []roce.QPInfo) {
+	d.Processes = append(d.Processes, p)
+	for _, q := range qps {
+		r := qpOf(q)
+		r.PID, r.Comm = p.PID, p.Comm
+		d.QPs = append(d.QPs, r)
+	}
 }
 
 // Counters lists every counter and gauge of s (histograms as their count),
