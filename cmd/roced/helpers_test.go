@@ -144,6 +144,7 @@ func startDaemonCmd(t *testing.T, mk func(args []string) *exec.Cmd, client *http
 	if !hasMetrics {
 		args = append(args, "-metrics", "127.0.0.1:0")
 	}
+	args = withSocket(t, args)
 	p := &daemonProc{t: t, client: client, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd = mk(args)
 	p.cmd.Stderr = p.stderr
@@ -278,13 +279,25 @@ next:
 	return 0
 }
 
+// withSocket gives roced an attach socket of the test's own, unless args
+// name one: roced shares its addresses by default, and tests that run at
+// once must not meet on one socket path.
+func withSocket(t *testing.T, args []string) []string {
+	for _, a := range args {
+		if a == "-socket" || strings.HasPrefix(a, "-socket=") {
+			return args
+		}
+	}
+	return append(args[:len(args):len(args)], "-socket", filepath.Join(t.TempDir(), "roced.sock"))
+}
+
 // runRoced runs the binary to completion (for start-up failures) and returns its exit
 // code, stdout and stderr.
 func runRoced(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, rocedBin, args...)
+	cmd := exec.CommandContext(ctx, rocedBin, withSocket(t, args)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -171,6 +171,8 @@ func (v *view) totals(srv *attachd.Server) transport.StatsSnapshot {
 	}
 	dep, _, _ := v.sd.Departed()
 	st.Add(&dep)
+	// What the kernel steered to a block no process holds had no QP.
+	st.UnknownQP += v.sd.Drops()
 	return st
 }
 

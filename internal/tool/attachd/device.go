@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -38,6 +39,7 @@ type Device struct {
 	next   int         // where the search for a free block starts
 
 	drops    atomic.Uint64 // datagrams that arrived for a block no process held
+	seen     []uint32      // each free block's kernel drop count (SK_MEMINFO_DROPS) already counted
 	departed departed      // under s.mu
 }
 
@@ -69,7 +71,8 @@ func (s *Server) Share(local netip.AddrPort) (*Device, error) {
 		return nil, fmt.Errorf("attachd: %d QPN blocks leave none for clients: %w", g.Blocks(), syscall.EINVAL)
 	}
 	n := g.Blocks()
-	d := &Device{s: s, g: g, owner: make([]*Client, n), freed: make([]time.Time, n), locked: make([]bool, n), next: 1}
+	d := &Device{s: s, g: g, owner: make([]*Client, n), freed: make([]time.Time, n), locked: make([]bool, n),
+		seen: make([]uint32, n), next: 1}
 	for b := 1; b < n; b++ {
 		_ = steer.Control(g.Socket(b), func(fd int) error {
 			return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, freeRcvbuf)
@@ -189,6 +192,7 @@ func (d *Device) release(c *Client) {
 		return
 	}
 	d.owner[b], d.freed[b] = nil, time.Now()
+	d.seen[b] = kernelDrops(d.g.Socket(b)) // the process's own overflows are not roced's
 	_ = steer.Control(d.g.Socket(b), func(fd int) error {
 		disconnect(fd)
 		_ = unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 0)
@@ -208,8 +212,13 @@ func (d *Device) drainFree() {
 	}
 }
 
-// drainLocked reads block b's socket empty without waiting, counting.
+// drainLocked reads block b's socket empty without waiting, counting, and
+// counts what the kernel dropped for it meanwhile (its buffer full).
 func (d *Device) drainLocked(b int) {
+	if k := kernelDrops(d.g.Socket(b)); k != d.seen[b] {
+		d.drops.Add(uint64(k - d.seen[b]))
+		d.seen[b] = k
+	}
 	buf := make([]byte, link.MaxTrain)
 	_ = steer.Control(d.g.Socket(b), func(fd int) error {
 		for i := 0; i < 1<<16; i++ { // bounded: a flood is drained over several ticks
@@ -249,4 +258,24 @@ func (c *Client) deliver(mad []byte, from netip.Addr) bool {
 func disconnect(fd int) {
 	var sa unix.RawSockaddr // Family 0: AF_UNSPEC
 	_, _, _ = unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa))
+}
+
+// kernelDrops returns how many datagrams the kernel dropped for the socket
+// so far (SO_MEMINFO's SK_MEMINFO_DROPS: a full receive buffer).
+func kernelDrops(f *os.File) uint32 {
+	const skMeminfoDrops = 8
+	var mi [9]uint32
+	n := uint32(unsafe.Sizeof(mi))
+	_ = steer.Control(f, func(fd int) error {
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
+			uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&n)), 0)
+		if e != 0 {
+			return e
+		}
+		return nil
+	})
+	if n/4 <= skMeminfoDrops {
+		return 0
+	}
+	return mi[skMeminfoDrops]
 }
