@@ -82,10 +82,13 @@ func openAttached(addr netip.Addr, s *attach.Session, o *options) (*Device, erro
 		// roced went away: nothing more will arrive for this block, and its
 		// socket may be another process's soon. DEVICE_FATAL, as a device
 		// whose driver unloads.
+		// The block's socket closes too: a roced started again cannot
+		// bind its group while any member of the old one is open.
 		<-s.Done()
 		if !d.closed.Load() {
 			u.Close()
 		}
+		s.Close()
 	}()
 	return d, nil
 }
@@ -144,5 +147,7 @@ func (o *options) attachHint(err error) error {
 	}
 	e := wrapErr("ibv_open_device", "", -1, err).(*Error)
 	e.Detail += fmt.Sprintf(" (roced may serve it, but attaching failed: %v; see roced's -socket-mode and -socket-group)", o.attachErr)
-	return e
+	// errors.Is finds the refusal too (EACCES or EPERM), for a tool to
+	// say why.
+	return e.With(o.attachErr)
 }

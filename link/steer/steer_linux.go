@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"net"
 	"net/netip"
 	"os"
 	"syscall"
@@ -52,6 +53,9 @@ func Listen(local netip.AddrPort, blocks int) (*Group, error) {
 		return nil, fmt.Errorf("steer: listen %v: need a specific unicast address: %w", local, syscall.EINVAL)
 	}
 	g := &Group{local: netip.AddrPortFrom(addr, local.Port()), shift: uint(qpnBits - bits.TrailingZeros(uint(blocks)))}
+	if err := probeFree(g.local); err != nil {
+		return nil, fmt.Errorf("steer: listen %v: %w", g.local, err)
+	}
 	for i := 0; i < blocks; i++ {
 		f, port, err := bindReusePort(g.local)
 		if err != nil {
@@ -68,6 +72,25 @@ func Listen(local netip.AddrPort, blocks int) (*Group, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// probeFree fails with EADDRINUSE when some socket holds ap, by binding it
+// without SO_REUSEPORT for a moment. A socket of this uid with
+// SO_REUSEPORT would otherwise let the group join it: a member of an
+// earlier group that a process still holds (a client of a roced that
+// exited) would take a place in the kernel's order and shift every block.
+func probeFree(ap netip.AddrPort) error {
+	if ap.Port() == 0 {
+		return nil
+	}
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("the port is held (by a process still attached to an earlier roced, rdma_rxe, or another program): %w", syscall.EADDRINUSE)
+		}
+		return err
+	}
+	return c.Close()
 }
 
 // bindReusePort opens a UDP socket with SO_REUSEPORT bound to ap and

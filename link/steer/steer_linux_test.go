@@ -181,3 +181,32 @@ func TestMemberPowers(t *testing.T) {
 	got := collect(t, g, 1)
 	t.Logf("block 1's datagram from a peer a member connected to reached %v", got)
 }
+
+// TestListenRefusesStaleMember: while a member of an earlier group is open
+// (held by a process of a roced that exited), a new group on that address
+// and port is EADDRINUSE rather than joining it out of order; once the
+// member closes, the group binds.
+func TestListenRefusesStaleMember(t *testing.T) {
+	g, err := Listen(netip.AddrPortFrom(lo, 0), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := g.Link(2, link.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := g.LocalAddr()
+	g.Close()
+	if g2, err := Listen(ap, 4); !errors.Is(err, syscall.EADDRINUSE) {
+		if g2 != nil {
+			g2.Close()
+		}
+		t.Fatalf("a group beside a stale member: %v, want EADDRINUSE", err)
+	}
+	held.Close()
+	g2, err := Listen(ap, 4)
+	if err != nil {
+		t.Fatalf("a group after the stale member closed: %v", err)
+	}
+	g2.Close()
+}

@@ -27,7 +27,7 @@ type daemon struct {
 	sock string
 }
 
-func startDaemon(t *testing.T, addr netip.Addr, cfg Config) *daemon {
+func startDaemon(t *testing.T, addr netip.AddrPort, cfg Config) *daemon {
 	t.Helper()
 	if cfg.Socket == "" {
 		cfg.Socket = filepath.Join(t.TempDir(), "roced.sock")
@@ -36,7 +36,7 @@ func startDaemon(t *testing.T, addr netip.Addr, cfg Config) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := srv.Share(netip.AddrPortFrom(addr, 0))
+	d, err := srv.Share(addr)
 	if err != nil {
 		srv.Close()
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func (dm *daemon) attachGSI(t *testing.T) (*roce.Device, *cm.Manager) {
 
 func TestAttachRping(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
-	dm := startDaemon(t, lo, Config{})
+	dm := startDaemon(t, netip.AddrPortFrom(lo, 0), Config{})
 	devA, mgrA := dm.attachGSI(t)
 	devB, mgrB := dm.attachGSI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -106,4 +106,98 @@ func TestAttachRping(t *testing.T) {
 	l.Close()
 	cancel()
 	<-served
+}
+
+// stop is roced's exit: its sessions end and its sockets close.
+func (dm *daemon) stop() {
+	dm.home.Close()
+	dm.own.Close()
+	dm.srv.Close()
+}
+
+// waitEvent waits for an async event of type typ on dev.
+func waitEvent(t *testing.T, dev *roce.Device, typ roce.EventType, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case ev := <-dev.Events():
+			if ev.Type == typ {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no %v within %v", typ, within)
+		}
+	}
+}
+
+// TestRocedRestart: roced's exit is DEVICE_FATAL for every attached
+// device (their QPs go to the error state and their work fails rather
+// than hangs), their sockets close, and a roced started again on the same
+// socket and address serves new attaches. The rping client's disconnect
+// waits for a DREP that cannot come (QP1 left with roced) until its
+// Timeout, which the test shortens.
+func TestRocedRestart(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	sock := filepath.Join(t.TempDir(), "roced.sock")
+	dm := startDaemon(t, netip.AddrPortFrom(lo, 0), Config{Socket: sock})
+	devA, mgrA := dm.attachGSI(t)
+	devB, mgrB := dm.attachGSI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	svc := netip.AddrPortFrom(lo, 7175)
+	l, err := mgrA.Listen(svc, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- rping.Serve(ctx, devA, l, rping.Options{}) }()
+	pinged := make(chan error, 1)
+	go func() {
+		pinged <- rping.Client(ctx, devB, mgrB, netip.AddrPortFrom(lo, 0), svc, rping.Options{Validate: true, Timeout: 3 * time.Second})
+	}()
+	// Mid-run: B's QP is in RTS.
+	for rts := false; !rts; {
+		select {
+		case err := <-pinged:
+			t.Fatalf("rping ended before roced stopped: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		for _, q := range devB.QPs() {
+			rts = rts || q.State == roce.QPSRTS
+		}
+	}
+	stopped := time.Now()
+	dm.stop()
+	// The bound: the session's end reaches the client at once; the event
+	// follows the socket's close through the engine's reader.
+	waitEvent(t, devB, roce.EventDeviceFatal, 10*time.Second)
+	waitEvent(t, devA, roce.EventDeviceFatal, 10*time.Second)
+	t.Logf("DEVICE_FATAL on both devices %v after roced stopped", time.Since(stopped))
+	select {
+	case err := <-pinged:
+		if err == nil {
+			t.Error("rping client: nil error after roced stopped, want a failure")
+		} else {
+			t.Logf("rping client %v after roced stopped: %v", time.Since(stopped), err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the rping client hangs after roced stopped")
+	}
+	for _, q := range devB.QPs() {
+		if q.State != roce.QPSErr {
+			t.Errorf("QP %#x is %v after DEVICE_FATAL, want ERR", q.QPN, q.State)
+		}
+	}
+	l.Close()
+	cancel()
+	<-served
+
+	// roced again, on the same socket and address: the old sockets are
+	// closed, so its group binds, and a new process attaches.
+	dm2 := startDaemon(t, dm.addr, Config{Socket: sock})
+	devC, _ := dm2.attachGSI(t)
+	if !devC.Attached() {
+		t.Fatal("no attach after the restart")
+	}
 }

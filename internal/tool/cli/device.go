@@ -73,6 +73,10 @@ func OpenError(err error, addr netip.Addr, udpPort int, addrFlag, portFlag strin
 	if !errors.Is(err, syscall.EADDRINUSE) {
 		return fmt.Errorf("couldn't open the device on %v: %w", addr, err)
 	}
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		return fmt.Errorf("roced serves %v UDP port %d but did not let this process attach (%w): "+
+			"roced's -socket-mode and -socket-group decide who may", addr, udpPort, err)
+	}
 	other := "another address of this host"
 	if addr.Is4() && addr.IsLoopback() {
 		other = "127.0.0.x (every 127/8 address is local)"
