@@ -124,10 +124,15 @@ type end struct {
 // MTU: the variants of a benchmark set them (run-to-completion, readers...).
 var devOpts []roce.Option
 
-func openEnd(b *testing.B, addr netip.Addr, port uint16, bufLen, sq, rq int) *end {
-	dev, err := roce.Open(addr, append([]roce.Option{roce.WithPort(port), roce.WithMTU(roce.MTU4096)}, devOpts...)...)
+func openEnd(b *testing.B, addr netip.Addr, port uint16, sock string, bufLen, sq, rq int) *end {
+	opts := append([]roce.Option{roce.WithPort(port), roce.WithMTU(roce.MTU4096), roce.WithRoced(sock)}, devOpts...)
+	dev, err := roce.Open(addr, opts...)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if dev.Attached() != (sock != "") {
+		dev.Close()
+		b.Fatalf("device on %v: attached %v, want %v", addr, dev.Attached(), sock != "")
 	}
 	b.Cleanup(func() { dev.Close() })
 	e := &end{dev: dev, buf: make([]byte, bufLen)}
@@ -155,7 +160,11 @@ func openEnd(b *testing.B, addr netip.Addr, port uint16, bufLen, sq, rq int) *en
 // to the other at path MTU 4096, as ibv_rc_pingpong does after its exchange.
 func rcPair(b *testing.B, bufLen, sq, rq int) (*end, *end) {
 	port := sharedPort(b)
-	x, y := openEnd(b, addrA, port, bufLen, sq, rq), openEnd(b, addrB, port, bufLen, sq, rq)
+	sock := ""
+	if attached {
+		sock = shareBoth(b, port)
+	}
+	x, y := openEnd(b, addrA, port, sock, bufLen, sq, rq), openEnd(b, addrB, port, sock, bufLen, sq, rq)
 	for _, p := range [][2]*end{{x, y}, {y, x}} {
 		l, r := p[0], p[1]
 		if err := l.qp.Modify(&roce.QPAttr{State: roce.QPSInit, PortNum: 1, AccessFlags: benchAccess},
@@ -301,6 +310,7 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	posted, outstanding, sqFull := 0, 0, 0
 	for posted < b.N || outstanding > 0 {
 		for posted < b.N && outstanding+every <= depth {
@@ -332,9 +342,11 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 		}
 	}
 	b.StopTimer()
+	cpu := cpuTime() - cpu0
 	after := x.dev.Stats()
 	sec := b.Elapsed().Seconds()
 	pkts := float64(after.SentPackets[class] - before.SentPackets[class])
+	b.ReportMetric(float64(cpu.Nanoseconds())/pkts, "cpu-ns/pkt")
 	retx := float64(after.Retransmits - before.Retransmits)
 	acks := float64(y.dev.Stats().SentPackets[transport.ClassAck])
 	dsize := bigDatagram
@@ -433,6 +445,7 @@ func BenchmarkRCWrite(b *testing.B) {
 	for _, n := range sizes {
 		b.Run(sizeName(n), func(b *testing.B) { benchRC(b, roce.WRRDMAWrite, n) })
 	}
+	b.Run("1MiB-attached", withAttached(func(b *testing.B) { benchRC(b, roce.WRRDMAWrite, 1<<20) }))
 }
 
 // BenchmarkRCSend is SEND throughput between two devices over loopback.
@@ -440,6 +453,7 @@ func BenchmarkRCSend(b *testing.B) {
 	for _, n := range sizes {
 		b.Run(sizeName(n), func(b *testing.B) { benchRC(b, roce.WRSend, n) })
 	}
+	b.Run("4KiB-attached", withAttached(func(b *testing.B) { benchRC(b, roce.WRSend, 4096) }))
 }
 
 // BenchmarkRCPingPong is the 64-byte SEND round trip (ibv_rc_pingpong -s 64): the
@@ -453,10 +467,18 @@ func BenchmarkRCSend(b *testing.B) {
 // goroutine is a hand-off between OS threads (BenchmarkRCPingPongModes/
 // rtc-busypoll-locked, 5× slower on an idle 2-core host).
 // BenchmarkRCPingPongModes/events is the default device with event-driven waits.
+//
+// Its sub-benchmarks are the round trip between owned devices (each binds
+// its address) and between devices attached to roced (attach server in
+// this process), in one run.
 func BenchmarkRCPingPong(b *testing.B) {
-	devOpts, spinFor = []roce.Option{roce.WithRunToCompletion(true)}, pollSpin
-	defer func() { devOpts, spinFor = nil, 0 }()
-	pingPong(b, false)
+	run := func(b *testing.B) {
+		devOpts, spinFor = []roce.Option{roce.WithRunToCompletion(true)}, pollSpin
+		defer func() { devOpts, spinFor = nil, 0 }()
+		pingPong(b, false)
+	}
+	b.Run("owned", run)
+	b.Run("attached", withAttached(run))
 }
 
 // pollSpin is how long the busy-polling ping-pong variants poll before sleeping.
@@ -601,13 +623,16 @@ func pingPong(b *testing.B, lock bool) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for range b.N {
 		if err := roundTrip(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
+	cpu := cpuTime() - cpu0
 	rt := b.Elapsed() / time.Duration(b.N)
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/rt")
 	close(stop)
 	if err := <-echoDone; err != nil {
 		b.Fatalf("echo: %v", err)

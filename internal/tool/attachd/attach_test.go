@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/cm/rping"
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/steer"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -199,5 +202,33 @@ func TestRocedRestart(t *testing.T) {
 	devC, _ := dm2.attachGSI(t)
 	if !devC.Attached() {
 		t.Fatal("no attach after the restart")
+	}
+}
+
+// TestConnectEndsSession: a process that connects its steered socket (to
+// take one peer's datagrams whatever their QPN) has the connect undone and
+// its session ended on roced's next tick: its device sees DEVICE_FATAL.
+func TestConnectEndsSession(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	dm := startDaemon(t, netip.AddrPortFrom(lo, 0), Config{})
+	dev, _ := dm.attachGSI(t)
+	cls := dm.srv.Clients()
+	if len(cls) != 1 {
+		t.Fatalf("%d clients, want 1", len(cls))
+	}
+	// The process's socket and roced's copy are one socket.
+	sock := dm.dev.Group().Socket(cls[0].Block)
+	if err := steer.Control(sock, func(fd int) error {
+		return unix.Connect(fd, &unix.SockaddrInet4{Port: 9, Addr: [4]byte{127, 0, 0, 1}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Bound: one drain tick (drainEvery) plus the session's end, with margin.
+	waitEvent(t, dev, roce.EventDeviceFatal, 50*drainEvery)
+	if v := dm.dev.Violations(); v != 1 {
+		t.Errorf("violations = %d, want 1", v)
+	}
+	if err := steer.Control(sock, func(fd int) error { _, err := unix.Getpeername(fd); return err }); err == nil {
+		t.Error("the socket is still connected")
 	}
 }

@@ -29,6 +29,7 @@ type Client struct {
 	Since    time.Time
 	Block    int
 	port     *Port
+	admitted bool // under s.mu: dev, Block and port are set
 
 	// out queues what roced sends the process, written by one goroutine, so
 	// that a process that stops reading never blocks roced's QP1 reader.

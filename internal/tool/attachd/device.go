@@ -38,9 +38,10 @@ type Device struct {
 	locked []bool      // SO_LOCK_FILTER set (once handed out)
 	next   int         // where the search for a free block starts
 
-	drops    atomic.Uint64 // datagrams that arrived for a block no process held
-	seen     []uint32      // each free block's kernel drop count (SK_MEMINFO_DROPS) already counted
-	departed departed      // under s.mu
+	drops      atomic.Uint64 // datagrams that arrived for a block no process held
+	violations atomic.Uint64 // processes ended for connecting their socket
+	seen       []uint32      // each free block's kernel drop count (SK_MEMINFO_DROPS) already counted
+	departed   departed      // under s.mu
 }
 
 // departed sums the last reports of the processes that left, so that the
@@ -200,6 +201,42 @@ func (d *Device) release(c *Client) {
 	})
 	d.drainLocked(b)
 }
+
+// police undoes what a process may do to the group through the socket it
+// holds (see package link/steer): it puts the steering program back, in
+// case a member detached it, and ends the session of a process that
+// connected its socket, after undoing the connect. It returns how many
+// processes it ended.
+func (d *Device) police() int {
+	if err := d.g.Attach(); err != nil {
+		d.s.log.Error("re-attaching the steering program", "addr", d.g.LocalAddr(), "err", err)
+	}
+	d.mu.Lock()
+	var bad []*Client
+	for b := 1; b < len(d.owner); b++ {
+		c := d.owner[b]
+		if c == nil {
+			continue
+		}
+		_ = steer.Control(d.g.Socket(b), func(fd int) error {
+			if _, err := unix.Getpeername(fd); err == nil {
+				disconnect(fd)
+				bad = append(bad, c)
+			}
+			return nil
+		})
+	}
+	d.mu.Unlock()
+	for _, c := range bad {
+		d.violations.Add(1)
+		d.s.log.Warn("ending the session of a process that connected its steered socket", "pid", c.PID, "uid", c.UID, "comm", c.Comm, "block", c.Block)
+		c.conn.Close()
+	}
+	return len(bad)
+}
+
+// Violations counts the processes police ended.
+func (d *Device) Violations() uint64 { return d.violations.Load() }
 
 // drainFree empties every free block's socket.
 func (d *Device) drainFree() {

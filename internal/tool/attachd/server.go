@@ -219,7 +219,8 @@ func (s *Server) Close() error {
 	return err
 }
 
-// drainLoop empties the free blocks' sockets, counting what it finds.
+// drainLoop polices the groups and empties the free blocks' sockets,
+// counting what it finds.
 func (s *Server) drainLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(drainEvery)
@@ -237,6 +238,7 @@ func (s *Server) drainLoop() {
 		}
 		s.mu.Unlock()
 		for _, d := range devs {
+			d.police()
 			d.drainFree()
 		}
 	}
@@ -300,6 +302,11 @@ func (s *Server) handle(conn *attach.Conn) {
 		refuse(conn, hello.Seq, err)
 		return
 	}
+	// Listed from now on: admit's writes to c happen before any reader
+	// that takes s.mu and sees admitted.
+	s.mu.Lock()
+	c.admitted = true
+	s.mu.Unlock()
 	first, last := d.g.Range(c.Block)
 	prefix, _ := CommIDs(uint32(c.Block), d.router.shift)
 	var flags uint32
@@ -332,7 +339,7 @@ func (s *Server) Clients() []*Client {
 	defer s.mu.Unlock()
 	out := make([]*Client, 0, len(s.clients))
 	for c := range s.clients {
-		if c.dev != nil {
+		if c.admitted {
 			out = append(out, c)
 		}
 	}
