@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/internal/tool/attachd"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/roce"
 )
 
 // attached is set by the -attached variants: rcPair's devices attach to a
@@ -34,9 +37,23 @@ func shareBoth(b *testing.B, port uint16) string {
 	}
 	b.Cleanup(func() { srv.Close(); os.RemoveAll(dir) })
 	for _, a := range []netip.Addr{addrA, addrB} {
-		if _, err := srv.Share(netip.AddrPortFrom(a, port)); err != nil {
+		d, err := srv.Share(netip.AddrPortFrom(a, port))
+		if err != nil {
 			b.Fatal(err)
 		}
+		// roced's own device on block 0, whose QP1 the CM router needs.
+		l, err := d.Link(link.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		gl, conn := gsi.Wrap(l)
+		own, err := roce.OpenLink(gl, roce.WithMTU(roce.MTU4096))
+		if err != nil {
+			l.Close()
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { own.Close() })
+		d.StartCM(conn)
 	}
 	go srv.Serve()
 	return sock

@@ -45,7 +45,7 @@
 //
 // The kernel lets a socket join a reuseport group only if it has
 // SO_REUSEPORT and the same effective uid as the group's sockets
-// (udp_lib_lport_inuse, sk_reuseport_match): another uid's bind is
+// (udp_lib_lport_inuse, udp_reuseport_add_sock): another uid's bind is
 // EADDRINUSE, as is any bind without SO_REUSEPORT. A process of roced's own
 // uid could join; run roced under a uid of its own.
 //

@@ -41,6 +41,7 @@ type Device struct {
 	drops      atomic.Uint64 // datagrams that arrived for a block no process held
 	violations atomic.Uint64 // processes ended for connecting their socket
 	seen       []uint32      // each free block's kernel drop count (SK_MEMINFO_DROPS) already counted
+	buf        []byte        // drainLocked's, under mu: one, not one per block and tick
 	departed   departed      // under s.mu
 }
 
@@ -256,7 +257,10 @@ func (d *Device) drainLocked(b int) {
 		d.drops.Add(uint64(k - d.seen[b]))
 		d.seen[b] = k
 	}
-	buf := make([]byte, link.MaxTrain)
+	if d.buf == nil {
+		d.buf = make([]byte, link.MaxTrain)
+	}
+	buf := d.buf
 	_ = steer.Control(d.g.Socket(b), func(fd int) error {
 		for i := 0; i < 1<<16; i++ { // bounded: a flood is drained over several ticks
 			_, _, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT|unix.MSG_TRUNC)
