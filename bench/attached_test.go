@@ -21,6 +21,10 @@ import (
 // instead of binding them.
 var attached bool
 
+// attachNoGRO has the attach server tell its clients not to turn UDP GRO
+// on (roced -attach-gro=false).
+var attachNoGRO bool
+
 // shareBoth starts roced's attach server for addrA and addrB on port and
 // returns its socket; it stops at the benchmark's end. The grant lets the
 // clients turn GRO on, as roced's default (-attach-gro).
@@ -30,7 +34,7 @@ func shareBoth(b *testing.B, port uint16) string {
 		b.Fatal(err)
 	}
 	sock := filepath.Join(dir, "roced.sock")
-	srv, err := attachd.Listen(attachd.Config{Socket: sock, MTU: 5})
+	srv, err := attachd.Listen(attachd.Config{Socket: sock, MTU: 5, NoGRO: attachNoGRO})
 	if err != nil {
 		os.RemoveAll(dir)
 		b.Fatal(err)
@@ -68,11 +72,12 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// withAttached runs fn as the -attached variant.
-func withAttached(fn func(b *testing.B)) func(b *testing.B) {
+// withAttached runs fn as the -attached variant, with GRO off on the
+// clients' sockets when noGRO.
+func withAttached(noGRO bool, fn func(b *testing.B)) func(b *testing.B) {
 	return func(b *testing.B) {
-		attached = true
-		defer func() { attached = false }()
+		attached, attachNoGRO = true, noGRO
+		defer func() { attached, attachNoGRO = false, false }()
 		fn(b)
 	}
 }

@@ -445,7 +445,8 @@ func BenchmarkRCWrite(b *testing.B) {
 	for _, n := range sizes {
 		b.Run(sizeName(n), func(b *testing.B) { benchRC(b, roce.WRRDMAWrite, n) })
 	}
-	b.Run("1MiB-attached", withAttached(func(b *testing.B) { benchRC(b, roce.WRRDMAWrite, 1<<20) }))
+	b.Run("1MiB-attached", withAttached(false, func(b *testing.B) { benchRC(b, roce.WRRDMAWrite, 1<<20) }))
+	b.Run("1MiB-attached-nogro", withAttached(true, func(b *testing.B) { benchRC(b, roce.WRRDMAWrite, 1<<20) }))
 }
 
 // BenchmarkRCSend is SEND throughput between two devices over loopback.
@@ -453,7 +454,8 @@ func BenchmarkRCSend(b *testing.B) {
 	for _, n := range sizes {
 		b.Run(sizeName(n), func(b *testing.B) { benchRC(b, roce.WRSend, n) })
 	}
-	b.Run("4KiB-attached", withAttached(func(b *testing.B) { benchRC(b, roce.WRSend, 4096) }))
+	b.Run("4KiB-attached", withAttached(false, func(b *testing.B) { benchRC(b, roce.WRSend, 4096) }))
+	b.Run("4KiB-attached-nogro", withAttached(true, func(b *testing.B) { benchRC(b, roce.WRSend, 4096) }))
 }
 
 // BenchmarkRCPingPong is the 64-byte SEND round trip (ibv_rc_pingpong -s 64): the
@@ -478,7 +480,7 @@ func BenchmarkRCPingPong(b *testing.B) {
 		pingPong(b, false)
 	}
 	b.Run("owned", run)
-	b.Run("attached", withAttached(run))
+	b.Run("attached", withAttached(false, run))
 }
 
 // pollSpin is how long the busy-polling ping-pong variants poll before sleeping.

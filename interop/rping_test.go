@@ -363,7 +363,10 @@ func startRoced(t *testing.T, lab *labtest.Lab, args ...string) *rocedProc {
 	t.Helper()
 	bin := toolBin(t, "GOROCE_ROCED", "cmd/roced")
 	host := lab.HostIP.String()
-	args = append([]string{"-bind", host, "-metrics", net.JoinHostPort(host, "0")}, args...)
+	// An attach socket of the test's own: the lanes run at once, and the
+	// host's /run/goroce is not the lab's.
+	args = append([]string{"-bind", host, "-metrics", net.JoinHostPort(host, "0"),
+		"-socket", filepath.Join(t.TempDir(), "roced.sock")}, args...)
 	p := &rocedProc{done: make(chan error, 1), http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return lab.Dial(ctx, addr) },
 	}}}

@@ -67,7 +67,8 @@ func TestAgainstRoced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	daemon := exec.CommandContext(ctx, roced, "-bind", "127.0.0.61", "-port", fmt.Sprint(udp), "-metrics", addr,
-		"-pingpong-port", fmt.Sprint(tcp), "-ud-pingpong=false", "-rping=false", "-source-ports", "0")
+		"-pingpong-port", fmt.Sprint(tcp), "-ud-pingpong=false", "-rping=false", "-source-ports", "0",
+		"-socket", filepath.Join(dir, "roced.sock")) // not the host's /run/goroce
 	var derr bytes.Buffer
 	daemon.Stderr = &derr
 	if err := daemon.Start(); err != nil {

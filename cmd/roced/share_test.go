@@ -37,7 +37,7 @@ var (
 	toolsErr  error
 )
 
-// tools builds roce-pingpong and roce-perftest once, into a directory every
+// tools builds roce-pingpong, roce-perftest and rping-go once, into a directory every
 // uid may read (the fleet's second uid runs them).
 func tools(t *testing.T) string {
 	t.Helper()
@@ -49,7 +49,7 @@ func tools(t *testing.T) string {
 			toolsErr = err
 			return
 		}
-		build := exec.Command("go", "build", "-o", dir+"/", "../roce-pingpong", "../roce-perftest")
+		build := exec.Command("go", "build", "-o", dir+"/", "../roce-pingpong", "../roce-perftest", "../rping-go")
 		if out, err := build.CombinedOutput(); err != nil {
 			toolsErr = fmt.Errorf("building the tools: %v\n%s", err, out)
 		}
@@ -440,4 +440,68 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
+}
+
+// TestKilledServerDREQ: an attached rping-go server killed with SIGKILL
+// mid-run sends nothing, but roced, which held its CM state, sends its
+// peer a DREQ: the attached rping-go client sees the disconnect and exits
+// at once, instead of retrying into retry-exceeded.
+func TestKilledServerDREQ(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs processes")
+	}
+	dir := tools(t)
+	addr := testAddrs(1)[0]
+	port := freeUDPPort(t, addr)
+	sock := filepath.Join(t.TempDir(), "roced.sock")
+	d := startDaemon(t, "-bind", addr.String(), "-port", strconv.Itoa(int(port)), "-pingpong=false", "-ud-pingpong=false",
+		"-rping=false", "-socket", sock)
+	rp := filepath.Join(dir, "rping-go")
+	cmPort := strconv.Itoa(freeTCPPort(t))
+	common := []string{"-a", addr.String(), "-p", cmPort, "--udp-port", strconv.Itoa(int(port))}
+	srv := startTool(t, "rping-go -s", rp, sock, 0, 0, append([]string{"-s", "-V"}, common...)...)
+	// The server listens once roced routes its service: wait for it among
+	// the attached processes with a listener.
+	waitForIn(t, fleetDeadline, "the rping server's listen", func() bool {
+		procs, _ := processes(t, d, addr)
+		for _, p := range procs {
+			if p.PID == srv.cmd.Process.Pid && p.Listeners > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	cli := startTool(t, "rping-go -c", rp, sock, 0, 0, append([]string{"-c", "-V", "-C", "0", "-I", addr.String()}, common...)...)
+	waitForIn(t, fleetDeadline, "the rping client's QP to reach RTS", func() bool {
+		select {
+		case <-cli.done:
+			t.Fatalf("the rping client ended before its server was killed: %v\n%s%s", cli.runErr, cli.out, cli.errb)
+		default:
+		}
+		_, qps := processes(t, d, addr)
+		for _, q := range qps {
+			if q.PID == cli.cmd.Process.Pid && q.State == "RTS" {
+				return true
+			}
+		}
+		return false
+	})
+	if err := srv.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	<-srv.done
+	// Bound: roced sees the process's socket close at once and sends the
+	// DREQ; the client then tears down. Retry-exceeded would take the QP's
+	// 7 retries of a 4.096 us x 2^14 timeout (0.5 s) at least, and an rping
+	// retry loop longer; 20 s leaves room for a loaded host.
+	select {
+	case <-cli.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the rping client did not end within 20 s of its server's SIGKILL\n%s%s", cli.out, cli.errb)
+	}
+	t.Logf("rping client ended %v after its server's SIGKILL: %v: %s", time.Since(killed), cli.runErr, lastLine(cli.errb.String()))
+	if cli.runErr == nil {
+		t.Error("the rping client exited 0 after losing its server")
+	}
 }
