@@ -154,7 +154,7 @@ func TestRocedRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- rping.Serve(ctx, devA, l, rping.Options{}) }()
+	go func() { served <- rping.Serve(ctx, devA, l, rping.Options{Timeout: 3 * time.Second}) }()
 	pinged := make(chan error, 1)
 	go func() {
 		pinged <- rping.Client(ctx, devB, mgrB, netip.AddrPortFrom(lo, 0), svc, rping.Options{Validate: true, Timeout: 3 * time.Second})
@@ -195,6 +195,7 @@ func TestRocedRestart(t *testing.T) {
 	l.Close()
 	cancel()
 	<-served
+	t.Logf("server ended %v after roced stopped", time.Since(stopped))
 
 	// roced again, on the same socket and address: the old sockets are
 	// closed, so its group binds, and a new process attaches.
@@ -203,6 +204,7 @@ func TestRocedRestart(t *testing.T) {
 	if !devC.Attached() {
 		t.Fatal("no attach after the restart")
 	}
+	t.Logf("attached again %v after roced stopped", time.Since(stopped))
 }
 
 // TestConnectEndsSession: a process that connects its steered socket (to

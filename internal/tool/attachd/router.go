@@ -153,8 +153,8 @@ func (r *Router) Add(block int, deliver func(mad []byte, from netip.Addr) bool) 
 const (
 	offLocalID  = cm.HeaderLen
 	offRemoteID = cm.HeaderLen + 4
-	offService  = cm.HeaderLen + 8 // REQ, SIDR_REQ
-	offSIDRSvc  = cm.HeaderLen + 8 // SIDR_REP's service ID
+	offService  = cm.HeaderLen + 8  // REQ, SIDR_REQ
+	offSIDRSvc  = cm.HeaderLen + 12 // SIDR_REP's service ID (after RequestID, Status, AddInfoLength, reserved, QPN)
 )
 
 func attrOf(mad []byte) cm.AttrID { return cm.AttrID(binary.BigEndian.Uint16(mad[16:])) }
