@@ -13,11 +13,15 @@ func TestCoreDoesNotImportPrometheus(t *testing.T) {
 	if err != nil {
 		t.Skip("no go tool on PATH")
 	}
-	cmd := exec.Command(goTool, "list", "-deps", "./bth/...", "./transport/...", "./roce/...", "./cq/...", "./srq/...", "./cm/...")
+	cmd := exec.Command(goTool, "list", "-deps", "./bth/...", "./internal/core/...", "./link/...", "./roce/...", "./cm/...")
 	cmd.Dir = ".."
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list: %v", err)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go list: %v\n%s", err, stderr)
 	}
 	for _, p := range strings.Fields(string(out)) {
 		if strings.HasPrefix(p, "github.com/prometheus/") {

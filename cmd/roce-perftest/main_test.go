@@ -469,9 +469,10 @@ func TestLoopback(t *testing.T) {
 						if size == 0 {
 							size = 2 << i
 						}
-						// -a's first rows move a few bytes at a time: on a loaded machine
-						// their MB/sec rounds to 0.00, as perftest's own.
-						zeroOK := tt.size == 0 && size < 1024 && !lat
+						// -a's first rows and the 8-byte atomics move a few bytes at a
+						// time: on a loaded machine their MB/sec rounds to 0.00, as
+						// perftest's own (atomic_bw -q 4 -n 100 did at load 14).
+						zeroOK := size < 1024 && !lat
 						if int(row[0]) != size || int(row[1]) != tt.iter || !(row[2] > 0 || zeroOK) {
 							t.Errorf("%s row %d: %v; want %d bytes, %d iterations, a positive figure", side.who, i, row, size, tt.iter)
 						}
