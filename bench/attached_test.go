@@ -6,9 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/internal/tool/attachd"
@@ -61,15 +59,6 @@ func shareBoth(b *testing.B, port uint16) string {
 	}
 	go srv.Serve()
 	return sock
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // withAttached runs fn as the -attached variant, with GRO off on the

@@ -16,7 +16,6 @@ type requestQueue[T any] struct {
 	mg        *Manager
 	addr      netip.AddrPort
 	serviceID uint64
-	ud        bool // in the UDP port space (SIDR)
 	reqs      chan T
 	done      chan struct{}
 	closeOnce sync.Once
@@ -44,19 +43,27 @@ func (q *requestQueue[T]) listenLocked(mg *Manager, addr netip.AddrPort, ps Port
 		return net.ErrClosed
 	}
 	sid := ServiceID(ps, addr.Port())
-	claimer, _ := mg.conn.(ServiceClaimer)
-	if claimer != nil {
-		if err := claimer.ClaimService(sid, ps == PortSpaceUDP); err != nil {
+	if g := mg.grace[sid]; g != nil && ps == PortSpaceTCP {
+		// The machine still takes requests for sid: the port's last
+		// listener closed within ListenGrace (Manager.endGraceLocked),
+		// and roced's claim on it (ServiceClaimer) is still this process's.
+		g.timer.Stop()
+		delete(mg.grace, sid)
+		mg.adopt = append(mg.adopt, g.held...)
+	} else {
+		claimer, _ := mg.conn.(ServiceClaimer)
+		if claimer != nil {
+			if err := claimer.ClaimService(sid, ps == PortSpaceUDP); err != nil {
+				return fmt.Errorf("cm: listen %v: %w", addr, err)
+			}
+		}
+		if err := mg.m.Listen(sid); err != nil {
+			if claimer != nil {
+				claimer.ReleaseService(sid, ps == PortSpaceUDP)
+			}
 			return fmt.Errorf("cm: listen %v: %w", addr, err)
 		}
 	}
-	if err := mg.m.Listen(sid); err != nil {
-		if claimer != nil {
-			claimer.ReleaseService(sid, ps == PortSpaceUDP)
-		}
-		return fmt.Errorf("cm: listen %v: %w", addr, err)
-	}
-	q.ud = ps == PortSpaceUDP
 	q.mg, q.serviceID = mg, sid
 	q.addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
 	q.reqs, q.done = make(chan T, backlogOf(backlog)), make(chan struct{})
@@ -78,15 +85,11 @@ func (q *requestQueue[T]) get(ctx context.Context) (T, error) {
 	}
 }
 
-// closeLocked runs once: it stops the service, drops it from the manager's
-// table (unregister), and refuses every request still queued. mg.mu is held.
+// closeLocked runs once: it stops the service and drops it from the manager's
+// tables (unregister), and refuses every request still queued. mg.mu is held.
 func (q *requestQueue[T]) closeLocked(unregister func(), refuse func(now time.Time, r T)) {
 	q.closeOnce.Do(func() {
 		close(q.done)
-		q.mg.m.Unlisten(q.serviceID)
-		if c, ok := q.mg.conn.(ServiceClaimer); ok {
-			c.ReleaseService(q.serviceID, q.ud)
-		}
 		unregister()
 		for {
 			select {

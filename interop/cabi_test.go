@@ -741,7 +741,7 @@ func TestCABIMckey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second) // the receiver's joins, before our first datagram
+		waitMckeyJoined(ctx, t, a, group, mckeyQPs)
 		bin, args := cabiCommand(dir, host, prog, "-m", group, "-b", host, "-s", "-C", fmt.Sprint(mckeyCount), "-S", fmt.Sprint(mckeySize))
 		out, err := lab.Command(ctx, bin, args...).CombinedOutput()
 		rc := 0

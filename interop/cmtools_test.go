@@ -2,6 +2,7 @@ package interop
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -489,7 +490,7 @@ func TestMckey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second) // the receiver's joins, before the sender's first datagram
+		waitMckeyJoined(ctx, t, a, group, mckeyQPs)
 		start := time.Now()
 		send, err := b.Run(ctx, mckeySender(fmt.Sprintf("-m %s -b %s -s -C %d -S %d", group, b.IP, mckeyCount, mckeySize)))
 		if err != nil {
@@ -520,7 +521,7 @@ func TestMckey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second) // the receiver's joins, before our first datagram
+		waitMckeyJoined(ctx, t, a, group, mckeyQPs)
 		start := time.Now()
 		peer := startGoPeer(ctx, t, lab, "", mckeyPeerEnv(lab, "mckey-send", group)...)
 		rc, killed := peer.wait(30 * time.Second)
@@ -673,6 +674,66 @@ func mckeyPeer(ctx context.Context, dev *roce.Device, send bool, group string, c
 // which holds rdma_leave_multicast a second, most were flushed unsent.
 func mckeySender(args string) string {
 	return "LD_PRELOAD=/usr/lib/goroce/linger.so mckey " + args + " 2>&1"
+}
+
+// waitMckeyJoined waits until every one of a stock mckey receiver's QPs in guest g has
+// joined group: the guest kernel's rdma_cm adds an IGMP membership for each join of a
+// RoCEv2 id (/proc/net/igmp counts them as the group's users), and the receiver
+// attaches the QP as it takes the join's event, before its first receive could be
+// missed by a sender that starts after this returns. mckey's stdout is a pipe, fully
+// buffered, so its "joined" lines come only at exit.
+func waitMckeyJoined(ctx context.Context, t *testing.T, g *labtest.Guest, group string, joins int) {
+	t.Helper()
+	ip := netip.MustParseAddr(group).As4()
+	want := fmt.Sprintf("%08X", binary.LittleEndian.Uint32(ip[:])) // the kernel prints the __be32 as a host-order word
+	users := -1
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		r, err := g.Run(ctx, "cat /proc/net/igmp")
+		if err != nil {
+			t.Fatalf("guest %s: /proc/net/igmp: %v", g.Name, err)
+		}
+		users = igmpUsers(r.Out, want)
+		if users >= joins {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("guest %s: %d of %d joins of %s: %v", g.Name, max(users, 0), joins, group, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("guest %s: %d of %d joins of %s within 20 s", g.Name, max(users, 0), joins, group)
+}
+
+// igmpUsers is the users count of a group (as /proc/net/igmp prints it: 8 hex digits)
+// summed over the devices, or -1 if no device has joined it.
+func igmpUsers(procNetIGMP, group string) int {
+	n := -1
+	for _, line := range strings.Split(procNetIGMP, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && strings.EqualFold(f[0], group) {
+			if u, err := strconv.Atoi(f[1]); err == nil {
+				n = max(n, 0) + u
+			}
+		}
+	}
+	return n
+}
+
+// TestIGMPUsers reads /proc/net/igmp as a 6.1 guest prints it, with the group of a
+// receiver whose two ids joined.
+func TestIGMPUsers(t *testing.T) {
+	const out = "Idx\tDevice    : Count Querier\tGroup    Users Timer\tReporter\n" +
+		"1\tlo        :     1      V3\n\t\t\t\t010000E0     1 0:00000000\t\t0\n" +
+		"2\teth0      :     2      V3\n\t\t\t\t010012EF     2 0:00000000\t\t0\n\t\t\t\t010000E0     1 0:00000000\t\t0\n"
+	for _, c := range []struct {
+		group string
+		want  int
+	}{{"010012EF", 2}, {"010000E0", 2}, {"020012EF", -1}} {
+		if got := igmpUsers(out, c.group); got != c.want {
+			t.Errorf("igmpUsers(%s) = %d, want %d", c.group, got, c.want)
+		}
+	}
 }
 
 // checkMckey checks an mckey run: exit 0, every id joined, the transfers complete.

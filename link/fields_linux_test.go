@@ -42,7 +42,7 @@ func TestHeaderFieldsPerMessage(t *testing.T) {
 			b := listen(t, tt.b, Config{})
 			var sn *sniffer
 			if unix.Geteuid() == 0 {
-				sn = sniff(t, loIndex(t))
+				sn = sniff(t, loIndex(t), b.LocalAddr().Port())
 			}
 			var out []Message
 			var want []fields

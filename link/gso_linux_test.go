@@ -282,7 +282,7 @@ func TestGSOFallback(t *testing.T) {
 	}
 	var sn *sniffer
 	if unix.Geteuid() == 0 {
-		sn = sniff(t, loIndex(t))
+		sn = sniff(t, loIndex(t), b.LocalAddr().Port())
 	}
 	const n = 20
 	tr := newTrain(a.LocalAddr(), b.LocalAddr(), 4112, n, 500)

@@ -125,15 +125,67 @@ type sniffer struct {
 	fd int
 }
 
-// sniff opens a sniffer on interface ifindex of the test's namespace.
-func sniff(t *testing.T, ifindex int) *sniffer {
+// sniff opens a sniffer on interface ifindex of the test's namespace. A
+// port other than 0 keeps only UDP datagrams to it, filtered in the kernel:
+// on a loopback that other tests flood, the socket's queue would otherwise
+// fill with their traffic and drop ours.
+func sniff(t *testing.T, ifindex int, port uint16) *sniffer {
 	t.Helper()
 	needRoot(t, "an AF_PACKET capture")
 	s, err := openSniffer(t, ifindex)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if port != 0 {
+		if err := s.onlyUDPPort(port); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return s
+}
+
+// onlyUDPPort attaches a classic BPF filter that passes IPv4 and IPv6 (no
+// extension headers) UDP datagrams to port, then empties what the socket
+// queued before the filter.
+func (s *sniffer) onlyUDPPort(port uint16) error {
+	const (
+		ldbAbs  = unix.BPF_LD | unix.BPF_B | unix.BPF_ABS
+		ldhAbs  = unix.BPF_LD | unix.BPF_H | unix.BPF_ABS
+		ldhInd  = unix.BPF_LD | unix.BPF_H | unix.BPF_IND
+		ldxMsh  = unix.BPF_LDX | unix.BPF_B | unix.BPF_MSH
+		rsh     = unix.BPF_ALU | unix.BPF_RSH | unix.BPF_K
+		jeq     = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		ret     = unix.BPF_RET | unix.BPF_K
+		udp     = unix.IPPROTO_UDP
+		keepAll = 0x40000
+	)
+	prog := []unix.SockFilter{
+		{Code: ldbAbs, K: 0},                       // 0: version nibble
+		{Code: rsh, K: 4},                          // 1
+		{Code: jeq, K: 4, Jt: 0, Jf: 5},            // 2: IPv4, else 8
+		{Code: ldbAbs, K: 9},                       // 3: protocol
+		{Code: jeq, K: udp, Jt: 0, Jf: 9},          // 4: else drop
+		{Code: ldxMsh, K: 0},                       // 5: X = IPv4 header length
+		{Code: ldhInd, K: 2},                       // 6: UDP destination port
+		{Code: jeq, K: uint32(port), Jt: 5, Jf: 6}, // 7: keep or drop
+		{Code: jeq, K: 6, Jt: 0, Jf: 5},            // 8: IPv6, else drop
+		{Code: ldbAbs, K: 6},                       // 9: next header
+		{Code: jeq, K: udp, Jt: 0, Jf: 3},          // 10: else drop
+		{Code: ldhAbs, K: 42},                      // 11: UDP destination port
+		{Code: jeq, K: uint32(port), Jt: 0, Jf: 1}, // 12
+		{Code: ret, K: keepAll},                    // 13: keep
+		{Code: ret, K: 0},                          // 14: drop
+	}
+	if err := unix.SetsockoptSockFprog(s.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+		&unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}); err != nil {
+		return fmt.Errorf("SO_ATTACH_FILTER: %w", err)
+	}
+	buf := make([]byte, 1<<17)
+	for {
+		if _, _, err := unix.Recvfrom(s.fd, buf, unix.MSG_DONTWAIT); err != nil {
+			return nil
+		}
+	}
 }
 
 // openSniffer opens a sniffer in the calling thread's namespace, closed at

@@ -125,5 +125,12 @@ if [ -x interop/run.sh ]; then
     interop/run.sh
   fi
 fi
+# A short bench set, each engine benchmark beside its raw-UDP baseline from the same
+# process, with the CPU per packet, the machine's idle share and the system calls per
+# 1000 packets (bench/README.md). It never fails on a timing: the machines are shared.
+# It fails if a benchmark errors or allocates per packet (GOROCE_BENCH_STRICT).
+begin "bench (short set: ratios and CPU per packet)"
+GOROCE_BENCH_STRICT=1 go test -run '^$' -timeout 10m -count 1 -benchtime "${BENCHTIME:-1s}" \
+  -bench 'RCWrite/1MiB$|RCSend/4KiB$|RCPingPong$|RCSendQPs/(1|4096)$|RawUDP/gso/4112B$|RawUDPPingPong$' ./bench
 end_stage ""
 echo "== all stages passed"

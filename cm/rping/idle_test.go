@@ -125,6 +125,9 @@ func TestServerEndsAtOnceAfterAFailedCompletion(t *testing.T) {
 		if c.conn, err = p.mgrA.Dial(context.Background(), netip.AddrPort{}, srv, c.connParam()); err != nil {
 			t.Fatal(err)
 		}
+		// The CM goes without a word: its QP1 first, so the DREQ that
+		// Manager.Close sends for an established connection cannot leave.
+		p.madA.Close()
 		p.mgrA.Close()
 		rdmaInfo{Addr: c.mr.Addr() + offStart, RKey: c.mr.RKey() + 1, Size: 64}.put(c.mem[offSend:])
 		if err := c.post(roce.SendWR{WRID: 2, Opcode: roce.WRSend, SGL: []roce.SGE{c.sge(offSend, infoLen)}}); err != nil {

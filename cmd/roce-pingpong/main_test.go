@@ -153,19 +153,26 @@ func TestLoopback(t *testing.T) {
 			var wg sync.WaitGroup
 			var srvOut, srvErr bytes.Buffer
 			var srvRC int
+			srvDone := make(chan struct{})
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer close(srvDone)
 				srvRC = run(append([]string{tt.mode, "-d", "127.0.0.1"}, common...), &srvOut, &srvErr)
 			}()
 			var cliOut, cliErr bytes.Buffer
 			cliRC := 1
-			// The server may not listen yet: retry like a user would.
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			// The server may not listen yet: retry like a user would, for as
+			// long as the server waits for a client (its --timeout).
+			for {
+				select {
+				case <-srvDone:
+				case <-time.After(50 * time.Millisecond):
+				}
 				cliOut.Reset()
 				cliErr.Reset()
 				cliRC = run(append(append([]string{tt.mode, "-d", "127.0.0.2"}, common...), "127.0.0.1"), &cliOut, &cliErr)
-				if cliRC == 0 || !strings.Contains(cliErr.String(), "couldn't connect") {
+				if cliRC == 0 || !strings.Contains(cliErr.String(), "couldn't connect") || chanClosed(srvDone) {
 					break
 				}
 			}
@@ -258,5 +265,15 @@ func TestUDSizeOverPortMTU(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want it to pass the MTU check and fail to connect", rc, errb.String())
 			}
 		})
+	}
+}
+
+// chanClosed reports whether c is closed, without waiting.
+func chanClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }

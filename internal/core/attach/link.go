@@ -41,6 +41,11 @@ func (l *Link) PollFuncs() []link.ReceiveFunc {
 	return link.WrapReceiveFuncs(link.PollFuncs(l.Link), l.filtered)
 }
 
+// WaitFuncs implements link.Waiter: a wait returns when the socket has a
+// datagram queued, which may be one the poll that follows drops as another
+// block's (the engine takes an empty poll as a wait that found nothing).
+func (l *Link) WaitFuncs() []link.WaitFunc { return link.WaitFuncs(l.Link) }
+
 // JoinGroup implements link.Multicaster: a group's datagrams arrive on a
 // socket of their own, which every process joins for itself, so each gets
 // its copy (DestQP 0xFFFFFF).

@@ -273,7 +273,17 @@ func TestMaxRDAtomicBoundsOutstandingReadsAndAtomics(t *testing.T) {
 					wrs = append(wrs, SendWR{WRID: uint64(i), Opcode: op, Flags: SendSignaled, SGL: []srq.SGE{local.sge(i*slot, n)},
 						RemoteAddr: remote.Addr + uint64(i*slot), RKey: remote.RKey, CompareAdd: 1})
 				}
+				// Posted in SQD, where the send queue holds WRs without starting
+				// them, so that all are there when the requester starts: posted
+				// in RTS, a READ's response could come back before the last WR
+				// is queued, and the limit would not be reached.
+				if err := qa.Modify(&QPAttr{State: QPSSQD}, QPAttrState); err != nil {
+					t.Fatal(err)
+				}
 				if _, err := qa.PostSend(wrs); err != nil {
+					t.Fatal(err)
+				}
+				if err := qa.Modify(&QPAttr{State: QPSRTS}, QPAttrState); err != nil {
 					t.Fatal(err)
 				}
 				for i, w := range waitWC(t, a.scq, len(wrs), 10*time.Second) {
