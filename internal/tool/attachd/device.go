@@ -1,10 +1,8 @@
 package attachd
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -42,7 +40,11 @@ type Device struct {
 	violations atomic.Uint64 // processes ended for connecting their socket
 	seen       []uint32      // each free block's kernel drop count (SK_MEMINFO_DROPS) already counted
 	buf        []byte        // drainLocked's, under mu: one, not one per block and tick
-	departed   departed      // under s.mu
+	// fds are the blocks' descriptors, which the group keeps open until
+	// close (after the drain loop ended): the tick's system calls use them
+	// without a RawConn and a closure per block and tick.
+	fds      []int
+	departed departed // under s.mu
 }
 
 // departed sums the last reports of the processes that left, so that the
@@ -74,9 +76,13 @@ func (s *Server) Share(local netip.AddrPort) (*Device, error) {
 	}
 	n := g.Blocks()
 	d := &Device{s: s, g: g, owner: make([]*Client, n), freed: make([]time.Time, n), locked: make([]bool, n),
-		seen: make([]uint32, n), next: 1}
-	for b := 1; b < n; b++ {
+		seen: make([]uint32, n), fds: make([]int, n), next: 1}
+	for b := 0; b < n; b++ {
 		_ = steer.Control(g.Socket(b), func(fd int) error {
+			d.fds[b] = fd
+			if b == 0 {
+				return nil
+			}
 			return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, freeRcvbuf)
 		})
 	}
@@ -194,7 +200,7 @@ func (d *Device) release(c *Client) {
 		return
 	}
 	d.owner[b], d.freed[b] = nil, time.Now()
-	d.seen[b] = kernelDrops(d.g.Socket(b)) // the process's own overflows are not roced's
+	d.seen[b] = kernelDrops(d.fds[b]) // the process's own overflows are not roced's
 	_ = steer.Control(d.g.Socket(b), func(fd int) error {
 		disconnect(fd)
 		_ = unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 0)
@@ -219,13 +225,10 @@ func (d *Device) police() int {
 		if c == nil {
 			continue
 		}
-		_ = steer.Control(d.g.Socket(b), func(fd int) error {
-			if _, err := unix.Getpeername(fd); err == nil {
-				disconnect(fd)
-				bad = append(bad, c)
-			}
-			return nil
-		})
+		if _, err := unix.Getpeername(d.fds[b]); err == nil {
+			disconnect(d.fds[b])
+			bad = append(bad, c)
+		}
 	}
 	d.mu.Unlock()
 	for _, c := range bad {
@@ -253,27 +256,26 @@ func (d *Device) drainFree() {
 // drainLocked reads block b's socket empty without waiting, counting, and
 // counts what the kernel dropped for it meanwhile (its buffer full).
 func (d *Device) drainLocked(b int) {
-	if k := kernelDrops(d.g.Socket(b)); k != d.seen[b] {
+	if k := kernelDrops(d.fds[b]); k != d.seen[b] {
 		d.drops.Add(uint64(k - d.seen[b]))
 		d.seen[b] = k
 	}
 	if d.buf == nil {
 		d.buf = make([]byte, link.MaxTrain)
 	}
-	buf := d.buf
-	_ = steer.Control(d.g.Socket(b), func(fd int) error {
-		for i := 0; i < 1<<16; i++ { // bounded: a flood is drained over several ticks
-			_, _, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT|unix.MSG_TRUNC)
-			if err != nil {
-				if errors.Is(err, syscall.EINTR) {
-					continue
-				}
-				return nil
+	for i := 0; i < 1<<16; i++ { // bounded: a flood is drained over several ticks
+		// recv(2) without the source address: unix.Recvfrom allocates one
+		// per call, and this runs for every free block on every tick.
+		_, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(d.fds[b]), uintptr(unsafe.Pointer(&d.buf[0])), uintptr(len(d.buf)),
+			unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+		if e != 0 {
+			if e == unix.EINTR {
+				continue
 			}
-			d.drops.Add(1)
+			return
 		}
-		return nil
-	})
+		d.drops.Add(1)
+	}
 }
 
 func (d *Device) close() {
@@ -303,19 +305,13 @@ func disconnect(fd int) {
 
 // kernelDrops returns how many datagrams the kernel dropped for the socket
 // so far (SO_MEMINFO's SK_MEMINFO_DROPS: a full receive buffer).
-func kernelDrops(f *os.File) uint32 {
+func kernelDrops(fd int) uint32 {
 	const skMeminfoDrops = 8
 	var mi [9]uint32
 	n := uint32(unsafe.Sizeof(mi))
-	_ = steer.Control(f, func(fd int) error {
-		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
-			uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&n)), 0)
-		if e != 0 {
-			return e
-		}
-		return nil
-	})
-	if n/4 <= skMeminfoDrops {
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
+		uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&n)), 0)
+	if e != 0 || n/4 <= skMeminfoDrops {
 		return 0
 	}
 	return mi[skMeminfoDrops]
