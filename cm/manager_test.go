@@ -550,3 +550,62 @@ func TestListenGrace(t *testing.T) {
 		t.Errorf("the server never saw the REQ")
 	}
 }
+
+// claimer is a MADConn shared through roced: it records the service claims
+// a Manager makes and gives back.
+type claimer struct {
+	*PipeConn
+	mu       sync.Mutex
+	claims   int
+	released chan uint64
+}
+
+func (c *claimer) ClaimService(sid uint64, ud bool) error {
+	c.mu.Lock()
+	c.claims++
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *claimer) ReleaseService(sid uint64, ud bool) { c.released <- sid }
+
+// TestListenGraceKeepsClaim: on a device attached to roced, a listener
+// that closes and opens again within ListenGrace keeps the one claim roced
+// holds for the port (no second claim, no release in between), and the
+// claim is given back when the grace ends with no listener.
+func TestListenGraceKeepsClaim(t *testing.T) {
+	checkGoroutines(t)
+	_, cb := Pipe(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
+	c := &claimer{PipeConn: cb, released: make(chan uint64, 4)}
+	server := NewManager(c, ManagerConfig{})
+	defer server.Close()
+	to := netip.MustParseAddrPort("127.0.0.2:7174")
+	l, err := server.Listen(to, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if l, err = server.Listen(to, 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case sid := <-c.released:
+		t.Fatalf("service %#x released within the grace", sid)
+	default:
+	}
+	l.Close()
+	// Bound: the grace plus a margin for a loaded host.
+	select {
+	case sid := <-c.released:
+		if want := ServiceID(PortSpaceTCP, to.Port()); sid != want {
+			t.Errorf("released %#x, want %#x", sid, want)
+		}
+	case <-time.After(ListenGrace + 10*time.Second):
+		t.Fatal("the claim was not given back after the grace")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.claims != 1 {
+		t.Errorf("%d claims, want 1", c.claims)
+	}
+}
