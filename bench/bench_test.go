@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/core/transport"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport"
 )
 
 var (

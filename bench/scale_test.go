@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/core/transport"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport"
-	"github.com/goroce/goroce/transport/link"
 )
 
 // The scale benchmarks: many RC QPs between two devices, every QP's receives on

@@ -15,9 +15,9 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/cm/mcast"
+	"github.com/goroce/goroce/internal/core/transport"
 	"github.com/goroce/goroce/interop/labtest"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport"
 )
 
 // The stock rdmacm-utils examples udaddy (UD over SIDR, rdma_cm port space UDP) and

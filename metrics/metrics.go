@@ -19,8 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/goroce/goroce/internal/core/transport"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport"
 )
 
 // Device is what the Collector reads at scrape time; *roce.Device implements

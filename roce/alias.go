@@ -1,9 +1,9 @@
 package roce
 
 import (
-	"github.com/goroce/goroce/cq"
-	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/transport"
 )
 
 // The enumerations of the verbs API are defined by the lowest package that stores

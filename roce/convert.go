@@ -3,9 +3,9 @@ package roce
 import (
 	"unsafe"
 
-	"github.com/goroce/goroce/cq"
-	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/transport"
 )
 
 // The verbs types of types.go are twins of the types the engine stores: the same

@@ -4,7 +4,7 @@ import (
 	"context"
 	"syscall"
 
-	"github.com/goroce/goroce/cq"
+	"github.com/goroce/goroce/internal/core/cq"
 )
 
 // CQ is a completion queue (struct ibv_cq) with its completion channel built in:

@@ -14,11 +14,11 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/goroce/goroce/cq"
-	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport"
-	"github.com/goroce/goroce/transport/dcqcn"
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/transport"
+	"github.com/goroce/goroce/link"
 )
 
 // RoCEv2Port is the IANA UDP port of RoCEv2, the port Open binds by default.
@@ -73,8 +73,8 @@ func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
 // dropped and counted (Device.DroppedEvents); the engine never waits for a reader.
 func WithEventBuffer(n int) Option { return func(o *options) { o.eventBuf = n } }
 
-// WithCongestionControl sets the device's congestion control (DCQCN, package
-// transport/dcqcn). Without it a device runs dcqcn.DefaultConfig, on. A
+// WithCongestionControl sets the device's congestion control (DCQCN,
+// package dcqcn). Without it a device runs dcqcn.DefaultConfig, on. A
 // LineRate of 0 is the speed of the interface that holds the device's
 // address when the kernel reports one, else dcqcn.DefaultLineRate. A Config
 // with Enabled false turns it off: no ECT, no CNPs, no pacing, as rxe.

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/internal/core/transport"
 )
 
 // MR is a registered memory region (struct ibv_mr) over a Go byte slice. The engine

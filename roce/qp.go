@@ -6,7 +6,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/internal/core/transport"
 )
 
 // QPInitAttr holds the creation attributes of a QP (struct ibv_qp_init_attr).

@@ -3,7 +3,7 @@ package roce
 import (
 	"syscall"
 
-	"github.com/goroce/goroce/srq"
+	"github.com/goroce/goroce/internal/core/srq"
 )
 
 // SRQInitAttr holds the creation attributes of an SRQ (struct ibv_srq_init_attr).

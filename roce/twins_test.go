@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/cq"
-	"github.com/goroce/goroce/srq"
-	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/transport"
 )
 
 // twinPairs are the verbs types users read and the engine forms convert.go turns

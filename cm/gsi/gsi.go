@@ -23,8 +23,8 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport/link"
 )
 
 // Stats counts the GSI agent's datagrams.

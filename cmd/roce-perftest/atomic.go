@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/internal/core/transport"
 )
 
 // The atomic tests check that the peer executed every atomic exactly once,

@@ -10,8 +10,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/goroce/goroce/internal/cli"
-	"github.com/goroce/goroce/internal/pingpong"
+	"github.com/goroce/goroce/internal/tool/cli"
+	"github.com/goroce/goroce/internal/tool/pingpong"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goroce/goroce/internal/ccflags"
-	"github.com/goroce/goroce/transport/dcqcn"
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/tool/ccflags"
+	"github.com/goroce/goroce/link"
 )
 
 // Defaults of the embedded configuration: what `go run ./cmd/roced` serves on a fresh

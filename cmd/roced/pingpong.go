@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goroce/goroce/internal/pingpong"
+	"github.com/goroce/goroce/internal/tool/pingpong"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )

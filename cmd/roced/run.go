@@ -21,9 +21,9 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/metrics"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport/link"
 )
 
 // Exit codes of run.

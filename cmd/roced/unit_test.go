@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/metrics"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport/link"
 )
 
 func TestMTUCode(t *testing.T) {

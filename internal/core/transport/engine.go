@@ -1,0 +1,265 @@
+package transport
+
+import (
+	"errors"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/link"
+)
+
+// Device limits used when Config leaves them zero.
+const (
+	DefaultMaxQPWR   = 16384
+	DefaultMaxSGE    = 32
+	DefaultMaxInline = 256
+	DefaultRDAtomic  = 128  // max_qp_init_rd_atom and max_qp_rd_atom
+	firstQPN         = 0x11 // rxe: RXE_MIN_QP_INDEX 16, first QPN 0x11
+	maxQPN           = 0xFFFFFF
+	rxQueueLen       = 4096 // inbound packets a shard buffers before dropping
+	maxUnackedPSNs   = 128  // rxe RXE_MAX_UNACKED_PSNS
+	maxPktsPerAck    = 64   // rxe RXE_MAX_PKT_PER_ACK
+)
+
+// Engine runs RoCEv2 queue pairs over one Link: a reader goroutine per receive
+// path of the Link (link.ReceiveFuncs) demuxes inbound datagrams to a fixed
+// set of shard goroutines, each owning the QPs whose QPN hashes to it. See
+// the package documentation for the flows.
+type Engine struct {
+	link      link.Link
+	mem       Memory
+	stats     *Stats
+	clock     Clock
+	onEvent   func(Event)
+	localAddr netip.Addr
+	port      uint16 // UDP port we send from and to (the Link's)
+	maxQPWR   int
+	maxSGE    int
+	maxInline int
+	maxRDAtom [2]int // max_rd_atomic and max_dest_rd_atomic limits
+	portMTU   MTU
+	noGSO     bool         // Config.NoGSO: never hand the Link a train
+	noGRO     bool         // Config.NoGRO: read with MaxDatagram buffers
+	rtc       bool         // Config.RunToCompletion (rtc.go)
+	cc        dcqcn.Config // normalized; Enabled false: off
+
+	shards  []*shard
+	pollers []*poller    // run-to-completion: the receive paths Poll reads
+	retries *retryBudget // timer-driven retries, device-wide
+
+	mu sync.Mutex
+	// mu guards: writes of qps (lookups are lock-free).
+	qps qpTable
+
+	// mcMu serialises multicast attach and detach; readers load mcast.
+	mcMu  sync.Mutex
+	mcast atomic.Pointer[mcastTable]
+
+	closed atomic.Bool
+	fatal  atomic.Bool // the Link died under the engine (DEVICE_FATAL)
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// NewEngine starts an engine on cfg.Link. The engine owns the Link from then
+// on: Close closes it.
+func NewEngine(cfg Config) (*Engine, error) {
+	e, err := newEngine(cfg)
+	if err != nil {
+		return nil, err
+	}
+	readers := link.ReceiveFuncs(cfg.Link) // one, or one per SO_REUSEPORT socket
+	e.wg.Add(len(e.shards) + len(readers))
+	for _, s := range e.shards {
+		go s.run()
+	}
+	for _, recv := range readers {
+		go newReader(e, recv, e.shards[0].batch).loop()
+	}
+	if e.rtc {
+		for _, recv := range link.PollFuncs(cfg.Link) {
+			r := newReader(e, recv, pollBatch)
+			r.poll = true
+			e.pollers = append(e.pollers, &poller{r: r})
+		}
+	}
+	return e, nil
+}
+
+// newEngine builds an engine without starting its goroutines.
+func newEngine(cfg Config) (*Engine, error) {
+	if cfg.Link == nil || cfg.Memory == nil {
+		return nil, newErr("create_engine", 0, syscall.EINVAL, "Link and Memory are required")
+	}
+	e := &Engine{
+		link:      cfg.Link,
+		mem:       cfg.Memory,
+		stats:     cfg.Stats,
+		clock:     cfg.Clock,
+		onEvent:   cfg.OnEvent,
+		localAddr: cfg.LocalAddr,
+		maxQPWR:   cfg.MaxQPWR,
+		maxSGE:    cfg.MaxSGE,
+		maxInline: cfg.MaxInline,
+		maxRDAtom: [2]int{cfg.MaxRDAtomic, cfg.MaxDestRDAtomic},
+		portMTU:   cfg.PortMTU,
+		noGSO:     cfg.NoGSO,
+		noGRO:     cfg.NoGRO,
+		rtc:       cfg.RunToCompletion,
+		cc:        cfg.CC,
+		retries:   newRetryBudget(cfg.RetryRate, cfg.RetryBurst),
+		done:      make(chan struct{}),
+	}
+	la := cfg.Link.LocalAddr()
+	e.port = la.Port()
+	if !e.localAddr.IsValid() {
+		e.localAddr = la.Addr()
+	}
+	e.localAddr = e.localAddr.Unmap()
+	if e.stats == nil {
+		e.stats = new(Stats)
+	}
+	if e.clock == nil {
+		e.clock = realClock{}
+	}
+	if e.maxQPWR <= 0 {
+		e.maxQPWR = DefaultMaxQPWR
+	}
+	if err := e.cc.Normalize(); err != nil {
+		return nil, newErr("create_engine", 0, syscall.EINVAL, "congestion control: %v", err)
+	}
+	if e.portMTU == 0 {
+		e.portMTU = MTU1024
+	} else if e.portMTU.Bytes() == 0 {
+		return nil, newErr("create_engine", 0, syscall.EINVAL, "invalid port MTU %d", e.portMTU)
+	}
+	if e.maxSGE <= 0 {
+		e.maxSGE = DefaultMaxSGE
+	}
+	for i, v := range e.maxRDAtom {
+		if v <= 0 {
+			e.maxRDAtom[i] = DefaultRDAtomic
+		}
+	}
+	if e.maxInline < 0 {
+		e.maxInline = 0
+	} else if e.maxInline == 0 {
+		e.maxInline = DefaultMaxInline
+	}
+	n := cfg.Shards
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	e.qps.init()
+	batch := cfg.Link.BatchSize()
+	if batch <= 0 {
+		batch = 1
+	}
+	for i := 0; i < n; i++ {
+		e.shards = append(e.shards, newShard(e, batch))
+	}
+	return e, nil
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() *Stats { return e.stats }
+
+// Close moves every QP to the error state (flushing its outstanding work
+// requests with WR_FLUSH_ERR), stops the shards and the reader and closes
+// the Link. Verbs called afterwards fail with an error matching
+// net.ErrClosed.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	// ACKs a CQ poller's slices hold (rtc.go) are owed to the peer: a program
+	// that polled its last completion and closed the device must not leave the
+	// peer to retry the message it already completed.
+	for _, s := range e.shards {
+		s.call(func() {
+			if s.held > 0 {
+				s.flush()
+			}
+		})
+	}
+	for _, q := range e.qps.all() {
+		q.run("close", func() { q.toError(e.clock.Now()) }, true)
+	}
+	close(e.done)
+	err := e.link.Close()
+	e.wg.Wait()
+	return err
+}
+
+// Barrier returns once every shard has finished the step it was in when
+// Barrier was called. A shard resolves memory keys and copies data within
+// one step and keeps no region across steps, so after a key is unregistered
+// from Memory, Barrier guarantees that no access through it is still in
+// flight (ibv_dereg_mr). It costs one command per shard. After Close it
+// waits for the shards to stop. It must not be called from an OnEvent
+// callback, which runs on a shard.
+func (e *Engine) Barrier() {
+	for _, s := range e.shards {
+		// A shard steps only under its token, and takes commands only
+		// between steps: an empty command that ran is the barrier.
+		if !s.call(func() {}) {
+			e.wg.Wait()
+			return
+		}
+	}
+}
+
+// linkGone reports whether a ReadBatch error means the Link can never deliver
+// again (closed or its socket gone underneath the engine), not a hiccup.
+func linkGone(err error) bool {
+	return errors.Is(err, errClosed) || errors.Is(err, syscall.EBADF) ||
+		errors.Is(err, syscall.ENOTSOCK) || errors.Is(err, syscall.ENODEV)
+}
+
+// fail is the device's catastrophic error: the Link died while the engine was
+// open, so nothing will be received again. It raises DEVICE_FATAL and
+// PORT_ERR, and every QP goes to ERR with QP_FATAL, flushing its WRs (as a
+// device that hits an internal error flushes its QPs). Verbs on QPs still
+// work; they only complete with flush errors. Reader goroutine only.
+func (e *Engine) fail() {
+	if e.fatal.Swap(true) {
+		return
+	}
+	e.event(Event{Type: EventDeviceFatal})
+	e.event(Event{Type: EventPortErr})
+	e.failQPs(func(*QP) bool { return true })
+}
+
+// failQPs marks every QP that match selects as fatally failed and wakes its
+// shard, which raises QP_FATAL and moves it to ERR (QP.service): the owner
+// shard alone changes a QP's state.
+func (e *Engine) failQPs(match func(*QP) bool) {
+	e.qps.each(func(q *QP) bool {
+		if match(q) {
+			q.fatal.Store(true)
+			q.sh.wakeQP(q)
+		}
+		return true
+	})
+}
+
+// Fatal reports whether the device hit its catastrophic error (DEVICE_FATAL).
+func (e *Engine) Fatal() bool { return e.fatal.Load() }
+
+func (e *Engine) event(ev Event) {
+	if e.onEvent != nil {
+		e.onEvent(ev)
+	}
+}
+
+func (e *Engine) lookup(qpn uint32) *QP { return e.qps.lookup(qpn) }
+
+// shardFor is the QP's owner shard. QPNs are handed out in sequence, so
+// their remainder spreads QPs evenly.
+func (e *Engine) shardFor(qpn uint32) *shard {
+	return e.shards[qpn%uint32(len(e.shards))]
+}

@@ -1,0 +1,72 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/internal/core/cq"
+)
+
+// Local operations: BIND_MW and LOCAL_INV act on the device's memory keys and
+// send nothing (rxe_do_local_ops). The requester executes one when it reaches
+// it in the send queue, in order with the WRs around it: after the WRs before
+// it were sent, not after they completed, unless it is fenced. It consumes no
+// PSN; it completes when every WR before it has completed, so completions stay
+// in send-queue order. A failed one stops the requester (nothing after it is
+// sent); once the WRs before it complete, it completes with its error
+// (IBV_WC_MW_BIND_ERR for a bind, IBV_WC_LOC_QP_OP_ERR for an invalidation) and
+// the QP fails, as rxe's requester and completer do.
+
+// isLocalOp reports whether w is a local operation.
+func (w *sendWQE) isLocalOp() bool {
+	return w.wr.Opcode == WRBindMW || w.wr.Opcode == WRLocalInv
+}
+
+// runLocalOp executes w, a local operation at req.idx, if it may start: not
+// in SQD, and with SendFence only once every earlier WR has completed. It
+// reports whether the requester may go on past it.
+func (q *QP) runLocalOp(now time.Time, w *sendWQE) bool {
+	switch {
+	case w.state == wqePending && w.status != cq.Success:
+		return false // failed: the requester stops here
+	case w.state == wqePending:
+		return true // executed before a rewind: not again
+	case q.attr.State == QPSSQD:
+		return false
+	case w.wr.Flags&SendFence != 0 && q.comp.idx != q.req.idx:
+		return false
+	}
+	w.state, w.status = wqePending, cq.Success
+	switch w.wr.Opcode {
+	case WRBindMW:
+		b := w.wr.BindMW
+		err := q.e.mem.BindMW(&MWBind{MWRKey: b.MWRKey, NewRKey: b.RKey, MRLKey: b.MRLKey, Addr: b.Addr,
+			Length: b.Length, Access: b.Access, QPN: q.qpn, PD: q.init.PD})
+		if err != nil {
+			w.status = cq.MWBindErr
+		}
+	case WRLocalInv:
+		if q.e.mem.Invalidate(w.wr.InvRKey, q.qpn, q.init.PD) != nil {
+			w.status = cq.LocQPOpErr
+		}
+	}
+	if q.comp.idx == q.req.idx {
+		q.completeLocalOps(now)
+	}
+	return w.status == cq.Success
+}
+
+// completeLocalOps completes the executed local operations at the head of the
+// send queue: the WRs before them are complete. A failed one fails the QP.
+func (q *QP) completeLocalOps(now time.Time) {
+	for q.comp.idx < q.sq.loadTail() {
+		w := q.sq.slot(q.comp.idx)
+		if !w.isLocalOp() || w.state != wqePending {
+			return
+		}
+		if w.status != cq.Success {
+			q.failWQE(now, w, w.status)
+			return
+		}
+		q.complete(now, w, cq.Success)
+	}
+}

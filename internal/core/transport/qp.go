@@ -1,0 +1,755 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbserr"
+)
+
+// QP is a queue pair. Posting verbs (PostSend, PostRecv) are safe from any
+// goroutine; Modify, Query and Destroy run on the QP's owner shard. All
+// protocol state is written only by the owner shard.
+type QP struct {
+	e    *Engine
+	sh   *shard
+	qpn  uint32
+	typ  QPType
+	init QPInitAttr // immutable after CreateQP
+	rq   *srq.Queue // own receive queue; nil when init.SRQ is set
+	srq  *srq.Queue
+	sq   sendQueue
+
+	mcastGone bool // Engine.mcMu guards: destroyed, attaches no more groups
+
+	state  atomic.Uint32 // mirror of attr.State for the posting verbs
+	queued atomic.Bool   // on the shard's ready list
+	fatal  atomic.Bool   // a CQ this QP feeds overran: move to ERR
+	cnt    qpCounters
+
+	// Owner shard only.
+	attr        QPAttr
+	pmtu        uint32
+	rto         time.Duration
+	sport       uint16 // rxe's source port for this QP
+	wport       uint16 // the source port its packets leave from: sport, or 0 for the link's own
+	destroyed   bool
+	touchedMark bool
+	commEst     bool
+	lastWQE     bool
+	sqdNotified bool
+	req         requester
+	comp        completer
+	resp        responder
+	timer       Timer
+	timerAt     time.Time
+	cc          *qpCC // congestion control; nil when the device's is off
+}
+
+// qpCounters are per-QP statistics for the debug dump.
+type qpCounters struct {
+	txPackets, rxPackets, retransmits, timeouts atomic.Uint64
+}
+
+// CreateQP is ibv_create_qp: it makes a QP in the RESET state with the next
+// free QPN (from 0x11, as rxe). The engine attaches the QP to its CQs and
+// SRQ (cq.Queue.Attach, srq.Queue.Attach) and detaches on Destroy. It leaves
+// the SRQ's limit handler alone: SRQ_LIMIT_REACHED belongs to whoever created
+// the SRQ (roce raises it), and fires on the shard whose Pop crossed the limit.
+func (e *Engine) CreateQP(init *QPInitAttr) (*QP, error) { return e.CreateQPWithNum(init, 0) }
+
+// CreateQPWithNum is CreateQP with a chosen QPN (non-zero), for the GSI QP 1
+// that the connection manager needs (a UD QP with Q_Key 0x80010000). QPN 0
+// picks the next free number. A QPN in use is EBUSY.
+func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
+	const op = "ibv_create_qp"
+	if e.closed.Load() {
+		return nil, closedErr(op, qpn)
+	}
+	if e.fatal.Load() {
+		return nil, newErr(op, qpn, syscall.EIO, "device fatal error: its link is gone")
+	}
+	if err := e.CheckQPInit(init); err != nil {
+		return nil, err
+	}
+	if qpn > maxQPN {
+		return nil, newErr(op, qpn, syscall.EINVAL, "QPN above 24 bits")
+	}
+	c := init.Cap
+	q := &QP{e: e, typ: init.Type, init: *init, srq: init.SRQ}
+	q.initCC()
+	if q.init.Cap.MaxSendSGE == 0 {
+		q.init.Cap.MaxSendSGE = 1
+	}
+	if q.init.Cap.MaxRecvSGE == 0 {
+		q.init.Cap.MaxRecvSGE = 1
+	}
+	if init.SRQ == nil {
+		rq, err := srq.New(&srq.Attr{MaxWR: c.MaxRecvWR, MaxSGE: q.init.Cap.MaxRecvSGE},
+			srq.Caps{MaxWR: uint32(e.maxQPWR), MaxSGE: uint32(e.maxSGE)})
+		if err != nil {
+			return nil, adoptErr(err, op, qpn)
+		}
+		q.rq = rq
+	} else {
+		q.init.Cap.MaxRecvWR, q.init.Cap.MaxRecvSGE = 0, 0
+	}
+	q.sq.init(int(c.MaxSendWR), int(q.init.Cap.MaxSendSGE), int(c.MaxInlineData))
+	q.resp = newResponder(nil, srq.RecvWR{})
+	q.attr.Cap = q.init.Cap
+	q.attr.PortNum = 1
+	q.attr.PathMTU = MTU1024
+	if q.typ == QPTypeUD {
+		// UD cannot set IBV_QP_PATH_MTU: its limit is the port's active MTU.
+		q.attr.PathMTU = e.portMTU
+	}
+	q.pmtu = uint32(q.attr.PathMTU.Bytes())
+
+	e.mu.Lock()
+	if qpn == 0 {
+		if qpn = e.qps.alloc(); qpn == 0 {
+			e.mu.Unlock()
+			return nil, newErr(op, 0, syscall.ENOMEM, "no free QPN")
+		}
+	} else if e.qps.lookup(qpn) != nil {
+		e.mu.Unlock()
+		return nil, newErr(op, qpn, syscall.EBUSY, "QPN in use")
+	}
+	q.qpn = qpn
+	q.setSourcePort(bth.QPSourcePort(qpn))
+	q.sh = e.shardFor(qpn)
+	e.qps.insert(qpn, q)
+	e.mu.Unlock()
+	init.SendCQ.Attach()
+	init.RecvCQ.Attach()
+	if init.SRQ != nil {
+		init.SRQ.Attach()
+	}
+	return q, nil
+}
+
+// CheckQPInit checks the attributes of ibv_create_qp against the device
+// limits, the one place these rules live (rxe_qp_chk_init, rxe_qp_chk_cap):
+// the type is RC, UC or UD, both CQs are given, max_send_wr (and, without an
+// SRQ, max_recv_wr) is in [1..max_qp_wr], max_send_sge (and, without an SRQ,
+// max_recv_sge) is at most max_sge, and max_inline_data at most the device's.
+// With an SRQ the receive caps are ignored, as rxe does. Each failure is
+// EINVAL. CreateQP runs it first; a caller that reserves resources for a QP
+// (roce, against max_qp) runs it before it does, so a bad attribute is EINVAL
+// whatever else is wrong.
+func (e *Engine) CheckQPInit(init *QPInitAttr) error {
+	const op = "ibv_create_qp"
+	if init == nil {
+		return newErr(op, 0, syscall.EINVAL, "nil init attributes")
+	}
+	switch init.Type {
+	case QPTypeRC, QPTypeUC, QPTypeUD:
+	default:
+		return newErr(op, 0, syscall.EINVAL, "QP type %v not supported", init.Type)
+	}
+	c, hasSRQ := init.Cap, init.SRQ != nil
+	switch {
+	case init.SendCQ == nil || init.RecvCQ == nil:
+		return newErr(op, 0, syscall.EINVAL, "send_cq and recv_cq are required")
+	case c.MaxSendWR == 0 || int64(c.MaxSendWR) > int64(e.maxQPWR):
+		return newErr(op, 0, syscall.EINVAL, "max_send_wr %d not in [1..%d] (max_qp_wr)", c.MaxSendWR, e.maxQPWR)
+	case !hasSRQ && (c.MaxRecvWR == 0 || int64(c.MaxRecvWR) > int64(e.maxQPWR)):
+		return newErr(op, 0, syscall.EINVAL, "max_recv_wr %d not in [1..%d] (max_qp_wr)", c.MaxRecvWR, e.maxQPWR)
+	case int64(c.MaxSendSGE) > int64(e.maxSGE):
+		return newErr(op, 0, syscall.EINVAL, "max_send_sge %d above max_sge %d", c.MaxSendSGE, e.maxSGE)
+	case !hasSRQ && int64(c.MaxRecvSGE) > int64(e.maxSGE):
+		return newErr(op, 0, syscall.EINVAL, "max_recv_sge %d above max_sge %d", c.MaxRecvSGE, e.maxSGE)
+	case int64(c.MaxInlineData) > int64(e.maxInline):
+		return newErr(op, 0, syscall.EINVAL, "max_inline_data %d above %d", c.MaxInlineData, e.maxInline)
+	}
+	return nil
+}
+
+// QPN returns the QP number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// run executes fn on the owner shard and waits for it.
+func (q *QP) run(op string, fn func(), closing bool) error {
+	if q.e.closed.Load() && !closing || !q.sh.call(fn) {
+		return closedErr(op, q.qpn)
+	}
+	return nil
+}
+
+// call runs fn on the shard as a command, between two slices, and waits for
+// it. It reports false when the engine stopped first. An idle shard's token
+// is taken and fn runs here, on the caller's goroutine (no hand-off: this is
+// what makes creating and connecting QPs cheap); a busy shard gets fn on its
+// command channel and runs it after its current slice.
+func (s *shard) call(fn func()) bool {
+	select {
+	case <-s.e.done:
+		return false
+	default:
+	}
+	if s.mu.TryLock() {
+		fn()
+		s.mu.Unlock()
+		return true
+	}
+	done := make(chan struct{})
+	select {
+	case s.cmds <- func() { fn(); close(done) }:
+	case <-s.e.done:
+		return false
+	}
+	<-done
+	return true
+}
+
+// Modify is ibv_modify_qp. It checks the transition and the attribute mask
+// against the IBTA table (EINVAL for an illegal transition, a missing
+// required or a forbidden attribute, or an out-of-range value) and then
+// applies every attribute, or none. It runs on the QP's shard. It must not be
+// called from an OnEvent callback.
+func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+	const op = "ibv_modify_qp"
+	if attr == nil {
+		return newErr(op, q.qpn, syscall.EINVAL, "nil attributes")
+	}
+	a := *attr
+	var res error
+	err := q.run(op, func() {
+		if q.destroyed {
+			res = newErr(op, q.qpn, syscall.EINVAL, "QP destroyed")
+			return
+		}
+		res = q.modify(q.e.clock.Now(), &a, mask)
+	}, false)
+	if err != nil {
+		return err
+	}
+	return res
+}
+
+// checkAttr validates attribute values against the device (rxe_qp_chk_attr),
+// the one place these rules live: one port, one P_Key, path MTU 256..4096,
+// max_rd_atomic and max_dest_rd_atomic within the device's limits, and the
+// widths of the IBA fields.
+func (q *QP) checkAttr(a *QPAttr, mask QPAttrMask) string {
+	switch {
+	case mask&QPAttrCurState != 0 && a.CurState != q.attr.State:
+		return "cur_qp_state " + a.CurState.String() + " is not the current state " + q.attr.State.String()
+	case mask&QPAttrPathMTU != 0 && a.PathMTU.Bytes() == 0:
+		return fmt.Sprintf("path_mtu %d outside [%d..%d]", a.PathMTU, MTU256, MTU4096)
+	case mask&QPAttrPort != 0 && a.PortNum != 1:
+		return fmt.Sprintf("port %d: the device has only port 1", a.PortNum)
+	case mask&QPAttrPKeyIndex != 0 && a.PKeyIndex != 0:
+		return fmt.Sprintf("pkey_index %d outside the P_Key table (1 entry)", a.PKeyIndex)
+	case mask&QPAttrAV != 0 && !a.AV.DGID.IsValid():
+		return "address vector without a destination GID"
+	case mask&QPAttrTimeout != 0 && a.Timeout > 31:
+		return "timeout above 31"
+	case mask&QPAttrRetryCnt != 0 && a.RetryCnt > 7:
+		return "retry_cnt above 7"
+	case mask&QPAttrRNRRetry != 0 && a.RNRRetry > 7:
+		return "rnr_retry above 7"
+	case mask&QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+		return "min_rnr_timer above 31"
+	case mask&QPAttrMaxQPRDAtomic != 0 && int(a.MaxRDAtomic) > q.e.maxRDAtom[0]:
+		return fmt.Sprintf("max_rd_atomic %d above max_qp_init_rd_atom %d", a.MaxRDAtomic, q.e.maxRDAtom[0])
+	case mask&QPAttrMaxDestRDAtomic != 0 && int(a.MaxDestRDAtomic) > q.e.maxRDAtom[1]:
+		return fmt.Sprintf("max_dest_rd_atomic %d above max_qp_rd_atom %d", a.MaxDestRDAtomic, q.e.maxRDAtom[1])
+	case mask&QPAttrDestQPN != 0 && a.DestQPN > maxQPN:
+		return "dest_qp_num above 24 bits"
+	}
+	return ""
+}
+
+// modify validates then applies; owner shard only.
+func (q *QP) modify(now time.Time, a *QPAttr, mask QPAttrMask) error {
+	const op = "ibv_modify_qp"
+	cur := q.attr.State
+	next := cur
+	if mask&QPAttrState != 0 {
+		next = a.State
+	}
+	if ok, why := modifyOK(cur, next, q.typ, mask); !ok {
+		return newErr(op, q.qpn, syscall.EINVAL, "%s", why)
+	}
+	if why := q.checkAttr(a, mask); why != "" {
+		return newErr(op, q.qpn, syscall.EINVAL, "%s", why)
+	}
+	q.applyAttr(a, mask)
+	if mask&QPAttrState == 0 || next == cur && next != QPSErr {
+		return nil
+	}
+	switch next {
+	case QPSReset:
+		q.reset()
+	case QPSErr:
+		q.toError(now)
+		return nil
+	case QPSRTS:
+		q.sqdNotified = false
+	case QPSSQD:
+		q.sqdNotified = false
+	}
+	q.setState(next)
+	q.sh.wakeQP(q)
+	return nil
+}
+
+// applyAttr sets the attributes mask selects, checked already
+// (rxe_qp_from_attr), and what derives from them.
+func (q *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
+	t := &q.attr
+	if mask&QPAttrEnSQDAsyncNotify != 0 {
+		t.EnSQDAsyncNotify = a.EnSQDAsyncNotify
+	}
+	if mask&QPAttrAccessFlags != 0 {
+		t.AccessFlags = a.AccessFlags
+	}
+	if mask&QPAttrPKeyIndex != 0 {
+		t.PKeyIndex = a.PKeyIndex
+	}
+	if mask&QPAttrPort != 0 {
+		t.PortNum = a.PortNum
+	}
+	if mask&QPAttrQKey != 0 {
+		t.QKey = a.QKey
+	}
+	if mask&QPAttrAV != 0 {
+		t.AV = a.AV
+		t.AV.DGID = t.AV.DGID.Unmap()
+	}
+	if mask&QPAttrPathMTU != 0 {
+		t.PathMTU = a.PathMTU
+	}
+	if mask&QPAttrTimeout != 0 {
+		t.Timeout = a.Timeout
+	}
+	if mask&QPAttrRetryCnt != 0 {
+		t.RetryCnt = a.RetryCnt
+		q.comp.retryCnt = a.RetryCnt
+	}
+	if mask&QPAttrRNRRetry != 0 {
+		t.RNRRetry = a.RNRRetry
+		q.comp.rnrRetry = a.RNRRetry
+	}
+	if mask&QPAttrRQPSN != 0 {
+		t.RQPSN = a.RQPSN & bth.PSNMask
+		q.resp.psn = bth.PSN(t.RQPSN)
+	}
+	if mask&QPAttrMaxQPRDAtomic != 0 {
+		t.MaxRDAtomic = a.MaxRDAtomic
+	}
+	if mask&QPAttrMaxDestRDAtomic != 0 {
+		t.MaxDestRDAtomic = a.MaxDestRDAtomic
+		q.resp.res = nil // sized by the first READ or atomic (saveResource)
+		q.resp.resNext = 0
+	}
+	if mask&QPAttrMinRNRTimer != 0 {
+		t.MinRNRTimer = a.MinRNRTimer
+	}
+	if mask&QPAttrSQPSN != 0 {
+		t.SQPSN = a.SQPSN & bth.PSNMask
+		q.req.psn = bth.PSN(t.SQPSN)
+		q.req.maxPSN = q.req.psn
+		q.comp.psn = q.req.psn
+	}
+	if mask&QPAttrDestQPN != 0 {
+		t.DestQPN = a.DestQPN
+	}
+	q.pmtu = uint32(t.PathMTU.Bytes())
+	if t.Timeout != 0 {
+		q.rto = time.Duration(4096<<t.Timeout) * time.Nanosecond
+	} else {
+		q.rto = 0
+	}
+	if mask&(QPAttrAV|QPAttrDestQPN) != 0 && q.typ != QPTypeUD {
+		if t.AV.SrcPort != 0 {
+			q.setSourcePort(t.AV.SrcPort)
+		} else {
+			q.setSourcePort(bth.ConnectedSourcePort(t.AV.FlowLabel, q.qpn, t.DestQPN))
+		}
+	}
+}
+
+func (q *QP) setState(s QPState) {
+	q.attr.State = s
+	q.state.Store(uint32(s))
+}
+
+// reset returns the QP to RESET: queues emptied without completions.
+func (q *QP) reset() {
+	if q.rq != nil {
+		q.rq.Flush(nil)
+	}
+	q.sq.mu.Lock()
+	q.sq.head = q.sq.tail
+	for i := range q.sq.slots {
+		q.sq.slots[i].state = wqePosted
+	}
+	q.sq.mu.Unlock()
+	q.dropHeld()
+	res := q.resp.res
+	wr := q.resp.wr
+	q.req = requester{}
+	q.comp = completer{idx: q.sq.tail}
+	q.req.idx = q.sq.tail
+	q.resp = newResponder(res, wr)
+	q.commEst, q.lastWQE = false, false
+	pm, cp := q.attr.PathMTU, q.attr.Cap
+	q.attr = QPAttr{PathMTU: pm, Cap: cp, PortNum: 1}
+	q.timerAt = time.Time{}
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.initCC()
+	q.setState(QPSReset)
+}
+
+// toError moves the QP to ERR and flushes every outstanding send and
+// receive WR with WR_FLUSH_ERR; with an SRQ it raises QP_LAST_WQE_REACHED.
+// Calling it again flushes WRs posted since.
+func (q *QP) toError(now time.Time) {
+	if q.attr.State != QPSErr {
+		q.setState(QPSErr)
+		q.comp.rtoAt, q.comp.rnrAt = time.Time{}, time.Time{}
+		q.dropHeld()
+	}
+	qpn := q.qpn
+	if q.resp.haveWR {
+		q.resp.haveWR = false
+		q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.WRFlushErr, Opcode: cq.OpRecv, QPNum: qpn}, false)
+	}
+	if q.rq != nil {
+		q.rq.Flush(func(wr *srq.RecvWR) {
+			q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: wr.WRID, Status: cq.WRFlushErr, Opcode: cq.OpRecv, QPNum: qpn}, false)
+		})
+	} else if !q.lastWQE {
+		q.lastWQE = true
+		q.e.event(Event{Type: EventQPLastWQEReached, QPN: qpn, SRQ: q.srq})
+	}
+	q.flushSQ(now)
+}
+
+// flushSQ completes every send WR not yet completed with WR_FLUSH_ERR (in
+// ERR and SQE, also those posted since the last flush).
+func (q *QP) flushSQ(now time.Time) {
+	tail := q.sq.loadTail()
+	for q.comp.idx < tail {
+		w := q.sq.slot(q.comp.idx)
+		q.complete(now, w, cq.WRFlushErr)
+	}
+	q.req.idx = q.comp.idx
+	q.req.off = 0
+}
+
+// pushWC posts a completion; an overrun raises CQ_ERR and moves every QP
+// feeding the CQ to ERR, as a device does.
+func (q *QP) pushWC(c *cq.Queue, wc *cq.WorkCompletion, solicited bool) {
+	if s := q.sh; s.deferWC {
+		s.wcs = append(s.wcs, deferredWC{q: q, c: c, wc: *wc, solicited: solicited})
+		return
+	}
+	err := c.Push(wc, solicited)
+	if err != nil && errors.Is(err, cq.ErrOverrun) {
+		q.e.stats.CQOverruns.Add(1)
+		q.e.event(Event{Type: EventCQErr, CQ: c})
+		q.e.failQPs(func(o *QP) bool { return o.init.SendCQ == c || o.init.RecvCQ == c })
+	}
+}
+
+// Query is ibv_query_qp: the current attributes and the creation attributes.
+func (q *QP) Query() (QPAttr, QPInitAttr) {
+	var a QPAttr
+	if err := q.run("ibv_query_qp", func() { a = q.attr }, false); err != nil {
+		a = QPAttr{State: QPState(q.state.Load())}
+	}
+	a.CurState = a.State
+	a.Cap = q.init.Cap
+	return a, q.init
+}
+
+// Destroy is ibv_destroy_qp: the QP stops at once, outstanding WRs are
+// dropped without completions, and its CQs and SRQ are detached.
+func (q *QP) Destroy() error {
+	const op = "ibv_destroy_qp"
+	var already bool
+	err := q.run(op, func() {
+		already = q.destroyed
+		q.destroyed = true
+		q.dropHeld()
+		if q.timer != nil {
+			q.timer.Stop()
+		}
+	}, false)
+	if err != nil {
+		return err
+	}
+	if already {
+		return newErr(op, q.qpn, syscall.EINVAL, "already destroyed")
+	}
+	e := q.e
+	q.detachAll()
+	e.mu.Lock()
+	e.qps.remove(q)
+	e.mu.Unlock()
+	q.init.SendCQ.Detach()
+	q.init.RecvCQ.Detach()
+	if q.srq != nil {
+		q.srq.Detach()
+	}
+	return nil
+}
+
+// PostSend is ibv_post_send. It validates each WR in order (opcode allowed
+// for the QP type, SGE count, inline size, UD address) and queues it; it
+// stops at the first bad WR and returns how many were queued and an error
+// whose Index names the bad one (the Go bad_wr). A full send queue is ENOMEM.
+// Posting before RTS is EINVAL; in SQE and ERR the WRs complete with
+// WR_FLUSH_ERR.
+func (q *QP) PostSend(wrs []SendWR) (int, error) {
+	const op = "ibv_post_send"
+	if q.e.closed.Load() {
+		return 0, closedErr(op, q.qpn)
+	}
+	st := QPState(q.state.Load())
+	if st < QPSRTS {
+		return 0, newErr(op, q.qpn, syscall.EINVAL, "QP in state %s", st)
+	}
+	n := 0
+	var err error
+	for i := range wrs {
+		if err = q.postOne(&wrs[i]); err != nil {
+			if e, ok := err.(*verbserr.Error); ok {
+				e.Index = i
+			}
+			break
+		}
+		n++
+	}
+	if n > 0 {
+		q.sh.readyQP(q)
+		q.sh.kickOrDrive(false)
+	}
+	return n, err
+}
+
+func (q *QP) postOne(wr *SendWR) error {
+	const op = "ibv_post_send"
+	switch q.typ {
+	case QPTypeUD:
+		if wr.Opcode != WRSend && wr.Opcode != WRSendWithImm {
+			return newErr(op, q.qpn, syscall.EINVAL, "opcode %d not valid on a UD QP", wr.Opcode)
+		}
+		if wr.AH == nil || !wr.AH.DGID.IsValid() {
+			return newErr(op, q.qpn, syscall.EINVAL, "UD WR without an address handle")
+		}
+	case QPTypeUC:
+		switch wr.Opcode {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv, WRBindMW:
+		default:
+			return newErr(op, q.qpn, syscall.EINVAL, "opcode %d not valid on a UC QP", wr.Opcode)
+		}
+	default:
+		switch wr.Opcode {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
+			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv, WRLocalInv, WRBindMW, WRFlush, WRAtomicWrite:
+		default:
+			return newErr(op, q.qpn, syscall.EINVAL, "unknown opcode %d", wr.Opcode)
+		}
+	}
+	switch wr.Opcode {
+	case WRLocalInv, WRBindMW, WRFlush, WRAtomicWrite:
+		// A local operation or a FLUSH carries no data (rxe validate_send_wr
+		// for BIND_MW); an ATOMIC_WRITE's 8 bytes are the WR's Swap.
+		if len(wr.SGL) > 0 || wr.Flags&SendInline != 0 {
+			return newErr(op, q.qpn, syscall.EINVAL, "%s takes no SGEs and no inline data", wcOpcode(wr.Opcode))
+		}
+	}
+	if f := wr.Flush; wr.Opcode == WRFlush &&
+		(f.Type == 0 || f.Type&^(bth.FlushGlobal|bth.FlushPersistent) != 0 || f.Level > bth.FlushMR || f.Length > 1<<31) {
+		return newErr(op, q.qpn, syscall.EINVAL, "FLUSH placement type %#x, selectivity level %d, length %d", f.Type, f.Level, f.Length)
+	}
+	if len(wr.SGL) > int(q.init.Cap.MaxSendSGE) {
+		return newErr(op, q.qpn, syscall.EINVAL, "%d SGEs above max_send_sge %d", len(wr.SGL), q.init.Cap.MaxSendSGE)
+	}
+	var length uint64
+	for _, s := range wr.SGL {
+		length += uint64(s.Size())
+	}
+	if length > 1<<31 {
+		return newErr(op, q.qpn, syscall.EINVAL, "message of %d bytes above 2^31", length)
+	}
+	isAtomic := wr.Opcode == WRAtomicCmpAndSwp || wr.Opcode == WRAtomicFetchAndAdd
+	if isAtomic && length < 8 {
+		return newErr(op, q.qpn, syscall.EINVAL, "atomic needs an 8-byte local buffer")
+	}
+	inline := wr.Flags&SendInline != 0
+	if inline {
+		if wr.Opcode == WRRDMARead || isAtomic {
+			return newErr(op, q.qpn, syscall.EINVAL, "inline data only for SEND and WRITE")
+		}
+		if length > uint64(q.init.Cap.MaxInlineData) {
+			return newErr(op, q.qpn, syscall.EINVAL, "%d inline bytes above max_inline_data %d", length, q.init.Cap.MaxInlineData)
+		}
+	}
+	s := &q.sq
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tail-s.head >= uint64(s.n) {
+		return newErr(op, q.qpn, syscall.ENOMEM, "send queue full (max_send_wr %d)", s.n)
+	}
+	s.grow()
+	w := s.slot(s.tail)
+	w.wr = *wr
+	w.sgl = append(w.sgl[:0], wr.SGL...)
+	w.wr.SGL = w.sgl
+	w.wr.AH = nil
+	if wr.AH != nil {
+		w.av = *wr.AH
+		w.av.DGID = w.av.DGID.Unmap()
+	}
+	w.length = uint32(length)
+	switch {
+	case isAtomic:
+		w.length = 8
+	case wr.Opcode == WRAtomicWrite:
+		w.length = 8
+		binary.NativeEndian.PutUint64(w.value[:], wr.Swap)
+	case wr.Opcode == WRFlush:
+		w.length = wr.Flush.Length
+	}
+	if inline {
+		// Inline data is copied now, so the caller may reuse the buffer at
+		// once (IBV_SEND_INLINE). Go has no raw pointers: the SGEs must still
+		// name registered memory, but its access rights are not checked.
+		w.inline = w.inline[:0]
+		for _, sg := range wr.SGL {
+			r := q.e.mem.LocalRegion(sg.LKey)
+			var b []byte
+			if r != nil {
+				b = r.slice(sg.Addr, uint64(sg.Size()))
+			}
+			if b == nil {
+				return newErr(op, q.qpn, syscall.EINVAL, "inline SGE outside any registered memory")
+			}
+			w.inline = append(w.inline, b...)
+		}
+	}
+	w.state = wqePosted
+	s.tail++
+	return nil
+}
+
+// PostRecv is ibv_post_recv on the QP's own receive queue. A QP with an SRQ
+// has none: EINVAL (post to the SRQ instead). Posting in RESET is EINVAL.
+func (q *QP) PostRecv(wrs []srq.RecvWR) (int, error) {
+	const op = "ibv_post_recv"
+	if q.e.closed.Load() {
+		return 0, closedErr(op, q.qpn)
+	}
+	if q.rq == nil {
+		return 0, newErr(op, q.qpn, syscall.EINVAL, "QP uses an SRQ")
+	}
+	st := QPState(q.state.Load())
+	if st == QPSReset {
+		return 0, newErr(op, q.qpn, syscall.EINVAL, "QP in state RESET")
+	}
+	n, err := q.rq.PostRecv(wrs)
+	if err != nil {
+		err = adoptErr(err, op, q.qpn)
+	}
+	if n > 0 {
+		// Wake the shard: in ERR the new WRs are flushed, and a responder
+		// that sent an RNR NAK learns nothing from it anyway (the requester
+		// retries after its timer).
+		if QPState(q.state.Load()) == QPSErr {
+			q.sh.wakeQP(q)
+		}
+	}
+	return n, err
+}
+
+// setSourcePort gives the QP rxe's source port p and sends from it when the
+// link can (link.Link.SourcePort), else from the link's own port.
+func (q *QP) setSourcePort(p uint16) {
+	q.sport, q.wport = p, 0
+	if q.e.link.SourcePort(p) {
+		q.wport = p
+	}
+}
+
+// srcPort is the UDP source port the QP's packets leave from.
+func (q *QP) srcPort() uint16 {
+	if q.wport != 0 {
+		return q.wport
+	}
+	return q.e.port
+}
+
+// QPInfo is one QP's row in the debug dump (/debug/qps).
+type QPInfo struct {
+	QPN         uint32
+	Type        QPType
+	State       QPState
+	DestQPN     uint32
+	Peer        netip.Addr
+	SrcPort     uint16  // the UDP source port its packets leave from (rxe's for this QP when the Link grants it)
+	NextPSN     bth.PSN // next request PSN
+	AckedPSN    bth.PSN // oldest unacknowledged PSN
+	ExpectedPSN bth.PSN // responder's expected PSN
+	MSN         uint32
+	SendQueued  int // send WRs not yet completed
+	TxPackets   uint64
+	RxPackets   uint64
+	Retransmits uint64
+	Timeouts    uint64
+	Backoff     uint8 // consecutive retransmission timeouts: the timer runs at timeout << Backoff
+	// Congestion control (zero when the device's is off): the DCQCN rate
+	// the QP is paced at and its target, bit/s (the line rate until a CNP
+	// limits it), α in 1/1024, and the rate cuts so far.
+	CCRate, CCTargetRate uint64
+	CCAlpha              uint32
+	CCCuts               uint64
+}
+
+// QPs returns a snapshot of every QP, for debugging and /debug/qps.
+func (e *Engine) QPs() []QPInfo {
+	if e.closed.Load() {
+		return nil
+	}
+	// One command per shard, not per QP: the snapshot waits for at most one
+	// slice of each shard however many QPs there are.
+	byShard := make(map[*shard][]*QP)
+	for _, q := range e.qps.all() {
+		byShard[q.sh] = append(byShard[q.sh], q)
+	}
+	var out []QPInfo
+	for s, qs := range byShard {
+		var part []QPInfo
+		if !s.call(func() {
+			for _, q := range qs {
+				part = append(part, QPInfo{QPN: q.qpn, Type: q.typ, State: q.attr.State, DestQPN: q.attr.DestQPN,
+					Peer: q.attr.AV.DGID, SrcPort: q.srcPort(), NextPSN: q.req.psn, AckedPSN: q.comp.psn,
+					ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.comp.idx), Backoff: q.comp.backoff,
+					TxPackets: q.cnt.txPackets.Load(), RxPackets: q.cnt.rxPackets.Load(),
+					Retransmits: q.cnt.retransmits.Load(), Timeouts: q.cnt.timeouts.Load()})
+				if c := q.cc; c != nil {
+					in := &part[len(part)-1]
+					in.CCRate, in.CCTargetRate, in.CCAlpha, in.CCCuts = c.rp.Rate(), c.rp.TargetRate(), c.rp.Alpha(), c.rp.Cuts()
+				}
+			}
+		}) {
+			continue
+		}
+		out = append(out, part...)
+	}
+	return out
+}

@@ -1,0 +1,39 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/internal/core/cq"
+)
+
+// ucFailed is what a failed check does on a UC QP, which never answers (IBA
+// 9.7.5.2.x, rxe drop_msg): the message is dropped and the responder
+// resynchronizes at the next FIRST or ONLY. A receive WR taken for the
+// dropped SEND stays with the QP for the next message. Only a receive WR
+// that cannot hold the message or names bad memory fails the QP (ucFail).
+func (q *QP) ucFailed(now time.Time, err respErr) {
+	if f := respFailure[err]; f.ucFatal {
+		q.ucFail(now, f.status)
+		return
+	}
+	q.ucAbandon()
+	q.resp.dropping = true
+}
+
+// ucAbandon forgets a partial SEND or WRITE; bytes already placed stay.
+func (q *QP) ucAbandon() {
+	q.resp.opcode = noOpcode
+	q.resp.off = 0
+	q.resp.woff, q.resp.wlen = 0, 0
+}
+
+// ucFail is an IBA class D responder error on a UC QP (the receive WR
+// cannot hold the message or names bad memory): the WR completes with
+// status and the QP moves to ERR.
+func (q *QP) ucFail(now time.Time, status cq.Status) {
+	if q.resp.haveWR {
+		q.resp.haveWR = false
+		q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: status, Opcode: cq.OpRecv, QPNum: q.qpn}, false)
+	}
+	q.toError(now)
+}
