@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/transport"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
 )
@@ -426,8 +425,8 @@ func sendQPsRate(b *testing.B, n, total int) float64 {
 		b.Fatal(err)
 	}
 	st0 := x.dev.Stats()
-	before := st0.SentPackets[transport.ClassSend]
-	acks0 := y.dev.Stats().SentPackets[transport.ClassAck]
+	before := st0.SentPackets[roce.ClassSend]
+	acks0 := y.dev.Stats().SentPackets[roce.ClassAck]
 	b.ReportAllocs()
 	b.StartTimer()
 	t0 := time.Now()
@@ -437,8 +436,8 @@ func sendQPsRate(b *testing.B, n, total int) float64 {
 	d := time.Since(t0)
 	b.StopTimer()
 	st := x.dev.Stats()
-	pkts := float64(st.SentPackets[transport.ClassSend] - before)
-	b.ReportMetric(float64(y.dev.Stats().SentPackets[transport.ClassAck]-acks0)/pkts, "acks/pkt")
+	pkts := float64(st.SentPackets[roce.ClassSend] - before)
+	b.ReportMetric(float64(y.dev.Stats().SentPackets[roce.ClassAck]-acks0)/pkts, "acks/pkt")
 	b.ReportMetric(trainLen(st0, st, pkts), "pkts/msg")
 	return pkts / d.Seconds()
 }

@@ -66,10 +66,10 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 	if c.dev.closed.Load() {
 		return 0, closedErr("ibv_poll_cq", c.obj)
 	}
-	n, err := c.q.Poll(engineWCs(wc))
+	n, err := c.q.Poll(wc)
 	if n == 0 && err == nil && c.dev.rtc && c.dev.eng.Poll() > 0 {
 		// Run to completion: the poller receives what is queued itself.
-		n, err = c.q.Poll(engineWCs(wc))
+		n, err = c.q.Poll(wc)
 	}
 	if err != nil {
 		return n, wrapErr("ibv_poll_cq", c.obj, -1, err)

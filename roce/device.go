@@ -437,7 +437,7 @@ func (d *Device) QueryPKey(index int) (uint16, error) {
 }
 
 // Stats returns a snapshot of the engine's wire counters.
-func (d *Device) Stats() transport.StatsSnapshot { return d.stats.Snapshot() }
+func (d *Device) Stats() Stats { return d.stats.Snapshot() }
 
 // DroppedEvents returns how many async events were dropped because the Events channel
 // was full.
@@ -489,10 +489,5 @@ func (d *Device) QPs() []QPInfo {
 	if d.closed.Load() {
 		return nil
 	}
-	in := d.eng.QPs()
-	out := make([]QPInfo, len(in))
-	for i := range in {
-		out[i] = QPInfo(in[i])
-	}
-	return out
+	return d.eng.QPs()
 }

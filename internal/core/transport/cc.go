@@ -6,6 +6,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // qpCC is a QP's congestion control (package dcqcn): the notification
@@ -118,9 +119,9 @@ func (q *QP) onCE(now time.Time, pkt *bth.Packet, src netip.Addr) {
 	}
 	f := bth.Fields{Opcode: bth.CNP, BECN: true, PKey: 0xFFFF, DestQP: q.attr.DestQPN}
 	av := q.attr.AV // its path's hop limit and flow label; packetTOS sets cnp_dscp
-	if q.typ == QPTypeUD {
+	if q.typ == verbs.QPTypeUD {
 		f.DestQP = pkt.DETH().SrcQP
-		av = AddressVector{DGID: src}
+		av = verbs.AddressVector{DGID: src}
 	}
 	q.emit(&f, nil, &av)
 	q.e.stats.CNPsSent.Add(1)

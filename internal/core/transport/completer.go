@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // completer retires send WQEs from ACKs, NAKs, read responses and atomic
@@ -48,21 +48,21 @@ func (q *QP) head() *sendWQE {
 // complete retires the WQE at the head, posting a completion when the WR
 // is signaled, the QP signals all WRs, or the status is an error (IBA
 // 10.7.3.1, rxe do_complete).
-func (q *QP) complete(now time.Time, w *sendWQE, status cq.Status) {
+func (q *QP) complete(now time.Time, w *sendWQE, status verbs.WCStatus) {
 	// Everything needed from the slot is read first, and the slot is retired
 	// before the completion becomes visible: once a user has polled a
 	// completion, its send-queue slots must already be free for PostSend, as
 	// with libibverbs (a PostSend right after Poll must not see ENOMEM).
-	signal := status != cq.Success || w.wr.Flags&SendSignaled != 0 || q.init.SQSigAll
-	wc := cq.WorkCompletion{WRID: w.wr.WRID, Status: status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
-	if status == cq.Success {
+	signal := status != verbs.WCSuccess || w.wr.Flags&verbs.SendSignaled != 0 || q.init.SQSigAll
+	wc := verbs.WC{WRID: w.wr.WRID, Status: status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
+	if status == verbs.WCSuccess {
 		wc.ByteLen = w.length
 	}
-	if status == cq.Success && q.typ == QPTypeRC && !w.sentAt.IsZero() {
+	if status == verbs.WCSuccess && q.typ == verbs.QPTypeRC && !w.sentAt.IsZero() {
 		q.e.stats.ObserveLatency(now.Sub(w.sentAt))
 	}
 	local := w.isLocalOp()
-	if status == cq.Success && q.typ == QPTypeRC && !local && w.lastPSN.Add(1).After(q.comp.psn) {
+	if status == verbs.WCSuccess && q.typ == verbs.QPTypeRC && !local && w.lastPSN.Add(1).After(q.comp.psn) {
 		// Everything up to the WQE's last PSN is acknowledged (rxe
 		// do_complete/COMPST_UPDATE_COMP): a later rewind must restart
 		// after it, never inside it or before it.
@@ -77,7 +77,7 @@ func (q *QP) complete(now time.Time, w *sendWQE, status cq.Status) {
 	if signal {
 		q.pushWC(q.init.SendCQ, &wc, false)
 	}
-	if status == cq.Success && !local {
+	if status == verbs.WCSuccess && !local {
 		q.completeLocalOps(now) // local operations waiting behind w
 	}
 }
@@ -93,7 +93,7 @@ func (q *QP) completeSent(now time.Time) {
 			q.completeLocalOps(now)
 			continue
 		}
-		q.complete(now, w, cq.Success)
+		q.complete(now, w, verbs.WCSuccess)
 	}
 }
 
@@ -101,15 +101,15 @@ func (q *QP) completeSent(now time.Time) {
 // rest. An RC QP moves to ERR. A UD or UC QP moves to SQE (IBA 10.3.1.8):
 // only its send queue has failed, so receives go on, and ibv_modify_qp back
 // to RTS resumes sending.
-func (q *QP) failWQE(now time.Time, w *sendWQE, status cq.Status) {
+func (q *QP) failWQE(now time.Time, w *sendWQE, status verbs.WCStatus) {
 	if w == nil {
 		w = q.head()
 	}
 	if w != nil && w.state != wqeDone && w == q.sq.slot(q.comp.idx) {
 		q.complete(now, w, status)
 	}
-	if q.typ != QPTypeRC && q.attr.State != QPSErr {
-		q.setState(QPSSQE)
+	if q.typ != verbs.QPTypeRC && q.attr.State != verbs.QPSErr {
+		q.setState(verbs.QPSSQE)
 		q.flushSQ(now)
 		return
 	}
@@ -142,7 +142,7 @@ func (q *QP) retry(now time.Time, timeout bool) {
 	}
 	if !spendRetry(&q.comp.retryCnt) {
 		q.e.stats.RetryExceeded.Add(1)
-		q.failWQE(now, nil, cq.RetryExcErr)
+		q.failWQE(now, nil, verbs.WCRetryExcErr)
 		return
 	}
 	if q.head() != nil {
@@ -155,7 +155,7 @@ func (q *QP) retry(now time.Time, timeout bool) {
 // rxe_completer): retire what it acknowledges, then act on its kind.
 func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 	switch q.attr.State {
-	case QPSRTS, QPSSQD, QPSSQE:
+	case verbs.QPSRTS, verbs.QPSSQD, verbs.QPSSQE:
 	default:
 		return
 	}
@@ -212,7 +212,7 @@ func (q *QP) retireAcked(now time.Time, pkt *bth.Packet) (progress, ok bool) {
 			q.retry(now, false)
 			return progress, false
 		}
-		q.complete(now, w, cq.Success)
+		q.complete(now, w, verbs.WCSuccess)
 		progress = true
 	}
 	// The expected PSN moves past everything acknowledged, but never into a READ
@@ -281,16 +281,16 @@ func (q *QP) onAck(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (o
 }
 
 // nakStatus is the completion status of a WQE the peer NAKed with code.
-func nakStatus(code uint8) cq.Status {
+func nakStatus(code uint8) verbs.WCStatus {
 	switch code {
 	case bth.NAKInvalidRequest:
-		return cq.RemInvReqErr
+		return verbs.WCRemInvReqErr
 	case bth.NAKRemoteAccess:
-		return cq.RemAccessErr
+		return verbs.WCRemAccessErr
 	case bth.NAKRemoteOpErr:
-		return cq.RemOpErr
+		return verbs.WCRemOpErr
 	}
-	return cq.RemInvRDReqErr
+	return verbs.WCRemInvRDReqErr
 }
 
 // spendRetry takes one retry from *left (7: infinite) and reports false when
@@ -310,7 +310,7 @@ func spendRetry(left *uint8) bool {
 func (q *QP) onRNR(now time.Time, w *sendWQE, aeth bth.AETH, progress bool) {
 	if !spendRetry(&q.comp.rnrRetry) {
 		q.e.stats.RNRRetryExceeded.Add(1)
-		q.failWQE(now, w, cq.RNRRetryExcErr)
+		q.failWQE(now, w, verbs.WCRNRRetryExcErr)
 		return
 	}
 	q.afterProgressNoTimer(progress)
@@ -333,12 +333,12 @@ func (q *QP) onAtomicAck(now time.Time, pkt *bth.Packet, w *sendWQE, progress bo
 	}
 	var b [8]byte
 	binary.NativeEndian.PutUint64(b[:], pkt.AtomicAckETH().Orig)
-	if st := q.scatter(w.wr.SGL, 0, b[:]); st != cq.Success {
-		q.failWQE(now, w, cq.LocProtErr)
+	if st := q.scatter(w.wr.SGL, 0, b[:]); st != verbs.WCSuccess {
+		q.failWQE(now, w, verbs.WCLocProtErr)
 		return progress, false
 	}
 	q.comp.psn = p.Add(1)
-	q.complete(now, w, cq.Success)
+	q.complete(now, w, verbs.WCSuccess)
 	return true, true
 }
 
@@ -347,11 +347,11 @@ func (q *QP) onAtomicAck(now time.Time, pkt *bth.Packet, w *sendWQE, progress bo
 // timer), FIRST and MIDDLE carrying exactly the path MTU and the LAST or
 // ONLY the rest (else BAD_RESP_ERR); the LAST completes the READ.
 func (q *QP) onReadResponse(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (bool, bool) {
-	if w != nil && (w.wr.Opcode == WRFlush || w.wr.Opcode == WRAtomicWrite) {
+	if w != nil && (w.wr.Opcode == verbs.WRFlush || w.wr.Opcode == verbs.WRAtomicWrite) {
 		return q.onFlushResponse(now, pkt, w, progress)
 	}
 	p := pkt.PSN()
-	if w == nil || w.wr.Opcode != WRRDMARead || p.Before(w.firstPSN) || p.After(w.lastPSN) {
+	if w == nil || w.wr.Opcode != verbs.WRRDMARead || p.Before(w.firstPSN) || p.After(w.lastPSN) {
 		return progress, true
 	}
 	if p != q.comp.psn {
@@ -365,16 +365,16 @@ func (q *QP) onReadResponse(now time.Time, pkt *bth.Packet, w *sendWQE, progress
 	data := pkt.Payload()
 	isLast, op := p == w.lastPSN, pkt.Opcode()
 	if isLast != op.Ends() || (isLast && uint32(len(data)) != w.length-off) || (!isLast && uint32(len(data)) != q.pmtu) {
-		q.failWQE(now, w, cq.BadRespErr)
+		q.failWQE(now, w, verbs.WCBadRespErr)
 		return progress, false
 	}
-	if st := q.scatter(w.wr.SGL, off, data); st != cq.Success {
-		q.failWQE(now, w, cq.LocProtErr)
+	if st := q.scatter(w.wr.SGL, off, data); st != verbs.WCSuccess {
+		q.failWQE(now, w, verbs.WCLocProtErr)
 		return progress, false
 	}
 	q.comp.psn = p.Add(1)
 	if isLast {
-		q.complete(now, w, cq.Success)
+		q.complete(now, w, verbs.WCSuccess)
 	}
 	return true, true
 }
@@ -389,18 +389,18 @@ func (q *QP) onFlushResponse(now time.Time, pkt *bth.Packet, w *sendWQE, progres
 		return progress, true
 	}
 	if pkt.Opcode() != bth.RCReadResponseOnly || len(pkt.Payload()) != 0 {
-		q.failWQE(now, w, cq.BadRespErr)
+		q.failWQE(now, w, verbs.WCBadRespErr)
 		return progress, false
 	}
 	q.comp.psn = p.Add(1)
-	q.complete(now, w, cq.Success)
+	q.complete(now, w, verbs.WCSuccess)
 	return true, true
 }
 
 // afterProgress resets the retry counters and restarts or stops the
 // retransmission timer after the completer advanced.
 func (q *QP) afterProgress(now time.Time, progress bool) {
-	if !progress || q.attr.State == QPSErr {
+	if !progress || q.attr.State == verbs.QPSErr {
 		return
 	}
 	q.resetRetries()

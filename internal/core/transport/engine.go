@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
 
@@ -41,7 +42,7 @@ type Engine struct {
 	maxSGE    int
 	maxInline int
 	maxRDAtom [2]int // max_rd_atomic and max_dest_rd_atomic limits
-	portMTU   MTU
+	portMTU   verbs.MTU
 	noGSO     bool         // Config.NoGSO: never hand the Link a train
 	noGRO     bool         // Config.NoGRO: read with MaxDatagram buffers
 	rtc       bool         // Config.RunToCompletion (rtc.go)
@@ -133,7 +134,7 @@ func newEngine(cfg Config) (*Engine, error) {
 		return nil, newErr("create_engine", 0, syscall.EINVAL, "congestion control: %v", err)
 	}
 	if e.portMTU == 0 {
-		e.portMTU = MTU1024
+		e.portMTU = verbs.MTU1024
 	} else if e.portMTU.Bytes() == 0 {
 		return nil, newErr("create_engine", 0, syscall.EINVAL, "invalid port MTU %d", e.portMTU)
 	}
@@ -229,8 +230,8 @@ func (e *Engine) fail() {
 	if e.fatal.Swap(true) {
 		return
 	}
-	e.event(Event{Type: EventDeviceFatal})
-	e.event(Event{Type: EventPortErr})
+	e.event(Event{Type: verbs.EventDeviceFatal})
+	e.event(Event{Type: verbs.EventPortErr})
 	e.failQPs(func(*QP) bool { return true })
 }
 

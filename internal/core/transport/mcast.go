@@ -6,6 +6,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
 
@@ -32,7 +33,7 @@ func (q *QP) AttachMcast(group netip.Addr) error {
 	switch {
 	case e.closed.Load():
 		return closedErr(op, q.qpn)
-	case q.typ != QPTypeUD:
+	case q.typ != verbs.QPTypeUD:
 		return newErr(op, q.qpn, syscall.EINVAL, "only UD QPs join multicast groups")
 	case !g.IsMulticast():
 		return newErr(op, q.qpn, syscall.EINVAL, "%v is not a multicast address", group)

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // haveRDResources reports whether the responder may accept a READ or an
@@ -62,8 +62,8 @@ func (q *QP) duplicate(now time.Time, pkt *bth.Packet) {
 			if r.rkey != reth.RKey || reth.VA < r.va || uint64(reth.VA-r.va)+uint64(reth.DMALen) > uint64(r.length) {
 				continue
 			}
-			if q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead) == nil {
-				q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
+			if q.remoteRange(reth.RKey, reth.VA, reth.DMALen, verbs.AccessRemoteRead) == nil {
+				q.classC(now, p, bth.NAKRemoteAccess, verbs.WCRemAccessErr)
 				return
 			}
 			q.startRead(p, reth)
@@ -154,7 +154,7 @@ const maxHeld = 256
 // after any ACK held back: the QP's next turns send them.
 func (q *QP) startRead(p bth.PSN, reth bth.RETH) {
 	q.flushAck()
-	npk := numPackets(WRRDMARead, reth.DMALen, q.pmtu)
+	npk := numPackets(verbs.WRRDMARead, reth.DMALen, q.pmtu)
 	q.resp.read = readReply{active: true, first: p, next: p, last: p.Add(int(npk) - 1),
 		rkey: reth.RKey, va: reth.VA, rem: reth.DMALen}
 }
@@ -171,9 +171,9 @@ func (q *QP) replyRead(now time.Time, limit int) int {
 	}
 	var data []byte
 	if n := min(uint64(r.rem), uint64(limit)*uint64(q.pmtu)); n > 0 {
-		if data = q.remoteRange(r.rkey, r.va, uint32(n), AccessRemoteRead); data == nil {
+		if data = q.remoteRange(r.rkey, r.va, uint32(n), verbs.AccessRemoteRead); data == nil {
 			r.active = false
-			q.classC(now, r.next, bth.NAKRemoteAccess, cq.RemAccessErr)
+			q.classC(now, r.next, bth.NAKRemoteAccess, verbs.WCRemAccessErr)
 			return 0
 		}
 	}

@@ -4,8 +4,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // requester turns send WQEs into request packets (rxe_req.c). Owner shard only.
@@ -24,22 +23,22 @@ type requester struct {
 
 // wireOps is the bth operation each send WR opcode is carried by.
 var wireOps = [...]bth.Op{
-	WRSend:              bth.OpSend,
-	WRSendWithImm:       bth.OpSendImm,
-	WRSendWithInv:       bth.OpSendInv,
-	WRRDMAWrite:         bth.OpWrite,
-	WRRDMAWriteWithImm:  bth.OpWriteImm,
-	WRRDMARead:          bth.OpRead,
-	WRAtomicCmpAndSwp:   bth.OpCompareSwap,
-	WRAtomicFetchAndAdd: bth.OpFetchAdd,
-	WRLocalInv:          0xFF, // not carried on the wire
-	WRBindMW:            0xFF,
-	WRFlush:             bth.OpFlush,
-	WRAtomicWrite:       bth.OpAtomicWrite,
+	verbs.WRSend:              bth.OpSend,
+	verbs.WRSendWithImm:       bth.OpSendImm,
+	verbs.WRSendWithInv:       bth.OpSendInv,
+	verbs.WRRDMAWrite:         bth.OpWrite,
+	verbs.WRRDMAWriteWithImm:  bth.OpWriteImm,
+	verbs.WRRDMARead:          bth.OpRead,
+	verbs.WRAtomicCmpAndSwp:   bth.OpCompareSwap,
+	verbs.WRAtomicFetchAndAdd: bth.OpFetchAdd,
+	verbs.WRLocalInv:          0xFF, // not carried on the wire
+	verbs.WRBindMW:            0xFF,
+	verbs.WRFlush:             bth.OpFlush,
+	verbs.WRAtomicWrite:       bth.OpAtomicWrite,
 }
 
 // transports is the BTH transport of each QP type.
-var transports = [...]bth.Transport{QPTypeRC: bth.TransportRC, QPTypeUC: bth.TransportUC, QPTypeUD: bth.TransportUD}
+var transports = [...]bth.Transport{verbs.QPTypeRC: bth.TransportRC, verbs.QPTypeUC: bth.TransportUC, verbs.QPTypeUD: bth.TransportUD}
 
 // nextOpcode picks the opcode of the packet that carries bytes [off,
 // off+pmtu) of w's message from the opcode table (rxe next_opcode):
@@ -48,7 +47,7 @@ var transports = [...]bth.Transport{QPTypeRC: bth.TransportRC, QPTypeUC: bth.Tra
 // message.
 func (q *QP) nextOpcode(w *sendWQE, off uint32) (o bth.Opcode, last bool) {
 	first, last := off == 0, w.length-off <= q.pmtu
-	if w.isReadOrAtomic() || q.typ == QPTypeUD {
+	if w.isReadOrAtomic() || q.typ == verbs.QPTypeUD {
 		first, last = true, true
 	}
 	o, _ = bth.MessageOpcode(transports[q.typ], wireOps[w.wr.Opcode], first, last)
@@ -103,7 +102,7 @@ func (q *QP) rewind() {
 // packets still to send.
 func (q *QP) runRequester(now time.Time, limit int) (sent int, more bool) {
 	st := q.attr.State
-	if st != QPSRTS && st != QPSSQD {
+	if st != verbs.QPSRTS && st != verbs.QPSSQD {
 		return 0, false
 	}
 	if q.req.needRetry {
@@ -113,7 +112,7 @@ func (q *QP) runRequester(now time.Time, limit int) (sent int, more bool) {
 		q.rewind()
 	}
 	tail := q.sq.loadTail()
-	for q.req.idx < tail && q.attr.State != QPSErr {
+	for q.req.idx < tail && q.attr.State != verbs.QPSErr {
 		w := q.sq.slot(q.req.idx)
 		if w.isLocalOp() {
 			idx := q.req.idx
@@ -128,7 +127,7 @@ func (q *QP) runRequester(now time.Time, limit int) (sent int, more bool) {
 		if w.state == wqePosted && !q.startWQE(now, w) {
 			return sent, false
 		}
-		if q.typ == QPTypeRC && (q.req.psn.Diff(q.comp.psn) >= maxUnackedPSNs || q.req.probing && q.req.psn != q.comp.psn) {
+		if q.typ == verbs.QPTypeRC && (q.req.psn.Diff(q.comp.psn) >= maxUnackedPSNs || q.req.probing && q.req.psn != q.comp.psn) {
 			return sent, false // window full, or the timeout probe is out
 		}
 		if sent == limit {
@@ -143,7 +142,7 @@ func (q *QP) runRequester(now time.Time, limit int) (sent int, more bool) {
 			w.state = wqePending
 			q.req.idx++
 			q.req.off = 0
-			if q.typ != QPTypeRC {
+			if q.typ != verbs.QPTypeRC {
 				q.completeSent(now)
 			}
 		}
@@ -155,12 +154,12 @@ func (q *QP) runRequester(now time.Time, limit int) (sent int, more bool) {
 // may: not in SQD, not while a fence or max_rd_atomic holds it back, and not
 // a UD message above the port MTU (which fails).
 func (q *QP) startWQE(now time.Time, w *sendWQE) bool {
-	if q.attr.State == QPSSQD {
+	if q.attr.State == verbs.QPSSQD {
 		return false // SQD: finish what started, begin nothing new
 	}
-	if q.typ == QPTypeRC {
+	if q.typ == verbs.QPTypeRC {
 		out := q.rdAtomicOutstanding()
-		if w.wr.Flags&SendFence != 0 && out > 0 {
+		if w.wr.Flags&verbs.SendFence != 0 && out > 0 {
 			return false
 		}
 		if w.isReadOrAtomic() && out >= max(int(q.attr.MaxRDAtomic), 1) {
@@ -172,12 +171,12 @@ func (q *QP) startWQE(now time.Time, w *sendWQE) bool {
 	w.state = wqeProcessing
 	w.sentAt = now
 	q.req.off = 0
-	if q.typ == QPTypeUD && w.length > q.pmtu {
+	if q.typ == verbs.QPTypeUD && w.length > q.pmtu {
 		// A UD message above the port MTU (an SGE of length 0 means
 		// 2^31 bytes) is not sent. C10-93.1.1 allows faking success,
 		// which rxe does, but then the datagram vanishes without a
 		// trace; a local length error tells the application.
-		q.failWQE(now, w, cq.LocLenErr)
+		q.failWQE(now, w, verbs.WCLocLenErr)
 		return false
 	}
 	return true
@@ -191,7 +190,7 @@ func (q *QP) gather(w *sendWQE, off, n uint32) ([]byte, bool) {
 	if n == 0 {
 		return nil, true
 	}
-	if w.wr.Flags&SendInline != 0 {
+	if w.wr.Flags&verbs.SendInline != 0 {
 		return w.inline[off : off+n], true
 	}
 	var out []byte
@@ -232,11 +231,11 @@ func (q *QP) gather(w *sendWQE, off, n uint32) ([]byte, bool) {
 // scatter copies data into sgl at byte offset off, checking each SGE's lkey,
 // PD and LOCAL_WRITE (the responder and completer receive paths). It returns
 // LocLenErr when the SGEs are too short and LocProtErr on a bad key.
-func (q *QP) scatter(sgl []srq.SGE, off uint32, data []byte) cq.Status {
+func (q *QP) scatter(sgl []verbs.SGE, off uint32, data []byte) verbs.WCStatus {
 	pos := uint32(0)
 	for _, sg := range sgl {
 		if len(data) == 0 {
-			return cq.Success
+			return verbs.WCSuccess
 		}
 		size := sg.Size()
 		if off >= pos+size {
@@ -246,12 +245,12 @@ func (q *QP) scatter(sgl []srq.SGE, off uint32, data []byte) cq.Status {
 		start := off - pos
 		take := min(size-start, uint32(len(data)))
 		r := q.e.mem.LocalRegion(sg.LKey)
-		if r == nil || r.PD != q.init.PD || r.Access&AccessLocalWrite == 0 {
-			return cq.LocProtErr
+		if r == nil || r.PD != q.init.PD || r.Access&verbs.AccessLocalWrite == 0 {
+			return verbs.WCLocProtErr
 		}
 		b := r.slice(sg.Addr+uint64(start), uint64(take))
 		if b == nil {
-			return cq.LocProtErr
+			return verbs.WCLocProtErr
 		}
 		copy(b, data[:take])
 		data = data[take:]
@@ -259,9 +258,9 @@ func (q *QP) scatter(sgl []srq.SGE, off uint32, data []byte) cq.Status {
 		pos += size
 	}
 	if len(data) > 0 {
-		return cq.LocLenErr
+		return verbs.WCLocLenErr
 	}
-	return cq.Success
+	return verbs.WCSuccess
 }
 
 // sendPacket builds and queues the next packet of w at req.psn. done reports
@@ -273,7 +272,7 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 	var n uint32
 	consumed := 1
 	switch q.typ {
-	case QPTypeUD:
+	case verbs.QPTypeUD:
 		f.Opcode, _ = q.nextOpcode(w, 0)
 		f.Imm = w.wr.Imm
 		qkey := w.wr.RemoteQKey
@@ -282,7 +281,7 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 		}
 		f.DETH = bth.DETH{QKey: qkey, SrcQP: q.qpn}
 		f.DestQP = w.wr.RemoteQPN
-		f.SE = w.wr.Flags&SendSolicited != 0
+		f.SE = w.wr.Flags&verbs.SendSolicited != 0
 		av = &w.av
 		n = w.length
 		done = true
@@ -291,18 +290,18 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 		f.Opcode, last = q.nextOpcode(w, q.req.off)
 		done = last
 		switch w.wr.Opcode {
-		case WRRDMARead:
+		case verbs.WRRDMARead:
 			rem := w.length - q.req.off
 			f.RETH = bth.RETH{VA: w.wr.RemoteAddr + uint64(q.req.off), RKey: w.wr.RKey, DMALen: rem}
 			consumed = int(w.lastPSN.Diff(q.req.psn)) + 1
-		case WRAtomicCmpAndSwp:
+		case verbs.WRAtomicCmpAndSwp:
 			f.Atomic = bth.AtomicETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.Swap, Compare: w.wr.CompareAdd}
-		case WRAtomicFetchAndAdd:
+		case verbs.WRAtomicFetchAndAdd:
 			f.Atomic = bth.AtomicETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
-		case WRFlush:
+		case verbs.WRFlush:
 			f.FETH = bth.FETH{PlacementType: w.wr.Flush.Type, Selectivity: w.wr.Flush.Level}
 			f.RETH = bth.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.wr.Flush.Length}
-		case WRAtomicWrite:
+		case verbs.WRAtomicWrite:
 			f.RETH = bth.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: 8}
 			payload = w.value[:]
 		default:
@@ -318,12 +317,12 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 			}
 			// SE goes on the last packet of a SEND or WRITE with immediate:
 			// the packets that complete a receive WR.
-			if last && w.wr.Flags&SendSolicited != 0 && (f.Opcode.IsSend() || f.Opcode.HasImm()) {
+			if last && w.wr.Flags&verbs.SendSolicited != 0 && (f.Opcode.IsSend() || f.Opcode.HasImm()) {
 				f.SE = true
 			}
 		}
 		q.req.noAck++
-		if q.typ == QPTypeRC && (last || q.req.noAck >= maxPktsPerAck || q.req.probing) {
+		if q.typ == verbs.QPTypeRC && (last || q.req.noAck >= maxPktsPerAck || q.req.probing) {
 			f.AckReq = true // a probe asks for the ACK that ends probing
 			q.req.noAck = 0
 		}
@@ -332,7 +331,7 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 		var good bool
 		payload, good = q.gather(w, q.req.off, n)
 		if !good {
-			q.failWQE(now, w, cq.LocProtErr)
+			q.failWQE(now, w, verbs.WCLocProtErr)
 			return false, false
 		}
 	}
@@ -342,11 +341,11 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 		q.cnt.retransmits.Add(1)
 	}
 	q.req.psn = q.req.psn.Add(consumed)
-	if q.req.psn.After(q.req.maxPSN) || q.typ != QPTypeRC {
+	if q.req.psn.After(q.req.maxPSN) || q.typ != verbs.QPTypeRC {
 		q.req.maxPSN = q.req.psn
 	}
 	q.req.off += n
-	if f.AckReq && q.typ == QPTypeRC && q.rto > 0 && q.comp.rtoAt.IsZero() {
+	if f.AckReq && q.typ == verbs.QPTypeRC && q.rto > 0 && q.comp.rtoAt.IsZero() {
 		q.comp.rtoAt = now.Add(q.rtoInterval())
 	}
 	return done, true

@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // responder executes inbound requests (rxe_resp.c): a sequence of small
@@ -23,8 +22,8 @@ type responder struct {
 	// opcode is the last request executed, for the opcode sequence check
 	// (bth.ValidSequence); noOpcode when no message is in progress.
 	opcode   bth.Opcode
-	dropping bool       // UC: dropping until the next FIRST/ONLY
-	wr       srq.RecvWR // receive WR taken for the current message
+	dropping bool         // UC: dropping until the next FIRST/ONLY
+	wr       verbs.RecvWR // receive WR taken for the current message
 	haveWR   bool
 	off      uint32 // bytes placed into wr
 
@@ -61,7 +60,7 @@ const noOpcode bth.Opcode = 0xFF
 
 // newResponder is a responder in its initial state that keeps the resource
 // ring and receive-WR storage of res and wr.
-func newResponder(res []rdResource, wr srq.RecvWR) responder {
+func newResponder(res []rdResource, wr verbs.RecvWR) responder {
 	return responder{res: res, wr: wr, opcode: noOpcode}
 }
 
@@ -110,7 +109,7 @@ var atomicMu sync.Mutex
 // remoteRegion resolves an rkey for a remote access (rxe check_rkey): the key
 // must exist, belong to the QP's PD (a type 2B window: be bound to this QP)
 // and grant want.
-func (q *QP) remoteRegion(rkey uint32, want Access) *Region {
+func (q *QP) remoteRegion(rkey uint32, want verbs.Access) *Region {
 	r := q.e.mem.RemoteRegion(rkey)
 	if r == nil || r.PD != q.init.PD || (r.QPN != 0 && r.QPN != q.qpn) || r.Access&want != want {
 		return nil
@@ -119,7 +118,7 @@ func (q *QP) remoteRegion(rkey uint32, want Access) *Region {
 }
 
 // remoteRange is remoteRegion for the bytes [va, va+n), which it must cover.
-func (q *QP) remoteRange(rkey uint32, va uint64, n uint32, want Access) []byte {
+func (q *QP) remoteRange(rkey uint32, va uint64, n uint32, want verbs.Access) []byte {
 	if r := q.remoteRegion(rkey, want); r != nil {
 		return r.slice(va, uint64(n))
 	}
@@ -128,13 +127,13 @@ func (q *QP) remoteRange(rkey uint32, va uint64, n uint32, want Access) []byte {
 
 // flushAccess is the access a FLUSH needs for its placement types, of the QP
 // and of the memory (rxe check_qp_attr_access, check_rkey).
-func flushAccess(f bth.FETH) Access {
-	var a Access
+func flushAccess(f bth.FETH) verbs.Access {
+	var a verbs.Access
 	if f.PlacementType&bth.FlushGlobal != 0 {
-		a |= AccessFlushGlobal
+		a |= verbs.AccessFlushGlobal
 	}
 	if f.PlacementType&bth.FlushPersistent != 0 {
-		a |= AccessFlushPersistent
+		a |= verbs.AccessFlushPersistent
 	}
 	return a
 }
@@ -177,18 +176,18 @@ const (
 // the WR with status and moves the QP to ERR.
 var respFailure = [...]struct {
 	nak     uint8
-	status  cq.Status
+	status  verbs.WCStatus
 	ucFatal bool
 }{
-	errOpSequence:   {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
-	errOpNotAllowed: {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
-	errNoResources:  {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
-	errLength:       {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
-	errMisaligned:   {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
-	errRKey:         {bth.NAKRemoteAccess, cq.RemAccessErr, false},
-	errRecvProt:     {bth.NAKRemoteOpErr, cq.LocProtErr, true},
-	errRecvLen:      {bth.NAKInvalidRequest, cq.LocLenErr, true},
-	errInvalidate:   {bth.NAKInvalidRequest, cq.RemInvReqErr, true}, // RC answers it in invalidateFailed
+	errOpSequence:   {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, false},
+	errOpNotAllowed: {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, false},
+	errNoResources:  {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, false},
+	errLength:       {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, false},
+	errMisaligned:   {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, false},
+	errRKey:         {bth.NAKRemoteAccess, verbs.WCRemAccessErr, false},
+	errRecvProt:     {bth.NAKRemoteOpErr, verbs.WCLocProtErr, true},
+	errRecvLen:      {bth.NAKInvalidRequest, verbs.WCLocLenErr, true},
+	errInvalidate:   {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, true}, // RC answers it in invalidateFailed
 }
 
 // respChecks is the responder pipeline after the PSN check, in rxe_resp.c's
@@ -205,15 +204,15 @@ var respChecks = [...]func(*QP, *request) respErr{
 // onRequest is the responder for one inbound request packet.
 func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 	switch q.attr.State {
-	case QPSRTR, QPSRTS, QPSSQD, QPSSQE:
+	case verbs.QPSRTR, verbs.QPSRTS, verbs.QPSSQD, verbs.QPSSQE:
 	default:
 		return
 	}
-	if q.attr.State == QPSRTR && !q.commEst {
+	if q.attr.State == verbs.QPSRTR && !q.commEst {
 		q.commEst = true
-		q.e.event(Event{Type: EventCommEst, QPN: q.qpn})
+		q.e.event(Event{Type: verbs.EventCommEst, QPN: q.qpn})
 	}
-	if q.typ == QPTypeUD {
+	if q.typ == verbs.QPTypeUD {
 		q.udReceive(pkt, it)
 		return
 	}
@@ -226,11 +225,11 @@ func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 		err = respChecks[i](q, r)
 	}
 	switch {
-	case err != respOK && q.typ == QPTypeUC:
+	case err != respOK && q.typ == verbs.QPTypeUC:
 		q.ucFailed(now, err)
 	case err != respOK:
 		q.rcFailed(now, r, err)
-	case q.typ == QPTypeRC && r.pkt.AckReq() && (r.op.IsSend() || r.op.IsWrite()):
+	case q.typ == verbs.QPTypeRC && r.pkt.AckReq() && (r.op.IsSend() || r.op.IsWrite()):
 		q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), r.psn) // rxe acknowledge
 	}
 	*r = request{}
@@ -242,7 +241,7 @@ func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 // (it resynchronizes the responder), any other packet only at the expected
 // PSN of a message not being dropped.
 func (q *QP) checkPSN(r *request) respErr {
-	if q.typ == QPTypeUC {
+	if q.typ == verbs.QPTypeUC {
 		expected := q.resp.psn
 		if r.psn != expected {
 			q.e.stats.OutOfSequence.Add(1)
@@ -274,7 +273,7 @@ func (q *QP) checkPSN(r *request) respErr {
 // always starts a new message: a partial one before it is abandoned (rxe's
 // class D1 error), the bytes it placed stay.
 func (q *QP) checkOpSequence(r *request) respErr {
-	if q.typ == QPTypeUC && r.op.Starts() {
+	if q.typ == verbs.QPTypeUC && r.op.Starts() {
 		q.ucAbandon()
 	}
 	if !bth.ValidSequence(q.resp.opcode, r.op) {
@@ -288,14 +287,14 @@ func (q *QP) checkOpSequence(r *request) respErr {
 // read or atomic), and a READ or atomic needs responder resources (only
 // max_dest_rd_atomic 0 refuses them, as in rxe).
 func (q *QP) checkOpAllowed(r *request) respErr {
-	var want Access
+	var want verbs.Access
 	switch {
 	case r.op.IsWrite() || r.op.IsAtomicWrite():
-		want = AccessRemoteWrite
+		want = verbs.AccessRemoteWrite
 	case r.op.IsReadRequest():
-		want = AccessRemoteRead
+		want = verbs.AccessRemoteRead
 	case r.op.IsAtomic():
-		want = AccessRemoteAtomic
+		want = verbs.AccessRemoteAtomic
 	case r.op.IsFlush():
 		want = flushAccess(r.pkt.FETH())
 	}
@@ -357,7 +356,7 @@ func (q *QP) checkRKey(r *request) respErr {
 		}
 		r.mem = dst
 	case r.op.IsReadRequest():
-		if reth := r.pkt.RETH(); reth.DMALen > 0 && q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead) == nil {
+		if reth := r.pkt.RETH(); reth.DMALen > 0 && q.remoteRange(reth.RKey, reth.VA, reth.DMALen, verbs.AccessRemoteRead) == nil {
 			return errRKey
 		}
 	case r.op.IsAtomic():
@@ -365,14 +364,14 @@ func (q *QP) checkRKey(r *request) respErr {
 		if ae.VA&7 != 0 {
 			return errMisaligned
 		}
-		if r.mem = q.remoteRange(ae.RKey, ae.VA, 8, AccessRemoteAtomic); r.mem == nil {
+		if r.mem = q.remoteRange(ae.RKey, ae.VA, 8, verbs.AccessRemoteAtomic); r.mem == nil {
 			return errRKey
 		}
 	case r.op.IsAtomicWrite():
 		// rxe: the R_Key and range first, the alignment when it executes
 		// (rxe_mr_do_atomic_write, IBA A19.4.2: 8-byte aligned).
 		reth := r.pkt.RETH()
-		if r.mem = q.remoteRange(reth.RKey, reth.VA, 8, AccessRemoteWrite); r.mem == nil {
+		if r.mem = q.remoteRange(reth.RKey, reth.VA, 8, verbs.AccessRemoteWrite); r.mem == nil {
 			return errRKey
 		}
 		if reth.VA&7 != 0 {
@@ -436,8 +435,8 @@ func (q *QP) placeSend(r *request) respErr {
 		return errRNR
 	}
 	switch q.scatter(q.resp.wr.SGL, q.resp.off, r.data) {
-	case cq.Success:
-	case cq.LocProtErr:
+	case verbs.WCSuccess:
+	case verbs.WCLocProtErr:
 		return errRecvProt
 	default:
 		return errRecvLen
@@ -452,15 +451,15 @@ func (q *QP) placeSend(r *request) respErr {
 	if !r.op.Ends() {
 		return respOK
 	}
-	wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecv,
+	wc := verbs.WC{WRID: q.resp.wr.WRID, Status: verbs.WCSuccess, Opcode: verbs.WCRecv,
 		ByteLen: q.resp.off, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
 	if r.op.HasImm() {
 		wc.ImmData = r.pkt.Imm()
-		wc.Flags |= cq.FlagWithImm
+		wc.Flags |= verbs.WCWithImm
 	}
 	if r.op.HasIETH() {
 		wc.InvalidatedRKey = r.pkt.IETH()
-		wc.Flags |= cq.FlagWithInv
+		wc.Flags |= verbs.WCWithInv
 	}
 	q.resp.haveWR = false
 	q.resp.off = 0
@@ -484,8 +483,8 @@ func (q *QP) placeWrite(r *request) respErr {
 	wlen := q.resp.wlen
 	q.resp.woff, q.resp.wlen = 0, 0
 	if r.op.NeedsRecvWR() {
-		wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecvRDMAWithImm,
-			ByteLen: wlen, ImmData: r.pkt.Imm(), Flags: cq.FlagWithImm, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
+		wc := verbs.WC{WRID: q.resp.wr.WRID, Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm,
+			ByteLen: wlen, ImmData: r.pkt.Imm(), Flags: verbs.WCWithImm, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
 		q.resp.haveWR = false
 		q.pushWC(q.init.RecvCQ, &wc, r.pkt.SE())
 	}
@@ -496,7 +495,7 @@ func (q *QP) placeWrite(r *request) respErr {
 // the message (its MSN is due at once, C9-148) and starts the reply.
 func (q *QP) executeRead(r *request) {
 	reth := r.pkt.RETH()
-	npk := int(numPackets(WRRDMARead, reth.DMALen, q.pmtu))
+	npk := int(numPackets(verbs.WRRDMARead, reth.DMALen, q.pmtu))
 	q.saveResource(rdResource{valid: true, first: r.psn, last: r.psn.Add(npk - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALen})
 	q.resp.msn++
 	q.advance(r, npk)
@@ -565,7 +564,7 @@ func (q *QP) invalidateFailed(now time.Time, r *request) {
 		q.flushAck()
 	}
 	q.resp.haveWR = false
-	q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.RemInvReqErr, Opcode: cq.OpRecv, QPNum: q.qpn}, false)
+	q.pushWC(q.init.RecvCQ, &verbs.WC{WRID: q.resp.wr.WRID, Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv, QPNum: q.qpn}, false)
 	q.toError(now)
 }
 
@@ -577,12 +576,12 @@ func (q *QP) invalidateFailed(now time.Time, r *request) {
 // request -> Local Invalid Request Work Queue Error (QP_REQ_ERR), remote
 // operational error -> Local Work Queue Catastrophic Error (QP_FATAL).
 // Exactly one such event; none when a WR completes with the status.
-func (q *QP) classC(now time.Time, p bth.PSN, code uint8, status cq.Status) {
+func (q *QP) classC(now time.Time, p bth.PSN, code uint8, status verbs.WCStatus) {
 	q.sendAck(bth.NAKSyndrome(code), p)
 	q.e.stats.NAKsSent[NAKKind(code)].Add(1)
 	if q.resp.haveWR {
 		q.resp.haveWR = false
-		q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: status, Opcode: cq.OpRecv, QPNum: q.qpn}, false)
+		q.pushWC(q.init.RecvCQ, &verbs.WC{WRID: q.resp.wr.WRID, Status: status, Opcode: verbs.WCRecv, QPNum: q.qpn}, false)
 	} else {
 		q.e.event(Event{Type: classCEvent(code), QPN: q.qpn})
 	}
@@ -591,14 +590,14 @@ func (q *QP) classC(now time.Time, p bth.PSN, code uint8, status cq.Status) {
 
 // classCEvent is the affiliated asynchronous event for a class C error
 // NAKed with code when no receive WR reports it.
-func classCEvent(code uint8) EventType {
+func classCEvent(code uint8) verbs.EventType {
 	switch code {
 	case bth.NAKRemoteAccess:
-		return EventQPAccessErr
+		return verbs.EventQPAccessErr
 	case bth.NAKInvalidRequest:
-		return EventQPReqErr
+		return verbs.EventQPReqErr
 	}
-	return EventQPFatal // NAKRemoteOpErr and anything else
+	return verbs.EventQPFatal // NAKRemoteOpErr and anything else
 }
 
 // takeRecvWR fetches a receive WR from the RQ or SRQ for the message that
@@ -610,7 +609,7 @@ func (q *QP) takeRecvWR() bool {
 	if q.resp.wr.SGL == nil {
 		// Room for any WR the queue can hold, allocated by the first
 		// receive: a QP that never receives costs none of it.
-		q.resp.wr.SGL = make([]srq.SGE, 0, q.e.maxSGE)
+		q.resp.wr.SGL = make([]verbs.SGE, 0, q.e.maxSGE)
 	}
 	var ok bool
 	if q.srq != nil {
@@ -639,6 +638,6 @@ func (q *QP) writeTarget() ([]byte, bool) {
 	if rem == 0 {
 		return nil, true
 	}
-	b := q.remoteRange(q.resp.wrkey, q.resp.wva+uint64(q.resp.woff), rem, AccessRemoteWrite)
+	b := q.remoteRange(q.resp.wrkey, q.resp.wva+uint64(q.resp.woff), rem, verbs.AccessRemoteWrite)
 	return b, b != nil
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // Retransmission after a timeout is bounded three ways, so a peer that stops
@@ -104,7 +106,7 @@ func (q *QP) onTimer(now time.Time) {
 		q.e.stats.BackedOffTimeouts.Add(1)
 	}
 	q.retry(now, true)
-	if q.attr.State == QPSErr || q.rto == 0 {
+	if q.attr.State == verbs.QPSErr || q.rto == 0 {
 		return
 	}
 	q.comp.backoff = min(q.comp.backoff+1, maxBackoff)

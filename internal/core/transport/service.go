@@ -6,6 +6,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // classOf maps an opcode to its counting class (UC SEND/WRITE count with
@@ -73,13 +74,13 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 		return
 	}
 	switch q.typ {
-	case QPTypeUD:
+	case verbs.QPTypeUD:
 		if !op.IsUD() && op != bth.CNP {
 			e.stats.Malformed.Add(1)
 			return
 		}
-	case QPTypeRC, QPTypeUC:
-		if (q.typ == QPTypeRC && !op.IsRC()) || (q.typ == QPTypeUC && !op.IsUC()) {
+	case verbs.QPTypeRC, verbs.QPTypeUC:
+		if (q.typ == verbs.QPTypeRC && !op.IsRC()) || (q.typ == verbs.QPTypeUC && !op.IsUC()) {
 			if op != bth.CNP {
 				e.stats.Malformed.Add(1)
 				return
@@ -110,17 +111,17 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 // SQD drain, and the timer re-arm. Owner shard only.
 func (q *QP) service(now time.Time) {
 	q.flushAck()
-	if q.fatal.Load() && q.attr.State != QPSErr {
+	if q.fatal.Load() && q.attr.State != verbs.QPSErr {
 		// A CQ it feeds overran, so the QP can no longer report its
 		// completions: IBA's Local Work Queue Catastrophic Error.
-		q.e.event(Event{Type: EventQPFatal, QPN: q.qpn})
+		q.e.event(Event{Type: verbs.EventQPFatal, QPN: q.qpn})
 		q.toError(now)
 	}
-	if q.attr.State == QPSErr {
+	if q.attr.State == verbs.QPSErr {
 		q.toError(now) // flush WRs posted since
 		return
 	}
-	if q.attr.State == QPSSQE {
+	if q.attr.State == verbs.QPSSQE {
 		q.flushSQ(now) // send WRs posted in SQE are flushed; receives go on
 	}
 	if !q.timerAt.IsZero() && !now.Before(q.timerAt) {
@@ -129,10 +130,10 @@ func (q *QP) service(now time.Time) {
 	q.onTimer(now)
 	q.takeTurn(now)
 	q.flushAck() // requests held behind a READ reply may have been acknowledged
-	if q.attr.State == QPSSQD && !q.sqdNotified && q.head() == nil && q.req.idx == q.comp.idx {
+	if q.attr.State == verbs.QPSSQD && !q.sqdNotified && q.head() == nil && q.req.idx == q.comp.idx {
 		q.sqdNotified = true
 		if q.attr.EnSQDAsyncNotify {
-			q.e.event(Event{Type: EventSQDrained, QPN: q.qpn})
+			q.e.event(Event{Type: verbs.EventSQDrained, QPN: q.qpn})
 		}
 	}
 	q.syncTimer(now)

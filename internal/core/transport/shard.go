@@ -8,7 +8,8 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
@@ -96,10 +97,10 @@ type shard struct {
 	out     []txPacket // the slice's output list
 	held    int        // out[:held] come from poll-driven slices, their completions visible (rtc.go)
 	tx      []link.Message
-	pieces  [][]byte   // the gather lists of tx's trains
-	budget  int        // budgeted packets the slice may still emit
-	rwr     srq.RecvWR // scratch for SRQ pops (reused, no allocation)
-	scratch [4096]byte // gather buffer for a payload spanning SGEs (QP.gather)
+	pieces  [][]byte     // the gather lists of tx's trains
+	budget  int          // budgeted packets the slice may still emit
+	rwr     verbs.RecvWR // scratch for SRQ pops (reused, no allocation)
+	scratch [4096]byte   // gather buffer for a payload spanning SGEs (QP.gather)
 
 	// Completions made while processing wait in wcs until the slice's
 	// packets are on the wire (see drainWC).
@@ -121,7 +122,7 @@ func newShard(e *Engine, batch int) *shard {
 type deferredWC struct {
 	q         *QP
 	c         *cq.Queue
-	wc        cq.WorkCompletion
+	wc        verbs.WC
 	solicited bool
 }
 
@@ -319,7 +320,7 @@ func (s *shard) touch(q *QP) {
 // for everything it sends (requests, ACKs, READ responses), a UD WR's
 // address handle for its datagram. With congestion control on, the ECN bits
 // of the traffic class are the engine's (Engine.packetTOS).
-func (q *QP) emit(f *bth.Fields, payload []byte, av *AddressVector) {
+func (q *QP) emit(f *bth.Fields, payload []byte, av *verbs.AddressVector) {
 	p := txPacket{buf: link.GetBuffer(), q: q, dst: av.DGID, tos: q.e.packetTOS(f.Opcode, av.TrafficClass), ttl: av.HopLimit, flow: av.FlowLabel}
 	if len(payload) >= gatherMin && !q.sh.isScratch(payload) {
 		// Gather send: the payload stays where it is (registered memory or

@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
@@ -125,7 +126,7 @@ func TestFlushTrainICRC(t *testing.T) {
 			q := &QP{e: e, sh: s, wport: 50000}
 			const segs = 70 // more than one super-datagram (62 segments of 1040 bytes)
 			payload := pattern(1024, 7)
-			av := &AddressVector{DGID: peer}
+			av := &verbs.AddressVector{DGID: peer}
 			for i := range segs + 1 {
 				f := bth.Fields{Opcode: bth.RCWriteMiddle, PKey: 0xFFFF, DestQP: 0x77, PSN: bth.PSN(i)}
 				p := payload // sent in place: headers, payload and tail as three pieces
@@ -168,10 +169,10 @@ func TestFlushTrainICRC(t *testing.T) {
 // delivered), a lone datagram is copied out of the train buffer, and the
 // train buffer is released once every segment is done.
 func TestReaderSplitsGROTrain(t *testing.T) {
-	w := newWire(t, QPTypeRC, rcOpts{recvWR: 8})
-	rb := w.mem.reg(1, make([]byte, 4096), AccessLocalWrite)
+	w := newWire(t, verbs.QPTypeRC, rcOpts{recvWR: 8})
+	rb := w.mem.reg(1, make([]byte, 4096), verbs.AccessLocalWrite)
 	for i := range 4 {
-		w.recv(srq.RecvWR{WRID: uint64(i), SGL: []srq.SGE{rb.sge(1024*i, 1024)}})
+		w.recv(verbs.RecvWR{WRID: uint64(i), SGL: []verbs.SGE{rb.sge(1024*i, 1024)}})
 	}
 	env := bth.Envelope{Src: w.peer.Addr(), Dst: addrA.Addr(), DF: true, SrcPort: w.peer.Port(), DstPort: addrA.Port()}
 	var train []byte

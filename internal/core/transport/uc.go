@@ -3,7 +3,7 @@ package transport
 import (
 	"time"
 
-	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // ucFailed is what a failed check does on a UC QP, which never answers (IBA
@@ -30,10 +30,10 @@ func (q *QP) ucAbandon() {
 // ucFail is an IBA class D responder error on a UC QP (the receive WR
 // cannot hold the message or names bad memory): the WR completes with
 // status and the QP moves to ERR.
-func (q *QP) ucFail(now time.Time, status cq.Status) {
+func (q *QP) ucFail(now time.Time, status verbs.WCStatus) {
 	if q.resp.haveWR {
 		q.resp.haveWR = false
-		q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: status, Opcode: cq.OpRecv, QPNum: q.qpn}, false)
+		q.pushWC(q.init.RecvCQ, &verbs.WC{WRID: q.resp.wr.WRID, Status: status, Opcode: verbs.WCRecv, QPNum: q.qpn}, false)
 	}
 	q.toError(now)
 }

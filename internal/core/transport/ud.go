@@ -2,7 +2,7 @@ package transport
 
 import (
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // udReceive delivers a UD SEND: Q_Key check (C10-15), the GRH area, then
@@ -30,17 +30,17 @@ func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
 	bth.PutGRH(&grh, bth.GRHFields{Src: it.src.Addr(), Dst: dst, TrafficClass: it.tos, HopLimit: it.ttl, FlowLabel: it.flow},
 		len(pkt.Bytes()))
 	st := q.scatter(q.resp.wr.SGL, 0, grh[:])
-	if st == cq.Success {
+	if st == verbs.WCSuccess {
 		st = q.scatter(q.resp.wr.SGL, bth.GRHLen, data)
 	}
-	wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: st, Opcode: cq.OpRecv, QPNum: q.qpn}
-	if st == cq.Success {
+	wc := verbs.WC{WRID: q.resp.wr.WRID, Status: st, Opcode: verbs.WCRecv, QPNum: q.qpn}
+	if st == verbs.WCSuccess {
 		wc.ByteLen = uint32(bth.GRHLen + len(data))
 		wc.SrcQP = deth.SrcQP
-		wc.Flags = cq.FlagGRH
+		wc.Flags = verbs.WCGRH
 		if pkt.Opcode().HasImm() {
 			wc.ImmData = pkt.Imm()
-			wc.Flags |= cq.FlagWithImm
+			wc.Flags |= verbs.WCWithImm
 		}
 	}
 	q.resp.haveWR = false

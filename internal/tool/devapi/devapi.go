@@ -190,7 +190,7 @@ func Describe(dev *roce.Device) (Device, error) {
 
 // Counters lists every counter and gauge of s (histograms as their count),
 // in the engine's table order.
-func Counters(s transport.StatsSnapshot) []Counter {
+func Counters(s roce.Stats) []Counter {
 	var out []Counter
 	for _, row := range transport.CounterTable() {
 		name := strings.TrimPrefix(row.Metric, "roce_")
