@@ -376,7 +376,7 @@ func BenchmarkRCSendQPs(b *testing.B) {
 func BenchmarkRCSendQPsNoGSO(b *testing.B) {
 	for _, n := range []int{1, 16, 4096} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			devOpts = []roce.Option{roce.WithGSO(false)}
+			devOpts = []roce.Option{roce.WithLinkConfig(link.Config{NoGSO: true})}
 			defer func() { devOpts = nil }()
 			b.ReportMetric(sendQPsRate(b, n, b.N), "pkts/s")
 		})

@@ -128,6 +128,9 @@ func (t *Tap) ReceiveFuncs() []ReceiveFunc { return WrapReceiveFuncs(ReceiveFunc
 // each of its non-blocking receive paths, recorded.
 func (t *Tap) PollFuncs() []ReceiveFunc { return WrapReceiveFuncs(PollFuncs(t.l), t.recorded) }
 
+// Offloads implements Offloader: the wrapped Link's.
+func (t *Tap) Offloads() Offloads { return OffloadsOf(t.l) }
+
 // JoinGroup implements Multicaster for a wrapped Link that does: the
 // group's datagrams are recorded too. Otherwise it is ENOSYS.
 func (t *Tap) JoinGroup(group netip.Addr) (ReceiveFunc, error) {

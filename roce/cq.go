@@ -67,7 +67,7 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 		return 0, closedErr("ibv_poll_cq", c.obj)
 	}
 	n, err := c.q.Poll(wc)
-	if n == 0 && err == nil && c.dev.rtc && c.dev.eng.Poll() > 0 {
+	if n == 0 && err == nil && c.dev.eng.Poll() > 0 {
 		// Run to completion: the poller receives what is queued itself.
 		n, err = c.q.Poll(wc)
 	}

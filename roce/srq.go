@@ -64,7 +64,7 @@ func (d *Device) srqCaps() srq.Caps {
 // (ibv_modify_srq(3)). It may run on the engine shard whose Pop crossed the limit or
 // on the goroutine calling Modify; it only counts and queues an event.
 func (s *SRQ) limitReached() {
-	s.pd.dev.stats.SRQLimitEvents.Add(1)
+	s.pd.dev.eng.Stats().SRQLimitEvents.Add(1)
 	s.pd.dev.emit(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
 }
 

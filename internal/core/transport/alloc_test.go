@@ -38,7 +38,7 @@ func TestReceiveToCQENoAlloc(t *testing.T) {
 		q.rq.PostRecv(wrs)
 		build()
 		it := rxItem{buf: buf, n: l, src: addrB, local: addrA.Addr(), qp: q}
-		q.receive(n.e.clock.Now(), &it)
+		q.receive(n.e.cfg.Clock.Now(), &it)
 		if k, _ := n.rcq.Poll(wc); k != 1 || wc[0].Status != verbs.WCSuccess {
 			t.Fatalf("poll %d %v", k, wc[0].Status)
 		}

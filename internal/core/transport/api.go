@@ -112,7 +112,9 @@ type realClock struct{}
 func (realClock) Now() time.Time                            { return time.Now() }
 func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
-// Config configures an Engine.
+// Config configures an Engine. NewEngine fills in the defaults the comments
+// name, in one place (normalize), and Engine.Config returns the result. The
+// Link's offloads (link.Offloads) decide segment trains and GRO.
 type Config struct {
 	Link      link.Link
 	Memory    Memory
@@ -128,19 +130,9 @@ type Config struct {
 	// max_qp_rd_atom, the limits of a QP's max_rd_atomic and max_dest_rd_atomic
 	// (0: 128 each).
 	MaxRDAtomic, MaxDestRDAtomic int
-	// NoGSO turns segment trains off: every packet goes to the Link as a
-	// datagram of its own, never as a train (link.Message.SegSize) the
-	// Link sends as UDP GSO. For comparison, or to rule GSO out.
-	NoGSO bool
-	// NoGRO reads the Link with one-datagram buffers, so UDP GRO is never
-	// turned on and every datagram arrives on its own.
-	NoGRO bool
 	// RunToCompletion makes the goroutine that has the work do it when the
-	// QP's shard is idle: PostSend sends its packets itself, and a reader
-	// runs the responder and completer for what it read, instead of handing
-	// either to the shard goroutine (rtc.go). It saves the wake-ups that
-	// dominate a small message's latency; the shard goroutines still take
-	// whatever finds its shard busy.
+	// QP's shard is idle, instead of handing it to the shard goroutine
+	// (rtc.go).
 	RunToCompletion bool
 	// PortMTU is the port's active MTU (0: MTU1024, what rxe derives from a
 	// 1500-byte Ethernet). A UD QP has no path MTU of its own: its messages

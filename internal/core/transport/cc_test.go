@@ -91,7 +91,7 @@ func TestCCNotificationPoint(t *testing.T) {
 			t.Errorf("packet %d (TOS %#x): %d CNPs, want %d", i, s.tos, got, s.cnp)
 		}
 	}
-	st := w.e.stats.Snapshot()
+	st := w.e.cfg.Stats.Snapshot()
 	if st.ECNMarked != 4 || st.CNPsSent != 2 || st.SentPackets[ClassCNP] != 0 {
 		// SentPackets counts at flush, which a wire never runs.
 		t.Errorf("ECNMarked %d CNPsSent %d", st.ECNMarked, st.CNPsSent)
@@ -101,7 +101,7 @@ func TestCCNotificationPoint(t *testing.T) {
 	if got := sendCE(off, 0, dcqcn.CE); len(got) != 1 || got[0].Opcode() != bth.RCAck {
 		t.Errorf("congestion control off: emitted %s", pktsString(got))
 	}
-	if st := off.e.stats.Snapshot(); st.ECNMarked != 1 || st.CNPsSent != 0 {
+	if st := off.e.cfg.Stats.Snapshot(); st.ECNMarked != 1 || st.CNPsSent != 0 {
 		t.Errorf("off: ECNMarked %d CNPsSent %d", st.ECNMarked, st.CNPsSent)
 	}
 }
@@ -147,7 +147,7 @@ func TestCCReactionPoint(t *testing.T) {
 	if sent < 55 || sent > 64 {
 		t.Errorf("%d packets in 100 µs paced at 5 Gb/s, want about 60", sent)
 	}
-	if st := w.e.stats.Snapshot(); st.CNPsRcvd != 1 || st.RateCuts != 1 || st.CNPsIgnored != 0 {
+	if st := w.e.cfg.Stats.Snapshot(); st.CNPsRcvd != 1 || st.RateCuts != 1 || st.CNPsIgnored != 0 {
 		t.Errorf("CNPsRcvd %d RateCuts %d CNPsIgnored %d", st.CNPsRcvd, st.RateCuts, st.CNPsIgnored)
 	}
 	if d := w.q.nextDeadline(); d.IsZero() || d.Sub(w.clock.now) > 2*time.Microsecond {
@@ -156,7 +156,7 @@ func TestCCReactionPoint(t *testing.T) {
 
 	off := newWire(t, verbs.QPTypeRC, rcOpts{})
 	off.deliver(off.packet(bth.Fields{Opcode: bth.CNP, BECN: true}, nil))
-	if st := off.e.stats.Snapshot(); st.CNPsRcvd != 1 || st.CNPsIgnored != 1 || st.RateCuts != 0 || off.q.cc != nil {
+	if st := off.e.cfg.Stats.Snapshot(); st.CNPsRcvd != 1 || st.CNPsIgnored != 1 || st.RateCuts != 0 || off.q.cc != nil {
 		t.Errorf("off: CNPsRcvd %d CNPsIgnored %d RateCuts %d", st.CNPsRcvd, st.CNPsIgnored, st.RateCuts)
 	}
 }

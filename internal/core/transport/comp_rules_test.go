@@ -57,7 +57,7 @@ var compRules = []compRule{
 		wrs:  []verbs.SendWR{sendWR(1, verbs.WRSend, 0, 8), sendWR(2, verbs.WRSend, 0, 8)},
 		sent: 2, resp: [][]rulePkt{{resp(bth.RCAck, 2, ack, 0)}, {resp(bth.RCAck, 0x400000, ack, 0)}},
 		check: func(t *testing.T, w *wire, buf *Region) {
-			if n := w.q.e.stats.GhostResponses.Load(); n != 2 {
+			if n := w.q.e.cfg.Stats.GhostResponses.Load(); n != 2 {
 				t.Errorf("ghost responses counted: %d, want 2", n)
 			}
 			if out := w.advance(w.q.rto); len(out) != 1 || out[0].PSN() != wireSQPSN {

@@ -59,7 +59,7 @@ func (q *QP) complete(now time.Time, w *sendWQE, status verbs.WCStatus) {
 		wc.ByteLen = w.length
 	}
 	if status == verbs.WCSuccess && q.typ == verbs.QPTypeRC && !w.sentAt.IsZero() {
-		q.e.stats.ObserveLatency(now.Sub(w.sentAt))
+		q.e.cfg.Stats.ObserveLatency(now.Sub(w.sentAt))
 	}
 	local := w.isLocalOp()
 	if status == verbs.WCSuccess && q.typ == verbs.QPTypeRC && !local && w.lastPSN.Add(1).After(q.comp.psn) {
@@ -141,7 +141,7 @@ func (q *QP) retry(now time.Time, timeout bool) {
 		return
 	}
 	if !spendRetry(&q.comp.retryCnt) {
-		q.e.stats.RetryExceeded.Add(1)
+		q.e.cfg.Stats.RetryExceeded.Add(1)
 		q.failWQE(now, nil, verbs.WCRetryExcErr)
 		return
 	}
@@ -164,7 +164,7 @@ func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
 		// QPN (a process that exited, its peer still resending to the same
 		// address and QPN) or a forged packet. Acting on it would retire WQEs
 		// whose packets may never have arrived.
-		q.e.stats.GhostResponses.Add(1)
+		q.e.cfg.Stats.GhostResponses.Add(1)
 		return
 	}
 	progress, ok := q.retireAcked(now, pkt)
@@ -255,9 +255,9 @@ func (q *QP) onAck(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (o
 		return true
 	}
 	if aeth.IsRNRNAK() {
-		q.e.stats.NAKsRcvd[NAKRNR].Add(1)
+		q.e.cfg.Stats.NAKsRcvd[NAKRNR].Add(1)
 	} else if code := aeth.NAKCode(); aeth.IsNAK() && code <= bth.NAKInvalidRDRequest {
-		q.e.stats.NAKsRcvd[NAKKind(code)].Add(1)
+		q.e.cfg.Stats.NAKsRcvd[NAKKind(code)].Add(1)
 	}
 	if pkt.PSN() != q.comp.psn || w == nil {
 		return true // stale
@@ -309,7 +309,7 @@ func spendRetry(left *uint8) bool {
 // retry (7: infinite), or fails the WQE when none is left.
 func (q *QP) onRNR(now time.Time, w *sendWQE, aeth bth.AETH, progress bool) {
 	if !spendRetry(&q.comp.rnrRetry) {
-		q.e.stats.RNRRetryExceeded.Add(1)
+		q.e.cfg.Stats.RNRRetryExceeded.Add(1)
 		q.failWQE(now, w, verbs.WCRNRRetryExcErr)
 		return
 	}

@@ -2,13 +2,11 @@ package transport
 
 import (
 	"errors"
-	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 
-	"github.com/goroce/goroce/dcqcn"
 	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
@@ -31,22 +29,9 @@ const (
 // set of shard goroutines, each owning the QPs whose QPN hashes to it. See
 // the package documentation for the flows.
 type Engine struct {
-	link      link.Link
-	mem       Memory
-	stats     *Stats
-	clock     Clock
-	onEvent   func(Event)
-	localAddr netip.Addr
-	port      uint16 // UDP port we send from and to (the Link's)
-	maxQPWR   int
-	maxSGE    int
-	maxInline int
-	maxRDAtom [2]int // max_rd_atomic and max_dest_rd_atomic limits
-	portMTU   verbs.MTU
-	noGSO     bool         // Config.NoGSO: never hand the Link a train
-	noGRO     bool         // Config.NoGRO: read with MaxDatagram buffers
-	rtc       bool         // Config.RunToCompletion (rtc.go)
-	cc        dcqcn.Config // normalized; Enabled false: off
+	cfg      Config        // normalized: no default left to apply
+	port     uint16        // UDP port we send from and to (the Link's)
+	offloads link.Offloads // what the Link does with trains
 
 	shards  []*shard
 	pollers []*poller    // run-to-completion: the receive paths Poll reads
@@ -81,7 +66,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	for _, recv := range readers {
 		go newReader(e, recv, e.shards[0].batch).loop()
 	}
-	if e.rtc {
+	if e.cfg.RunToCompletion {
 		for _, recv := range link.PollFuncs(cfg.Link) {
 			r := newReader(e, recv, pollBatch)
 			r.poll = true
@@ -93,81 +78,75 @@ func NewEngine(cfg Config) (*Engine, error) {
 
 // newEngine builds an engine without starting its goroutines.
 func newEngine(cfg Config) (*Engine, error) {
-	if cfg.Link == nil || cfg.Memory == nil {
-		return nil, newErr("create_engine", 0, syscall.EINVAL, "Link and Memory are required")
+	if err := cfg.normalize(); err != nil {
+		return nil, err
 	}
 	e := &Engine{
-		link:      cfg.Link,
-		mem:       cfg.Memory,
-		stats:     cfg.Stats,
-		clock:     cfg.Clock,
-		onEvent:   cfg.OnEvent,
-		localAddr: cfg.LocalAddr,
-		maxQPWR:   cfg.MaxQPWR,
-		maxSGE:    cfg.MaxSGE,
-		maxInline: cfg.MaxInline,
-		maxRDAtom: [2]int{cfg.MaxRDAtomic, cfg.MaxDestRDAtomic},
-		portMTU:   cfg.PortMTU,
-		noGSO:     cfg.NoGSO,
-		noGRO:     cfg.NoGRO,
-		rtc:       cfg.RunToCompletion,
-		cc:        cfg.CC,
-		retries:   newRetryBudget(cfg.RetryRate, cfg.RetryBurst),
-		done:      make(chan struct{}),
-	}
-	la := cfg.Link.LocalAddr()
-	e.port = la.Port()
-	if !e.localAddr.IsValid() {
-		e.localAddr = la.Addr()
-	}
-	e.localAddr = e.localAddr.Unmap()
-	if e.stats == nil {
-		e.stats = new(Stats)
-	}
-	if e.clock == nil {
-		e.clock = realClock{}
-	}
-	if e.maxQPWR <= 0 {
-		e.maxQPWR = DefaultMaxQPWR
-	}
-	if err := e.cc.Normalize(); err != nil {
-		return nil, newErr("create_engine", 0, syscall.EINVAL, "congestion control: %v", err)
-	}
-	if e.portMTU == 0 {
-		e.portMTU = verbs.MTU1024
-	} else if e.portMTU.Bytes() == 0 {
-		return nil, newErr("create_engine", 0, syscall.EINVAL, "invalid port MTU %d", e.portMTU)
-	}
-	if e.maxSGE <= 0 {
-		e.maxSGE = DefaultMaxSGE
-	}
-	for i, v := range e.maxRDAtom {
-		if v <= 0 {
-			e.maxRDAtom[i] = DefaultRDAtomic
-		}
-	}
-	if e.maxInline < 0 {
-		e.maxInline = 0
-	} else if e.maxInline == 0 {
-		e.maxInline = DefaultMaxInline
-	}
-	n := cfg.Shards
-	if n <= 0 {
-		n = runtime.GOMAXPROCS(0)
+		cfg:      cfg,
+		port:     cfg.Link.LocalAddr().Port(),
+		offloads: link.OffloadsOf(cfg.Link),
+		retries:  newRetryBudget(cfg.RetryRate, cfg.RetryBurst),
+		done:     make(chan struct{}),
 	}
 	e.qps.init()
-	batch := cfg.Link.BatchSize()
-	if batch <= 0 {
-		batch = 1
-	}
-	for i := 0; i < n; i++ {
+	batch := max(cfg.Link.BatchSize(), 1)
+	for range cfg.Shards {
 		e.shards = append(e.shards, newShard(e, batch))
 	}
 	return e, nil
 }
 
+// normalize checks c and fills in every default, in the one place they live.
+func (c *Config) normalize() error {
+	if c.Link == nil || c.Memory == nil {
+		return newErr("create_engine", 0, syscall.EINVAL, "Link and Memory are required")
+	}
+	if err := c.CC.Normalize(); err != nil {
+		return newErr("create_engine", 0, syscall.EINVAL, "congestion control: %v", err)
+	}
+	if c.PortMTU == 0 {
+		c.PortMTU = verbs.MTU1024
+	} else if c.PortMTU.Bytes() == 0 {
+		return newErr("create_engine", 0, syscall.EINVAL, "invalid port MTU %d", c.PortMTU)
+	}
+	if !c.LocalAddr.IsValid() {
+		c.LocalAddr = c.Link.LocalAddr().Addr()
+	}
+	c.LocalAddr = c.LocalAddr.Unmap()
+	if c.Stats == nil {
+		c.Stats = new(Stats)
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	if c.Shards <= 0 {
+		c.Shards = runtime.GOMAXPROCS(0)
+	}
+	orDefault := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	orDefault(&c.MaxQPWR, DefaultMaxQPWR)
+	orDefault(&c.MaxSGE, DefaultMaxSGE)
+	orDefault(&c.MaxRDAtomic, DefaultRDAtomic)
+	orDefault(&c.MaxDestRDAtomic, DefaultRDAtomic)
+	if c.MaxInline == 0 {
+		c.MaxInline = DefaultMaxInline
+	}
+	c.MaxInline = max(c.MaxInline, 0)
+	orDefault(&c.RetryBurst, defaultRetryBurst)
+	if c.RetryRate == 0 {
+		c.RetryRate = defaultRetryRate
+	}
+	return nil
+}
+
+// Config returns the engine's configuration with every default filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
 // Stats returns the engine's counters.
-func (e *Engine) Stats() *Stats { return e.stats }
+func (e *Engine) Stats() *Stats { return e.cfg.Stats }
 
 // Close moves every QP to the error state (flushing its outstanding work
 // requests with WR_FLUSH_ERR), stops the shards and the reader and closes
@@ -188,10 +167,10 @@ func (e *Engine) Close() error {
 		})
 	}
 	for _, q := range e.qps.all() {
-		q.run("close", func() { q.toError(e.clock.Now()) }, true)
+		q.run("close", func() { q.toError(e.cfg.Clock.Now()) }, true)
 	}
 	close(e.done)
-	err := e.link.Close()
+	err := e.cfg.Link.Close()
 	e.wg.Wait()
 	return err
 }
@@ -252,8 +231,8 @@ func (e *Engine) failQPs(match func(*QP) bool) {
 func (e *Engine) Fatal() bool { return e.fatal.Load() }
 
 func (e *Engine) event(ev Event) {
-	if e.onEvent != nil {
-		e.onEvent(ev)
+	if e.cfg.OnEvent != nil {
+		e.cfg.OnEvent(ev)
 	}
 }
 

@@ -23,7 +23,7 @@ func TestLinkGoneIsDeviceFatal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := b.e.link.Close(); err != nil { // the socket goes away underneath
+	if err := b.e.cfg.Link.Close(); err != nil { // the socket goes away underneath
 		t.Fatal(err)
 	}
 	wcs := waitWC(t, b.rcq, 2, 5*time.Second)

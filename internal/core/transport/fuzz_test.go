@@ -118,8 +118,8 @@ func fuzzResponder(t *testing.T, data []byte, typ verbs.QPType) {
 		}
 		it := rxItem{buf: buf, n: l, src: peer, local: addrA.Addr(), qp: q}
 		q.run("fuzz", func() {
-			q.receive(n.e.clock.Now(), &it)
-			q.service(n.e.clock.Now())
+			q.receive(n.e.cfg.Clock.Now(), &it)
+			q.service(n.e.cfg.Clock.Now())
 			q.sh.flush()
 		}, false)
 		link.PutBuffer(buf)

@@ -39,13 +39,13 @@ func (q *QP) runLocalOp(now time.Time, w *sendWQE) bool {
 	switch w.wr.Opcode {
 	case verbs.WRBindMW:
 		b := w.wr.BindMW
-		err := q.e.mem.BindMW(&MWBind{MWRKey: b.MWRKey, NewRKey: b.RKey, MRLKey: b.MRLKey, Addr: b.Addr,
+		err := q.e.cfg.Memory.BindMW(&MWBind{MWRKey: b.MWRKey, NewRKey: b.RKey, MRLKey: b.MRLKey, Addr: b.Addr,
 			Length: b.Length, Access: b.Access, QPN: q.qpn, PD: q.init.PD})
 		if err != nil {
 			w.status = verbs.WCMWBindErr
 		}
 	case verbs.WRLocalInv:
-		if q.e.mem.Invalidate(w.wr.InvRKey, q.qpn, q.init.PD) != nil {
+		if q.e.cfg.Memory.Invalidate(w.wr.InvRKey, q.qpn, q.init.PD) != nil {
 			w.status = verbs.WCLocQPOpErr
 		}
 	}

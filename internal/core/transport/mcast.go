@@ -103,7 +103,7 @@ func (e *Engine) detachLocked(q *QP, g netip.Addr) {
 	qs := slices.DeleteFunc(slices.Clone(old[g]), func(x *QP) bool { return x == q })
 	if len(qs) == 0 {
 		delete(t, g)
-		if ml, ok := e.link.(link.Multicaster); ok && !e.closed.Load() {
+		if ml, ok := e.cfg.Link.(link.Multicaster); ok && !e.closed.Load() {
 			_ = ml.LeaveGroup(g) // its reader ends with net.ErrClosed
 		}
 	} else {
@@ -114,7 +114,7 @@ func (e *Engine) detachLocked(q *QP, g netip.Addr) {
 
 // joinGroup joins g on the Link and starts the reader of its datagrams.
 func (e *Engine) joinGroup(op string, qpn uint32, g netip.Addr) error {
-	ml, ok := e.link.(link.Multicaster)
+	ml, ok := e.cfg.Link.(link.Multicaster)
 	if !ok {
 		return newErr(op, qpn, syscall.ENOSYS, "the link cannot join multicast groups")
 	}
@@ -147,7 +147,7 @@ func (r *reader) dispatchMcast(it rxItem, m *link.Message) bool {
 	e := r.e
 	qs := e.mcastTable()[m.Local.Unmap().WithZone("")]
 	if len(qs) == 0 {
-		e.stats.UnknownQP.Add(1)
+		e.cfg.Stats.UnknownQP.Add(1)
 		return false
 	}
 	for _, q := range qs[:len(qs)-1] {

@@ -94,7 +94,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	}
 	if init.SRQ == nil {
 		rq, err := srq.New(&verbs.SRQAttr{MaxWR: c.MaxRecvWR, MaxSGE: q.init.Cap.MaxRecvSGE},
-			srq.Caps{MaxWR: uint32(e.maxQPWR), MaxSGE: uint32(e.maxSGE)})
+			srq.Caps{MaxWR: uint32(e.cfg.MaxQPWR), MaxSGE: uint32(e.cfg.MaxSGE)})
 		if err != nil {
 			return nil, adoptErr(err, op, qpn)
 		}
@@ -109,7 +109,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	q.attr.PathMTU = verbs.MTU1024
 	if q.typ == verbs.QPTypeUD {
 		// UD cannot set IBV_QP_PATH_MTU: its limit is the port's active MTU.
-		q.attr.PathMTU = e.portMTU
+		q.attr.PathMTU = e.cfg.PortMTU
 	}
 	q.pmtu = uint32(q.attr.PathMTU.Bytes())
 
@@ -159,16 +159,16 @@ func (e *Engine) CheckQPInit(init *QPInitAttr) error {
 	switch {
 	case init.SendCQ == nil || init.RecvCQ == nil:
 		return newErr(op, 0, syscall.EINVAL, "send_cq and recv_cq are required")
-	case c.MaxSendWR == 0 || int64(c.MaxSendWR) > int64(e.maxQPWR):
-		return newErr(op, 0, syscall.EINVAL, "max_send_wr %d not in [1..%d] (max_qp_wr)", c.MaxSendWR, e.maxQPWR)
-	case !hasSRQ && (c.MaxRecvWR == 0 || int64(c.MaxRecvWR) > int64(e.maxQPWR)):
-		return newErr(op, 0, syscall.EINVAL, "max_recv_wr %d not in [1..%d] (max_qp_wr)", c.MaxRecvWR, e.maxQPWR)
-	case int64(c.MaxSendSGE) > int64(e.maxSGE):
-		return newErr(op, 0, syscall.EINVAL, "max_send_sge %d above max_sge %d", c.MaxSendSGE, e.maxSGE)
-	case !hasSRQ && int64(c.MaxRecvSGE) > int64(e.maxSGE):
-		return newErr(op, 0, syscall.EINVAL, "max_recv_sge %d above max_sge %d", c.MaxRecvSGE, e.maxSGE)
-	case int64(c.MaxInlineData) > int64(e.maxInline):
-		return newErr(op, 0, syscall.EINVAL, "max_inline_data %d above %d", c.MaxInlineData, e.maxInline)
+	case c.MaxSendWR == 0 || int64(c.MaxSendWR) > int64(e.cfg.MaxQPWR):
+		return newErr(op, 0, syscall.EINVAL, "max_send_wr %d not in [1..%d] (max_qp_wr)", c.MaxSendWR, e.cfg.MaxQPWR)
+	case !hasSRQ && (c.MaxRecvWR == 0 || int64(c.MaxRecvWR) > int64(e.cfg.MaxQPWR)):
+		return newErr(op, 0, syscall.EINVAL, "max_recv_wr %d not in [1..%d] (max_qp_wr)", c.MaxRecvWR, e.cfg.MaxQPWR)
+	case int64(c.MaxSendSGE) > int64(e.cfg.MaxSGE):
+		return newErr(op, 0, syscall.EINVAL, "max_send_sge %d above max_sge %d", c.MaxSendSGE, e.cfg.MaxSGE)
+	case !hasSRQ && int64(c.MaxRecvSGE) > int64(e.cfg.MaxSGE):
+		return newErr(op, 0, syscall.EINVAL, "max_recv_sge %d above max_sge %d", c.MaxRecvSGE, e.cfg.MaxSGE)
+	case int64(c.MaxInlineData) > int64(e.cfg.MaxInline):
+		return newErr(op, 0, syscall.EINVAL, "max_inline_data %d above %d", c.MaxInlineData, e.cfg.MaxInline)
 	}
 	return nil
 }
@@ -227,7 +227,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 			res = newErr(op, q.qpn, syscall.EINVAL, "QP destroyed")
 			return
 		}
-		res = q.modify(q.e.clock.Now(), &a, mask)
+		res = q.modify(q.e.cfg.Clock.Now(), &a, mask)
 	}, false)
 	if err != nil {
 		return err
@@ -259,10 +259,10 @@ func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.QPAttrMask) string {
 		return "rnr_retry above 7"
 	case mask&verbs.QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
 		return "min_rnr_timer above 31"
-	case mask&verbs.QPAttrMaxQPRDAtomic != 0 && int(a.MaxRDAtomic) > q.e.maxRDAtom[0]:
-		return fmt.Sprintf("max_rd_atomic %d above max_qp_init_rd_atom %d", a.MaxRDAtomic, q.e.maxRDAtom[0])
-	case mask&verbs.QPAttrMaxDestRDAtomic != 0 && int(a.MaxDestRDAtomic) > q.e.maxRDAtom[1]:
-		return fmt.Sprintf("max_dest_rd_atomic %d above max_qp_rd_atom %d", a.MaxDestRDAtomic, q.e.maxRDAtom[1])
+	case mask&verbs.QPAttrMaxQPRDAtomic != 0 && int(a.MaxRDAtomic) > q.e.cfg.MaxRDAtomic:
+		return fmt.Sprintf("max_rd_atomic %d above max_qp_init_rd_atom %d", a.MaxRDAtomic, q.e.cfg.MaxRDAtomic)
+	case mask&verbs.QPAttrMaxDestRDAtomic != 0 && int(a.MaxDestRDAtomic) > q.e.cfg.MaxDestRDAtomic:
+		return fmt.Sprintf("max_dest_rd_atomic %d above max_qp_rd_atom %d", a.MaxDestRDAtomic, q.e.cfg.MaxDestRDAtomic)
 	case mask&verbs.QPAttrDestQPN != 0 && a.DestQPN > maxQPN:
 		return "dest_qp_num above 24 bits"
 	}
@@ -459,7 +459,7 @@ func (q *QP) pushWC(c *cq.Queue, wc *verbs.WC, solicited bool) {
 	}
 	err := c.Push(wc, solicited)
 	if err != nil && errors.Is(err, cq.ErrOverrun) {
-		q.e.stats.CQOverruns.Add(1)
+		q.e.cfg.Stats.CQOverruns.Add(1)
 		q.e.event(Event{Type: verbs.EventCQErr, CQ: c})
 		q.e.failQPs(func(o *QP) bool { return o.init.SendCQ == c || o.init.RecvCQ == c })
 	}
@@ -632,7 +632,7 @@ func (q *QP) postOne(wr *verbs.SendWR) error {
 		// name registered memory, but its access rights are not checked.
 		w.inline = w.inline[:0]
 		for _, sg := range wr.SGL {
-			r := q.e.mem.LocalRegion(sg.LKey)
+			r := q.e.cfg.Memory.LocalRegion(sg.LKey)
 			var b []byte
 			if r != nil {
 				b = r.slice(sg.Addr, uint64(sg.Size()))
@@ -681,7 +681,7 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 // link can (link.Link.SourcePort), else from the link's own port.
 func (q *QP) setSourcePort(p uint16) {
 	q.sport, q.wport = p, 0
-	if q.e.link.SourcePort(p) {
+	if q.e.cfg.Link.SourcePort(p) {
 		q.wport = p
 	}
 }

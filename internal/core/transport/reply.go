@@ -202,7 +202,7 @@ func (q *QP) hold(it *rxItem) bool {
 		return false
 	}
 	if len(q.resp.held) >= maxHeld {
-		q.e.stats.RxQueueDrops.Add(1)
+		q.e.cfg.Stats.RxQueueDrops.Add(1)
 		it.release()
 		return true
 	}

@@ -203,7 +203,7 @@ func (q *QP) gather(w *sendWQE, off, n uint32) ([]byte, bool) {
 		}
 		start := off - pos
 		take := min(size-start, n)
-		r := q.e.mem.LocalRegion(sg.LKey)
+		r := q.e.cfg.Memory.LocalRegion(sg.LKey)
 		if r == nil || r.PD != q.init.PD {
 			return nil, false
 		}
@@ -244,7 +244,7 @@ func (q *QP) scatter(sgl []verbs.SGE, off uint32, data []byte) verbs.WCStatus {
 		}
 		start := off - pos
 		take := min(size-start, uint32(len(data)))
-		r := q.e.mem.LocalRegion(sg.LKey)
+		r := q.e.cfg.Memory.LocalRegion(sg.LKey)
 		if r == nil || r.PD != q.init.PD || r.Access&verbs.AccessLocalWrite == 0 {
 			return verbs.WCLocProtErr
 		}
@@ -337,7 +337,7 @@ func (q *QP) sendPacket(now time.Time, w *sendWQE) (done, ok bool) {
 	}
 	q.emit(&f, payload, av)
 	if q.req.psn.Before(q.req.maxPSN) {
-		q.e.stats.Retransmits.Add(1)
+		q.e.cfg.Stats.Retransmits.Add(1)
 		q.cnt.retransmits.Add(1)
 	}
 	q.req.psn = q.req.psn.Add(consumed)

@@ -110,7 +110,7 @@ var atomicMu sync.Mutex
 // must exist, belong to the QP's PD (a type 2B window: be bound to this QP)
 // and grant want.
 func (q *QP) remoteRegion(rkey uint32, want verbs.Access) *Region {
-	r := q.e.mem.RemoteRegion(rkey)
+	r := q.e.cfg.Memory.RemoteRegion(rkey)
 	if r == nil || r.PD != q.init.PD || (r.QPN != 0 && r.QPN != q.qpn) || r.Access&want != want {
 		return nil
 	}
@@ -244,7 +244,7 @@ func (q *QP) checkPSN(r *request) respErr {
 	if q.typ == verbs.QPTypeUC {
 		expected := q.resp.psn
 		if r.psn != expected {
-			q.e.stats.OutOfSequence.Add(1)
+			q.e.cfg.Stats.OutOfSequence.Add(1)
 		}
 		q.resp.psn = r.psn.Add(1)
 		switch {
@@ -257,10 +257,10 @@ func (q *QP) checkPSN(r *request) respErr {
 	}
 	switch checkPSN(q.resp.psn, r.psn) {
 	case verdictAhead:
-		q.e.stats.OutOfSequence.Add(1)
+		q.e.cfg.Stats.OutOfSequence.Add(1)
 		return errPSNAhead
 	case verdictDuplicate:
-		q.e.stats.DuplicateRequests.Add(1)
+		q.e.cfg.Stats.DuplicateRequests.Add(1)
 		return errDuplicate
 	}
 	q.resp.sentNAK = false
@@ -441,7 +441,7 @@ func (q *QP) placeSend(r *request) respErr {
 	default:
 		return errRecvLen
 	}
-	if r.op.HasIETH() && q.e.mem.Invalidate(r.pkt.IETH(), q.qpn, q.init.PD) != nil {
+	if r.op.HasIETH() && q.e.cfg.Memory.Invalidate(r.pkt.IETH(), q.qpn, q.init.PD) != nil {
 		// The message is placed; the rkey it names is not a bound type 2
 		// window of this QP (rxe invalidate_rkey).
 		return errInvalidate
@@ -542,7 +542,7 @@ func (q *QP) rcFailed(now time.Time, r *request, err respErr) {
 		if !q.resp.sentNAK {
 			q.resp.sentNAK = true
 			q.sendAck(bth.NAKSyndrome(bth.NAKPSNSeqErr), q.resp.psn)
-			q.e.stats.NAKsSent[NAKPSNSeqErr].Add(1)
+			q.e.cfg.Stats.NAKsSent[NAKPSNSeqErr].Add(1)
 		}
 	case errRNR:
 		q.sendRNR(r.psn)
@@ -578,7 +578,7 @@ func (q *QP) invalidateFailed(now time.Time, r *request) {
 // Exactly one such event; none when a WR completes with the status.
 func (q *QP) classC(now time.Time, p bth.PSN, code uint8, status verbs.WCStatus) {
 	q.sendAck(bth.NAKSyndrome(code), p)
-	q.e.stats.NAKsSent[NAKKind(code)].Add(1)
+	q.e.cfg.Stats.NAKsSent[NAKKind(code)].Add(1)
 	if q.resp.haveWR {
 		q.resp.haveWR = false
 		q.pushWC(q.init.RecvCQ, &verbs.WC{WRID: q.resp.wr.WRID, Status: status, Opcode: verbs.WCRecv, QPNum: q.qpn}, false)
@@ -609,7 +609,7 @@ func (q *QP) takeRecvWR() bool {
 	if q.resp.wr.SGL == nil {
 		// Room for any WR the queue can hold, allocated by the first
 		// receive: a QP that never receives costs none of it.
-		q.resp.wr.SGL = make([]verbs.SGE, 0, q.e.maxSGE)
+		q.resp.wr.SGL = make([]verbs.SGE, 0, q.e.cfg.MaxSGE)
 	}
 	var ok bool
 	if q.srq != nil {
@@ -624,7 +624,7 @@ func (q *QP) takeRecvWR() bool {
 
 func (q *QP) sendRNR(p bth.PSN) {
 	q.sendAck(bth.RNRSyndrome(q.attr.MinRNRTimer), p)
-	q.e.stats.NAKsSent[NAKRNR].Add(1)
+	q.e.cfg.Stats.NAKsSent[NAKRNR].Add(1)
 }
 
 // writeTarget resolves the R_Key of the current WRITE again for the bytes

@@ -113,7 +113,7 @@ func (r *respRig) feed(f bth.Fields, payload []byte) {
 	bth.PutICRC(&env, pkt)
 	it := rxItem{buf: buf, n: len(pkt), src: peer, local: addrA.Addr(), qp: q}
 	if err := q.run("feed", func() {
-		now := r.n.e.clock.Now()
+		now := r.n.e.cfg.Clock.Now()
 		q.sh.budget = slicePackets // as a step starts
 		q.receive(now, &it)
 		q.service(now)
@@ -507,7 +507,7 @@ func TestClassCWithoutRecvWRRaisesAffiliatedEvent(t *testing.T) {
 		{"remote operational", func(r *respRig, mr *Region) {
 			q := r.q
 			q.run("t", func() {
-				q.classC(r.n.e.clock.Now(), rigPSN, bth.NAKRemoteOpErr, verbs.WCLocQPOpErr)
+				q.classC(r.n.e.cfg.Clock.Now(), rigPSN, bth.NAKRemoteOpErr, verbs.WCLocQPOpErr)
 				q.sh.flush()
 			}, false)
 		}, bth.NAKRemoteOpErr, verbs.EventQPFatal},

@@ -39,18 +39,13 @@ type retryBudget struct {
 	last   time.Time
 }
 
+// newRetryBudget is a full bucket of burst tokens refilled at rate per
+// second; a negative rate is unlimited (Config.RetryRate, normalized).
 func newRetryBudget(rate, burst int) *retryBudget {
-	b := &retryBudget{rate: float64(rate), burst: float64(burst)}
-	switch {
-	case rate < 0:
+	b := &retryBudget{rate: float64(rate), burst: float64(burst), tokens: float64(burst)}
+	if rate < 0 {
 		b.rate = math.Inf(1)
-	case rate == 0:
-		b.rate = defaultRetryRate
 	}
-	if burst <= 0 {
-		b.burst = defaultRetryBurst
-	}
-	b.tokens = b.burst
 	return b
 }
 
@@ -94,16 +89,16 @@ func (q *QP) onTimer(now time.Time) {
 	if !q.comp.reserved {
 		if wait := q.e.retries.reserve(now); wait > 0 {
 			q.comp.reserved = true // the token is ours at now+wait
-			q.e.stats.RetriesDeferred.Add(1)
+			q.e.cfg.Stats.RetriesDeferred.Add(1)
 			q.comp.rtoAt = now.Add(wait)
 			return
 		}
 	}
 	q.comp.reserved = false
-	q.e.stats.Timeouts.Add(1)
+	q.e.cfg.Stats.Timeouts.Add(1)
 	q.cnt.timeouts.Add(1)
 	if q.comp.backoff > 0 {
-		q.e.stats.BackedOffTimeouts.Add(1)
+		q.e.cfg.Stats.BackedOffTimeouts.Add(1)
 	}
 	q.retry(now, true)
 	if q.attr.State == verbs.QPSErr || q.rto == 0 {

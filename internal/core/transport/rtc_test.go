@@ -14,7 +14,7 @@ import (
 func rtcWire(t *testing.T, reads *[]link.Message) (*wire, *recLink) {
 	w := newWire(t, verbs.QPTypeRC, rcOpts{recvWR: 4, sendWR: 4})
 	l := &recLink{noLink: noLink{t}}
-	w.e.link, w.e.rtc = l, true
+	w.e.cfg.Link, w.e.cfg.RunToCompletion = l, true
 	r := newReader(w.e, func(msgs []link.Message) (int, error) {
 		if len(*reads) == 0 {
 			return 0, nil

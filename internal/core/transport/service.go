@@ -51,44 +51,44 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 	b := it.bytes()
 	pkt, err := bth.Parse(b)
 	if err != nil {
-		e.stats.Malformed.Add(1)
+		e.cfg.Stats.Malformed.Add(1)
 		return
 	}
 	src := it.src.Addr().Unmap()
 	dst := it.local.Unmap()
 	if !dst.IsValid() {
-		dst = e.localAddr
+		dst = e.cfg.LocalAddr
 	}
 	env := bth.Envelope{Src: src, Dst: dst, DF: true, SrcPort: it.src.Port(), DstPort: e.port}
 	if !bth.AcceptICRC(&env, b) {
-		e.stats.ICRCErrors.Add(1)
+		e.cfg.Stats.ICRCErrors.Add(1)
 		return
 	}
 	op := pkt.Opcode()
 	class := classOf(op)
-	e.stats.RcvdPackets[class].Add(1)
-	e.stats.RcvdBytes[class].Add(uint64(len(b)))
+	e.cfg.Stats.RcvdPackets[class].Add(1)
+	e.cfg.Stats.RcvdBytes[class].Add(uint64(len(b)))
 	q.cnt.rxPackets.Add(1)
 	if pkt.PKey()&0x7FFF != 0x7FFF {
-		e.stats.BadPKey.Add(1)
+		e.cfg.Stats.BadPKey.Add(1)
 		return
 	}
 	switch q.typ {
 	case verbs.QPTypeUD:
 		if !op.IsUD() && op != bth.CNP {
-			e.stats.Malformed.Add(1)
+			e.cfg.Stats.Malformed.Add(1)
 			return
 		}
 	case verbs.QPTypeRC, verbs.QPTypeUC:
 		if (q.typ == verbs.QPTypeRC && !op.IsRC()) || (q.typ == verbs.QPTypeUC && !op.IsUC()) {
 			if op != bth.CNP {
-				e.stats.Malformed.Add(1)
+				e.cfg.Stats.Malformed.Add(1)
 				return
 			}
 		}
 		// rxe check_addr: an RC packet must come from the QP's peer.
 		if q.attr.AV.DGID.IsValid() && !sameAddr(src, q.attr.AV.DGID) {
-			e.stats.BadSource.Add(1)
+			e.cfg.Stats.BadSource.Add(1)
 			return
 		}
 	}
@@ -150,7 +150,7 @@ func (q *QP) takeTurn(now time.Time) {
 	q.sh.spend(used + sent)
 	held := q.chargeCC(now, start) // the pacer's timer wakes it instead
 	if (more || q.resp.read.active) && !held {
-		q.e.stats.TurnsYielded.Add(1)
+		q.e.cfg.Stats.TurnsYielded.Add(1)
 		q.sh.wakeQP(q)
 	}
 }
@@ -184,7 +184,7 @@ func (q *QP) syncTimer(now time.Time) {
 		wait = 0
 	}
 	if q.timer == nil {
-		q.timer = q.e.clock.AfterFunc(wait, func() { q.sh.wakeQP(q) })
+		q.timer = q.e.cfg.Clock.AfterFunc(wait, func() { q.sh.wakeQP(q) })
 	} else {
 		q.timer.Reset(wait)
 	}

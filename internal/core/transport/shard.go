@@ -113,7 +113,7 @@ func newShard(e *Engine, batch int) *shard {
 		in: make([]rxItem, 0, rxQueueLen), work: make([]rxItem, 0, rxQueueLen),
 		out: make([]txPacket, 0, slicePackets+sliceInbound), tx: make([]link.Message, 0, batch),
 		pieces: make([][]byte, 0, 3*(slicePackets+sliceInbound))}
-	s.passDone.Store(e.clock.Now().UnixNano())
+	s.passDone.Store(e.cfg.Clock.Now().UnixNano())
 	return s
 }
 
@@ -173,7 +173,7 @@ func (s *shard) run() {
 		}
 		s.process()
 		s.mu.Unlock()
-		s.passDone.Store(s.e.clock.Now().UnixNano()) // health: Engine.ShardLoopAges
+		s.passDone.Store(s.e.cfg.Clock.Now().UnixNano()) // health: Engine.ShardLoopAges
 	}
 }
 
@@ -230,7 +230,7 @@ func (s *shard) slice() bool {
 	}
 	s.flush()
 	s.drainWC()
-	s.passDone.Store(s.e.clock.Now().UnixNano())
+	s.passDone.Store(s.e.cfg.Clock.Now().UnixNano())
 	return true
 }
 
@@ -244,7 +244,7 @@ func (s *shard) step() bool {
 	if nIn == 0 && nQP == 0 {
 		return false
 	}
-	now := s.e.clock.Now()
+	now := s.e.cfg.Clock.Now()
 	s.deferWC = true
 	s.budget = slicePackets
 	for i := s.wpos; i < s.wpos+nIn; i++ {
@@ -259,7 +259,7 @@ func (s *shard) step() bool {
 		} else {
 			// The QP was destroyed after the reader queued the packet (a
 			// peer's last ACK racing a disconnect handled on another shard).
-			s.e.stats.DestroyedQPDrops.Add(1)
+			s.e.cfg.Stats.DestroyedQPDrops.Add(1)
 		}
 		it.release()
 		*it = rxItem{}
@@ -404,11 +404,11 @@ func (s *shard) queueRange(lo, hi int) {
 // write hands msgs to the Link, skipping a message it fails to send.
 func (s *shard) write(msgs []link.Message) {
 	for len(msgs) > 0 {
-		n, err := s.e.link.WriteBatch(msgs)
+		n, err := s.e.cfg.Link.WriteBatch(msgs)
 		if err == nil {
 			return
 		}
-		s.e.stats.TxErrors.Add(1)
+		s.e.cfg.Stats.TxErrors.Add(1)
 		if errors.Is(err, errClosed) {
 			return
 		}

@@ -32,7 +32,7 @@ import (
 // off or no packet joins.
 func (s *shard) trainEnd(i, hi int) int {
 	j := i + 1
-	if s.e.noGSO {
+	if !s.e.offloads.GSO {
 		return j
 	}
 	seg := s.out[i].n
@@ -67,7 +67,7 @@ func (s *shard) message(i, j int) link.Message {
 	e := s.e
 	p := &s.out[i]
 	seg := p.n
-	env := bth.Envelope{Src: e.localAddr, Dst: p.dst, DF: true, SrcPort: p.q.srcPort(), DstPort: e.port}
+	env := bth.Envelope{Src: e.cfg.LocalAddr, Dst: p.dst, DF: true, SrcPort: p.q.srcPort(), DstPort: e.port}
 	m := link.Message{Addr: netip.AddrPortFrom(p.dst, e.port), SrcPort: p.q.wport, TOS: p.tos, TTL: p.ttl, FlowLabel: p.flow}
 	first := len(s.pieces)
 	for k := i; k < j; k++ {
@@ -76,8 +76,8 @@ func (s *shard) message(i, j int) link.Message {
 			env.IPID = link.TrainIPv4ID(seg, k-i)
 		}
 		class := classOf(bth.Opcode(o.buf[0]))
-		e.stats.SentPackets[class].Add(1)
-		e.stats.SentBytes[class].Add(uint64(o.n))
+		e.cfg.Stats.SentPackets[class].Add(1)
+		e.cfg.Stats.SentBytes[class].Add(uint64(o.n))
 		if o.pay == nil {
 			pkt := o.buf[:o.n]
 			bth.PutICRC(&env, pkt)
@@ -93,8 +93,8 @@ func (s *shard) message(i, j int) link.Message {
 		s.pieces = append(s.pieces, hdr, o.pay, tail)
 	}
 	if j-i > 1 {
-		e.stats.TxTrains.Add(1)
-		e.stats.TxTrainSegments.Add(uint64(j - i))
+		e.cfg.Stats.TxTrains.Add(1)
+		e.cfg.Stats.TxTrainSegments.Add(uint64(j - i))
 		m.SegSize = seg
 	}
 	m.Pieces = s.pieces[first:len(s.pieces):len(s.pieces)]

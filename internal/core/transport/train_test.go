@@ -49,6 +49,11 @@ func idleEngine(t *testing.T, l link.Link, opts ...func(*Config)) *Engine {
 	return e
 }
 
+// noGSOLink is a noLink that sends no trains as GSO.
+type noGSOLink struct{ noLink }
+
+func (noGSOLink) Offloads() link.Offloads { return link.Offloads{GRO: true} }
+
 // TestTrainEnd: how the output list is cut into trains. Each packet is
 // "q.d.size[.tos]": QP, destination, datagram size, traffic class. QPs a and
 // b send from the link's own port, c and d from ports of their own.
@@ -73,11 +78,15 @@ func TestTrainEnd(t *testing.T) {
 		{"another destination breaks it", "a.x.80 a.y.80 a.y.80", "1 2", false},
 		{"ACKs of one QP coalesce", "a.x.20 a.x.20", "2", false},
 		{"another traffic class breaks it", "a.x.80 a.x.80.2 a.x.80.2", "1 2", false},
-		{"trains off", "a.x.80 a.x.80 a.x.80", "1 1 1", true},
+		{"the link has no GSO", "a.x.80 a.x.80 a.x.80", "1 1 1", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := idleEngine(t, noLink{t}, func(c *Config) { c.NoGSO = tc.noGSO })
+			var l link.Link = noLink{t}
+			if tc.noGSO {
+				l = noGSOLink{noLink{t}}
+			}
+			e := idleEngine(t, l)
 			s := e.shards[0]
 			qps := map[string]*QP{}
 			for _, f := range strings.Fields(tc.out) {
@@ -154,8 +163,8 @@ func TestFlushTrainICRC(t *testing.T) {
 					t.Fatalf("segment %d: %v, PSN %v", k, err, pkt.PSN())
 				}
 			}
-			if n := e.stats.TxTrainSegments.Load(); n != segs+1 || e.stats.TxTrains.Load() != 1 {
-				t.Fatalf("counted %d trains, %d segments", e.stats.TxTrains.Load(), n)
+			if n := e.cfg.Stats.TxTrainSegments.Load(); n != segs+1 || e.cfg.Stats.TxTrains.Load() != 1 {
+				t.Fatalf("counted %d trains, %d segments", e.cfg.Stats.TxTrains.Load(), n)
 			}
 			if len(s.out) != 0 {
 				t.Fatal("output list not emptied")
@@ -219,11 +228,11 @@ func TestReaderSplitsGROTrain(t *testing.T) {
 	if tr.refs.Load() != 0 {
 		t.Fatalf("train still held by %d packets after the step", tr.refs.Load())
 	}
-	if n := w.e.stats.ICRCErrors.Load(); n != 1 {
+	if n := w.e.cfg.Stats.ICRCErrors.Load(); n != 1 {
 		t.Fatalf("%d ICRC errors, want the corrupt segment's", n)
 	}
-	if n := w.e.stats.RxTrains.Load(); n != 1 || w.e.stats.RxTrainSegments.Load() != 3 {
-		t.Fatalf("counted %d trains, %d segments", n, w.e.stats.RxTrainSegments.Load())
+	if n := w.e.cfg.Stats.RxTrains.Load(); n != 1 || w.e.cfg.Stats.RxTrainSegments.Load() != 3 {
+		t.Fatalf("counted %d trains, %d segments", n, w.e.cfg.Stats.RxTrainSegments.Load())
 	}
 	wcs := w.wcs(w.rcq)
 	if len(wcs) != 2 {

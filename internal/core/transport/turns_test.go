@@ -47,7 +47,7 @@ func TestReadReplySpansTurns(t *testing.T) {
 	if wcs := w.wcs(w.rcq); len(wcs) != 1 || wcs[0].WRID != 9 || wcs[0].Status != verbs.WCSuccess {
 		t.Fatalf("receive completions %v", wcs)
 	}
-	if y := w.e.stats.TurnsYielded.Load(); y < 3 {
+	if y := w.e.cfg.Stats.TurnsYielded.Load(); y < 3 {
 		t.Fatalf("turns yielded %d, want the READ to yield after each of its first 3 turns", y)
 	}
 }
@@ -102,7 +102,7 @@ func TestTimeoutProbeAndBackoff(t *testing.T) {
 	if w.q.comp.backoff != 0 || w.q.req.probing {
 		t.Fatalf("backoff %d probing %v after progress", w.q.comp.backoff, w.q.req.probing)
 	}
-	if st := w.e.stats.Snapshot(); st.Timeouts != 4 || st.BackedOffTimeouts != 3 || st.Retransmits != 11 {
+	if st := w.e.cfg.Stats.Snapshot(); st.Timeouts != 4 || st.BackedOffTimeouts != 3 || st.Retransmits != 11 {
 		t.Fatalf("timeouts %d backed off %d retransmits %d", st.Timeouts, st.BackedOffTimeouts, st.Retransmits)
 	}
 }

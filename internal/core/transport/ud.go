@@ -12,11 +12,11 @@ func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
 	deth := pkt.DETH()
 	data := pkt.Payload()
 	if deth.QKey != q.attr.QKey {
-		q.e.stats.BadQKey.Add(1)
+		q.e.cfg.Stats.BadQKey.Add(1)
 		return
 	}
 	if uint32(len(data)) > q.pmtu {
-		q.e.stats.Malformed.Add(1)
+		q.e.cfg.Stats.Malformed.Add(1)
 		return
 	}
 	if !q.takeRecvWR() {
@@ -25,7 +25,7 @@ func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
 	var grh [bth.GRHLen]byte
 	dst := it.local
 	if !dst.IsValid() {
-		dst = q.e.localAddr
+		dst = q.e.cfg.LocalAddr
 	}
 	bth.PutGRH(&grh, bth.GRHFields{Src: it.src.Addr(), Dst: dst, TrafficClass: it.tos, HopLimit: it.ttl, FlowLabel: it.flow},
 		len(pkt.Bytes()))
