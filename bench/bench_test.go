@@ -42,6 +42,7 @@ type result struct {
 	rttRatio   float64       // rtt over the raw round trip with blocking reads
 	spinRatio  float64       // rtt over the raw round trip with both sides busy-polling
 	ackedRatio float64       // rtt over the busy-polling raw round trip with an ACK per message
+	cpu        cpuCost       // the process's CPU per data packet across the timed loop
 }
 
 var (
@@ -69,19 +70,51 @@ func printSummary() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Printf("%-40s %12s %10s %10s %10s %10s %8s %8s %8s\n", "engine benchmark", "pkts/s", "vs batch", "vs GSO", "MB/s", "µs/rt", "vs UDP", "vs spin", "vs acked")
+	fmt.Printf("%-40s %12s %10s %10s %10s %10s %8s %8s %8s  %s  %s\n", "engine benchmark", "pkts/s", "vs batch", "vs GSO", "MB/s", "µs/rt", "vs UDP", "vs spin", "vs acked", cpuHeader, "cpu vs raw")
 	for _, n := range names {
 		r := results[n]
 		if r.rtt > 0 {
-			fmt.Printf("%-40s %12s %10s %10s %10s %10.1f %7.2fx %7.2fx %7.2fx\n", n, "-", "-", "-", "-", us(r.rtt), r.rttRatio, r.spinRatio, r.ackedRatio)
+			fmt.Printf("%-40s %12s %10s %10s %10s %10.1f %7.2fx %7.2fx %7.2fx  %s  %s\n", n, "-", "-", "-", "-", us(r.rtt), r.rttRatio, r.spinRatio, r.ackedRatio, r.cpu, cpuRatio(r.cpu, bl.ackedCPU))
 			continue
 		}
 		gso := "-"
 		if r.gsoRatio > 0 {
 			gso = fmt.Sprintf("%.1f%%", 100*r.gsoRatio)
 		}
-		fmt.Printf("%-40s %12.0f %9.1f%% %10s %10.1f %10s %8s\n", n, r.pps, 100*r.ratio, gso, r.mbps, "-", "-")
+		raw := bl.gsoCPU
+		if r.gsoRatio == 0 {
+			raw = bl.batchCPU[smallDatagram]
+		}
+		fmt.Printf("%-40s %12.0f %9.1f%% %10s %10.1f %10s %8s %8s %8s  %s  %s\n", n, r.pps, 100*r.ratio, gso, r.mbps, "-", "-", "-", "-", r.cpu, cpuRatio(r.cpu, raw))
 	}
+	fmt.Printf("\nCPU per data packet (µs, user and system; both ends run in this process), the machine's idle share, system calls per 1000 packets:\n")
+	fmt.Printf("%-40s  %s\n", "raw baseline", cpuHeader)
+	for _, row := range []struct {
+		name string
+		c    cpuCost
+	}{
+		{fmt.Sprintf("batch %d B", smallDatagram), bl.batchCPU[smallDatagram]},
+		{fmt.Sprintf("batch %d B", bigDatagram), bl.batchCPU[bigDatagram]},
+		{fmt.Sprintf("GSO/GRO %d B", bigDatagram), bl.gsoCPU},
+		{"ping-pong", bl.rttCPU},
+		{"ping-pong busy-polling", bl.spinCPU},
+		{"ping-pong busy-polling with ACKs", bl.ackedCPU},
+	} {
+		fmt.Printf("%-40s  %s\n", row.name, row.c)
+	}
+	if scWhy != "" {
+		fmt.Printf("(no system call counts: %s)\n", scWhy)
+	}
+}
+
+// cpuRatio is an engine's CPU per packet (user plus system) over its raw
+// baseline's: "vs GSO" rows against raw GSO, small packets against batched raw UDP,
+// round trips against the busy-polling raw round trip with ACKs.
+func cpuRatio(engine, raw cpuCost) string {
+	if r := raw.userUS + raw.sysUS; r > 0 {
+		return fmt.Sprintf("%.2fx", (engine.userUS+engine.sysUS)/r)
+	}
+	return "-"
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -299,6 +332,7 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
+	m := startCPU()
 	b.ResetTimer()
 	posted, outstanding, sqFull := 0, 0, 0
 	for posted < b.N || outstanding > 0 {
@@ -334,13 +368,15 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	after := x.dev.Stats()
 	sec := b.Elapsed().Seconds()
 	pkts := float64(after.SentPackets[class] - before.SentPackets[class])
+	cpu := m.stop(pkts)
 	retx := float64(after.Retransmits - before.Retransmits)
 	acks := float64(y.dev.Stats().SentPackets[roce.ClassAck])
 	dsize := bigDatagram
 	if size < 4096 {
 		dsize = smallDatagram
 	}
-	r := result{pps: pkts / sec, mbps: float64(b.N) * float64(size) / sec / 1e6}
+	r := result{pps: pkts / sec, mbps: float64(b.N) * float64(size) / sec / 1e6, cpu: cpu}
+	cpu.report(b)
 	r.ratio = r.pps / bl.batchPPS[dsize]
 	if bl.gsoPPS > 0 {
 		r.gsoRatio = r.pps / bl.gsoPPS
@@ -599,6 +635,7 @@ func pingPong(b *testing.B, lock bool) {
 		}
 	}
 	b.ReportAllocs()
+	m := startCPU()
 	b.ResetTimer()
 	for range b.N {
 		if err := roundTrip(); err != nil {
@@ -606,13 +643,15 @@ func pingPong(b *testing.B, lock bool) {
 		}
 	}
 	b.StopTimer()
+	cpu := m.stop(2 * float64(b.N)) // a round trip is two data packets
 	rt := b.Elapsed() / time.Duration(b.N)
 	close(stop)
 	if err := <-echoDone; err != nil {
 		b.Fatalf("echo: %v", err)
 	}
 	r := result{rtt: rt, rttRatio: float64(rt) / float64(bl.rtt), spinRatio: float64(rt) / float64(bl.spinRTT),
-		ackedRatio: float64(rt) / float64(bl.ackedRTT)}
+		ackedRatio: float64(rt) / float64(bl.ackedRTT), cpu: cpu}
+	cpu.report(b)
 	b.ReportMetric(us(rt), "µs/rt")
 	b.ReportMetric(r.rttRatio, "x-udp-rtt")
 	b.ReportMetric(r.spinRatio, "x-udp-spin-rtt")

@@ -197,9 +197,10 @@ func sendAcross(x, y *scaleEnd, total, burst, depth int, perQP map[uint32]int) e
 // receiveSRQ keeps y's SRQ stocked until total receives completed.
 func receiveSRQ(y *scaleEnd, total int, perQP map[uint32]int) error {
 	const stock = scaleSRQWR / 2
-	wrs := make([]roce.RecvWR, stock)
+	wrs, sges := make([]roce.RecvWR, stock), make([]roce.SGE, stock) // two allocations, not one per WR
 	for i := range wrs {
-		wrs[i] = roce.RecvWR{WRID: uint64(i), SGL: []roce.SGE{{Addr: y.mr.Addr(), Length: scaleMsg, LKey: y.mr.LKey()}}}
+		sges[i] = roce.SGE{Addr: y.mr.Addr(), Length: scaleMsg, LKey: y.mr.LKey()}
+		wrs[i] = roce.RecvWR{WRID: uint64(i), SGL: sges[i : i+1 : i+1]}
 	}
 	if _, err := y.srq.PostRecv(wrs); err != nil {
 		return err
@@ -428,6 +429,7 @@ func sendQPsRate(b *testing.B, n, total int) float64 {
 	before := st0.SentPackets[roce.ClassSend]
 	acks0 := y.dev.Stats().SentPackets[roce.ClassAck]
 	b.ReportAllocs()
+	m := startCPU()
 	b.StartTimer()
 	t0 := time.Now()
 	if err := sendAcross(x, y, total, 16, perftestTxDepth, nil); err != nil {
@@ -437,6 +439,7 @@ func sendQPsRate(b *testing.B, n, total int) float64 {
 	b.StopTimer()
 	st := x.dev.Stats()
 	pkts := float64(st.SentPackets[roce.ClassSend] - before)
+	m.stop(pkts).report(b)
 	b.ReportMetric(float64(y.dev.Stats().SentPackets[roce.ClassAck]-acks0)/pkts, "acks/pkt")
 	b.ReportMetric(trainLen(st0, st, pkts), "pkts/msg")
 	return pkts / d.Seconds()

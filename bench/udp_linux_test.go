@@ -377,11 +377,13 @@ func benchRaw(b *testing.B, size int, newPath func(int) (rawPath, error)) {
 	}
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
+	m := startCPU()
 	b.ResetTimer()
 	elapsed, err := streamRaw(p, b.N)
 	if err != nil {
 		b.Fatal(err)
 	}
+	m.stop(float64(b.N)).report(b)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pkts/s")
 }
 
@@ -539,11 +541,13 @@ func benchRoundTrips(b *testing.B, run roundTrips) {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
+	m := startCPU()
 	b.ResetTimer()
 	d, err := run(b.N, smallDatagram)
 	if err != nil {
 		b.Fatal(err)
 	}
+	m.stop(2 * float64(b.N)).report(b) // a round trip is two datagrams
 	b.ReportMetric(float64(d.Microseconds())/float64(b.N), "µs/rt")
 }
 
@@ -664,10 +668,15 @@ func pingPongAcked(n, size int) (time.Duration, error) {
 // once per process.
 type baseline struct {
 	batchPPS map[int]float64 // link.UDP datagrams per second, by datagram size
+	batchCPU map[int]cpuCost // the CPU per datagram of the best batchPPS run
 	gsoPPS   float64         // raw-socket UDP GSO/GRO datagrams per second at bigDatagram; 0 without GSO
+	gsoCPU   cpuCost         // the CPU per datagram of the best gsoPPS run
 	rtt      time.Duration   // plain-socket 64-byte round trip
 	spinRTT  time.Duration   // the same with both sides busy-polling (RawUDPPingPongSpin)
 	ackedRTT time.Duration   // busy-polling, with an ACK datagram per message (RawUDPPingPongAcked)
+	rttCPU   cpuCost         // the CPU per datagram of the best rtt run
+	spinCPU  cpuCost         // ... of the best spinRTT run
+	ackedCPU cpuCost         // ... of the best ackedRTT run
 	err      error
 }
 
@@ -677,21 +686,26 @@ var (
 )
 
 // bestRate is the best datagram rate of runs runs of about 300 ms through p (0 if
-// every run failed).
-func bestRate(p rawPath, runs int) float64 {
-	best := 0.0
+// every run failed), and the CPU per datagram of that run.
+func bestRate(p rawPath, runs int) (float64, cpuCost) {
+	best, bestCPU := 0.0, cpuCost{}
 	for range runs {
 		n := 20000
-		d, err := streamRaw(p, n)
-		if err == nil && d < 300*time.Millisecond {
-			n = int(float64(n) * float64(300*time.Millisecond) / float64(max(d, time.Millisecond)))
-			d, err = streamRaw(p, n)
+		d, err := streamRaw(p, n) // sizes the measured run
+		if err != nil {
+			continue
 		}
-		if err == nil {
-			best = max(best, float64(n)/d.Seconds())
+		if d < 300*time.Millisecond {
+			n = int(float64(n) * float64(300*time.Millisecond) / float64(max(d, time.Millisecond)))
+		}
+		m := startCPU()
+		d, err = streamRaw(p, n)
+		c := m.stop(float64(n))
+		if rate := float64(n) / d.Seconds(); err == nil && rate > best {
+			best, bestCPU = rate, c
 		}
 	}
-	return best
+	return best, bestCPU
 }
 
 // rawBaseline measures, once per process, the batched raw-UDP datagram rate at both
@@ -701,14 +715,14 @@ func bestRate(p rawPath, runs int) float64 {
 // and the question is what the kernel can do.
 func rawBaseline() baseline {
 	baseOnce.Do(func() {
-		base.batchPPS = map[int]float64{}
+		base.batchPPS, base.batchCPU = map[int]float64{}, map[int]cpuCost{}
 		for _, size := range []int{smallDatagram, bigDatagram} {
 			p, err := newBatchPath(size)
 			if err != nil {
 				base.err = err
 				return
 			}
-			base.batchPPS[size] = bestRate(p, 3)
+			base.batchPPS[size], base.batchCPU[size] = bestRate(p, 3)
 			p.close()
 			if base.batchPPS[size] == 0 {
 				base.err = fmt.Errorf("raw UDP at %d B moved nothing", size)
@@ -716,7 +730,7 @@ func rawBaseline() baseline {
 			}
 		}
 		if p, err := newGSOPath(bigDatagram); err == nil {
-			base.gsoPPS = bestRate(p, 3)
+			base.gsoPPS, base.gsoCPU = bestRate(p, 3)
 			p.close()
 		}
 		const n = 2000
@@ -724,14 +738,17 @@ func rawBaseline() baseline {
 			for _, m := range []struct {
 				run  roundTrips
 				best *time.Duration
-			}{{pingPongRaw, &base.rtt}, {pingPongSpin, &base.spinRTT}, {pingPongAcked, &base.ackedRTT}} {
+				cpu  *cpuCost
+			}{{pingPongRaw, &base.rtt, &base.rttCPU}, {pingPongSpin, &base.spinRTT, &base.spinCPU}, {pingPongAcked, &base.ackedRTT, &base.ackedCPU}} {
+				cm := startCPU()
 				d, err := m.run(n, smallDatagram)
 				if err != nil {
 					base.err = err
 					return
 				}
+				c := cm.stop(2 * n)
 				if rt := d / n; *m.best == 0 || rt < *m.best {
-					*m.best = rt
+					*m.best, *m.cpu = rt, c
 				}
 			}
 		}

@@ -39,7 +39,7 @@ ln -sf librdmacm.so.1 lib/librdmacm.so
 
 # The C tests, linked against the library just built (they run on any libibverbs).
 mkdir -p bin
-for t in verbs-errno verbs-fork cm-errors; do
+for t in verbs-errno verbs-fork verbs-events cm-errors; do
   gcc -O2 -std=gnu11 -Wall -Wextra -Werror -o bin/$t ctest/$t.c -Llib -lrdmacm -libverbs
 done
 echo "cabi/build.sh: built $(cd lib && ls -1 *.so* | tr '\n' ' ')"

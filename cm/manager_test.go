@@ -273,7 +273,9 @@ func TestDialRejected(t *testing.T) {
 		t.Fatalf("consumer reject: %v", err)
 	}
 	// Ready failing on the client rejects the REP.
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
 		if r, err := l.GetRequest(ctx); err == nil {
 			_, err := r.Accept(ctx, ConnParam{})
 			if !errors.As(err, &rej) {
@@ -289,7 +291,7 @@ func TestDialRejected(t *testing.T) {
 	if _, err := server.Listen(netip.MustParseAddrPort("127.0.0.2:7174"), 0); !errors.Is(err, syscall.EADDRINUSE) {
 		t.Errorf("double listen: %v", err)
 	}
-	time.Sleep(50 * time.Millisecond) // let the server goroutine finish its assertions
+	<-served // the server goroutine's assertions are done (ctx bounds its wait)
 }
 
 func TestResolveUD(t *testing.T) {

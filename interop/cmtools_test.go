@@ -2,6 +2,7 @@ package interop
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -167,7 +168,7 @@ func runCMPeer(role string) error {
 	case "cmtime":
 		err = cmtimeServer(ctx, dev, mg, count, os.Getenv("GOROCE_CMPEER_OOB") == "1")
 	case "mckey-recv", "mckey-send":
-		err = mckeyPeer(ctx, dev, role == "mckey-send", os.Getenv("GOROCE_CMPEER_GROUP"), count, size)
+		err = mckeyPeer(ctx, dev, role == "mckey-send", os.Getenv("GOROCE_CMPEER_GROUP"), count, size, nil)
 	default:
 		err = fmt.Errorf("unknown role")
 	}
@@ -488,7 +489,7 @@ func TestMckey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second) // the receiver's joins, before the sender's first datagram
+		waitMckeyJoined(ctx, t, a, group, mckeyQPs)
 		start := time.Now()
 		send, err := b.Run(ctx, mckeySender(fmt.Sprintf("-m %s -b %s -s -C %d -S %d", group, b.IP, mckeyCount, mckeySize)))
 		if err != nil {
@@ -519,7 +520,7 @@ func TestMckey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second) // the receiver's joins, before our first datagram
+		waitMckeyJoined(ctx, t, a, group, mckeyQPs)
 		start := time.Now()
 		peer := startGoPeer(ctx, t, lab, "", mckeyPeerEnv(lab, "mckey-send", group)...)
 		rc, killed := peer.wait(30 * time.Second)
@@ -591,8 +592,9 @@ func mckeyPeerEnv(lab *labtest.Lab, role, group string) []string {
 // mckeyPeer is mckey on goroce, with rdma_cm's join (cm/mcast): as a receiver, mckeyQPs UD
 // QPs each joined to group, each of which must receive count datagrams of size bytes; as a
 // sender, one joined QP that sends count datagrams to the group and waits for their
-// completions (mckey does not) before it leaves.
-func mckeyPeer(ctx context.Context, dev *roce.Device, send bool, group string, count, size int) error {
+// completions (mckey does not) before it leaves. A receiver calls joined, if set, once
+// every QP has joined.
+func mckeyPeer(ctx context.Context, dev *roce.Device, send bool, group string, count, size int, joined func()) error {
 	g, err := netip.ParseAddr(group)
 	if err != nil {
 		return err
@@ -647,6 +649,9 @@ func mckeyPeer(ctx context.Context, dev *roce.Device, send bool, group string, c
 		}
 	}
 	fmt.Println(cmPeerReady)
+	if joined != nil {
+		joined()
+	}
 	for i, v := range vs {
 		wcs, err := v.poll(ctx, count)
 		if err != nil {
@@ -668,6 +673,66 @@ func mckeyPeer(ctx context.Context, dev *roce.Device, send bool, group string, c
 // which holds rdma_leave_multicast a second, most were flushed unsent.
 func mckeySender(args string) string {
 	return "LD_PRELOAD=/usr/lib/goroce/linger.so mckey " + args + " 2>&1"
+}
+
+// waitMckeyJoined waits until every one of a stock mckey receiver's QPs in guest g has
+// joined group: the guest kernel's rdma_cm adds an IGMP membership for each join of a
+// RoCEv2 id (/proc/net/igmp counts them as the group's users), and the receiver
+// attaches the QP as it takes the join's event, before its first receive could be
+// missed by a sender that starts after this returns. mckey's stdout is a pipe, fully
+// buffered, so its "joined" lines come only at exit.
+func waitMckeyJoined(ctx context.Context, t *testing.T, g *labtest.Guest, group string, joins int) {
+	t.Helper()
+	ip := netip.MustParseAddr(group).As4()
+	want := fmt.Sprintf("%08X", binary.LittleEndian.Uint32(ip[:])) // the kernel prints the __be32 as a host-order word
+	users := -1
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		r, err := g.Run(ctx, "cat /proc/net/igmp")
+		if err != nil {
+			t.Fatalf("guest %s: /proc/net/igmp: %v", g.Name, err)
+		}
+		users = igmpUsers(r.Out, want)
+		if users >= joins {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("guest %s: %d of %d joins of %s: %v", g.Name, max(users, 0), joins, group, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("guest %s: %d of %d joins of %s within 20 s", g.Name, max(users, 0), joins, group)
+}
+
+// igmpUsers is the users count of a group (as /proc/net/igmp prints it: 8 hex digits)
+// summed over the devices, or -1 if no device has joined it.
+func igmpUsers(procNetIGMP, group string) int {
+	n := -1
+	for _, line := range strings.Split(procNetIGMP, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && strings.EqualFold(f[0], group) {
+			if u, err := strconv.Atoi(f[1]); err == nil {
+				n = max(n, 0) + u
+			}
+		}
+	}
+	return n
+}
+
+// TestIGMPUsers reads /proc/net/igmp as a 6.1 guest prints it, with the group of a
+// receiver whose two ids joined.
+func TestIGMPUsers(t *testing.T) {
+	const out = "Idx\tDevice    : Count Querier\tGroup    Users Timer\tReporter\n" +
+		"1\tlo        :     1      V3\n\t\t\t\t010000E0     1 0:00000000\t\t0\n" +
+		"2\teth0      :     2      V3\n\t\t\t\t010012EF     2 0:00000000\t\t0\n\t\t\t\t010000E0     1 0:00000000\t\t0\n"
+	for _, c := range []struct {
+		group string
+		want  int
+	}{{"010012EF", 2}, {"010000E0", 2}, {"020012EF", -1}} {
+		if got := igmpUsers(out, c.group); got != c.want {
+			t.Errorf("igmpUsers(%s) = %d, want %d", c.group, got, c.want)
+		}
+	}
 }
 
 // checkMckey checks an mckey run: exit 0, every id joined, the transfers complete.
@@ -700,9 +765,18 @@ func TestMckeyPeerLoopback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	recv := make(chan error, 1)
-	go func() { recv <- mckeyPeer(ctx, devs[0], false, "239.18.99.1", mckeyCount, mckeySize) }()
-	time.Sleep(200 * time.Millisecond) // the receiver's joins
-	if err := mckeyPeer(ctx, devs[1], true, "239.18.99.1", mckeyCount, mckeySize); err != nil {
+	joined := make(chan struct{})
+	go func() {
+		recv <- mckeyPeer(ctx, devs[0], false, "239.18.99.1", mckeyCount, mckeySize, func() { close(joined) })
+	}()
+	// The sender starts once the receiver's QPs have joined: a datagram sent
+	// before a join reaches nobody.
+	select {
+	case <-joined:
+	case err := <-recv:
+		t.Fatalf("receiver: %v", err)
+	}
+	if err := mckeyPeer(ctx, devs[1], true, "239.18.99.1", mckeyCount, mckeySize, nil); err != nil {
 		t.Fatalf("sender: %v", err)
 	}
 	if err := <-recv; err != nil {

@@ -15,10 +15,19 @@
 # Env: GOROCE_INTEROP_RUN=REGEXP passes -run to go test; GOROCE_INTEROP_TIMEOUT (default
 # 900 s) bounds the Go tests of each lane; GOROCE_INTEROP_KEEP=1 leaves the lab up
 # afterwards; GOROCE_LAB_DISTS="bookworm" (say) runs one lane only.
+#
+#   interop/run.sh           all of it
+#   interop/run.sh prepare   apt, images and the guests' boot only, leaving the lab up
+#                            (scripts/test.sh runs it in the background, beside the
+#                            stages that need no lab)
+#   interop/run.sh tests     the tests on a lab `prepare` left up, then the teardown
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 T0=$(date +%s)
+mode=${1:-all}
+case $mode in all | prepare | tests) ;; *) echo "usage: interop/run.sh [prepare|tests]" >&2; exit 2 ;; esac
+reruns= # the second runs the stage needed, for its last line
 log() { echo "[interop] $(($(date +%s) - T0))s $*" >&2; }
 fail() { echo "[interop] FAIL: $*" >&2; exit 1; }
 
@@ -32,12 +41,16 @@ fi
 
 cleanup() {
   local rc=$?
+  if [ "$mode" = prepare ] && [ "$rc" = 0 ]; then
+    log "prepared: lab up for interop/run.sh tests"
+    exit 0
+  fi
   if [ "${GOROCE_INTEROP_KEEP:-}" = 1 ]; then
     log "GOROCE_INTEROP_KEEP=1: lab left up (interop/lab down)"
   else
     "$HERE/lab" down || true
   fi
-  log "done (exit $rc)"
+  log "done (exit $rc${reruns:+; $reruns})"
   exit $rc
 }
 trap cleanup EXIT
@@ -64,6 +77,7 @@ on_signal() {
 }
 trap on_signal INT TERM
 
+if [ "$mode" != tests ]; then
 # apt lists: refreshed once per run on a fresh machine, and when older than a day.
 stamp=/var/lib/apt/lists/partial/.goroce-updated
 if [ -z "$(find "$stamp" -mmin -1440 2>/dev/null)" ] ||
@@ -80,6 +94,10 @@ step timeout 900 "$HERE/lab" build || fail "guest image build failed (see above)
 "$HERE/lab" down >/dev/null 2>&1 || true # a lab left over from an interrupted run
 log "boot 2 guests per lane"
 GOROCE_LAB_BUILT=1 step timeout 300 "$HERE/lab" up 2 || fail "the lab did not come up (see above)"
+fi
+[ "$mode" = prepare ] && exit 0
+. "$HERE/lab.conf"
+dists=($GOROCE_LAB_DISTS)
 
 cd "$ROOT"
 RUN=$HERE/run
@@ -87,6 +105,19 @@ for cmd in roce-pingpong roce-perftest rping-go roced; do
   log "build cmd/$cmd"
   step go build -o "$RUN/$cmd" "./cmd/$cmd" || fail "go build ./cmd/$cmd failed"
 done
+# goroce's libibverbs and librdmacm, which the TestCABI* rows run Debian's own binaries on:
+# built once here, not by each lane at the same time.
+log "build cabi (libibverbs.so.1, librdmacm.so.1) and install the stock tools it runs"
+pkgs=()
+for p in libibverbs-dev librdmacm-dev ibverbs-utils perftest rdmacm-utils; do
+  dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
+done
+if [ ${#pkgs[@]} -gt 0 ]; then
+  step env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${pkgs[@]}" >/dev/null ||
+    fail "apt-get install ${pkgs[*]} failed"
+fi
+step bash "$ROOT/cabi/build.sh" || fail "cabi/build.sh failed"
+export GOROCE_CABI=$ROOT/cabi
 log "build the test binaries"
 step go test -c -o "$RUN/interop.test" ./interop || fail "go test -c ./interop failed"
 step go test -c -o "$RUN/roced.test" ./cmd/roced || fail "go test -c ./cmd/roced failed"
@@ -160,6 +191,7 @@ digest() {
   sed 's/^/    /' "$RUN/$d/health$sfx.txt" 2>/dev/null
 }
 
+for d in "${dists[@]}"; do rm -f "$RUN/$d/go-test.1.log" "$RUN/$d/results.1.tsv" "$RUN/$d/health.1.txt"; done
 run_lanes "${dists[@]}"
 # A lane whose guest died (its qemu gone, no answer, its rxe port down, or a kernel oops on
 # its console) fails every row after that, rxe's own rows with ours. Such a lane is booted
@@ -197,6 +229,15 @@ done
 # Why a lane failed goes last, where a CI log cut to its tail still shows it.
 for d in "${again[@]}"; do digest "$d" .1; done
 for d in "${failed[@]}"; do digest "$d" ""; done
-[ "$rc" = 0 ] || fail "interop tests failed (logs: interop/run/DIST/go-test.log, captures of failed runs: interop/run/DIST/pcap/)"
+# The second runs this stage needed, in its last line: a lane rebooted after a guest died,
+# and a case run again after rxe 6.1's event stall (stall_test.go; each says so in its log).
+stalls=0
+for d in "${dists[@]}"; do
+  for f in "$RUN/$d/go-test.1.log" "$RUN/$d/go-test.log"; do
+    [ -f "$f" ] && stalls=$((stalls + $(grep -c 'running the case again' "$f" || true)))
+  done
+done
+reruns="reruns: ${#again[@]} lane(s) after a guest died${again[*]:+ (${again[*]})}, $stalls case(s) after rxe's event stall"
+[ "$rc" = 0 ] || fail "interop tests failed; $reruns (logs: interop/run/DIST/go-test.log, captures of failed runs: interop/run/DIST/pcap/)"
 [ ${#again[@]} -eq 0 ] || log "PASS on the second run of lane(s) ${again[*]}, after a guest died in the first (above)"
-log "PASS"
+log "PASS; $reruns"

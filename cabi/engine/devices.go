@@ -57,6 +57,7 @@ type device struct {
 	gsi      *gsi.Conn                // mu guards: QP1 of dev, the CM's MADs
 	mgr      *cm.Manager              // mu guards: the CM, started by librdmacm's first use (ucma.go)
 	waiting  map[uint32]*cmID         // mu guards: ids by communication ID, until its timewait ends
+	pending  *roce.AsyncEvent         // mu guards: an event read at open that pumpEvents delivers first
 	contexts map[*devContext]struct{} // mu guards
 	owners   map[any]ownedObject      // mu guards: *roce.QP, *roce.CQ, *roce.SRQ → who gets its events
 }
@@ -158,6 +159,15 @@ func gr_open(i C.int, h *C.uintptr_t, asyncFD *C.int) C.int {
 			return errno(err)
 		}
 		d.dev, d.gsi = dev, conn
+		// roce queues PORT_ACTIVE at Open; the kernel reports a port event
+		// only when the port changes, so a new context starts without one.
+		select {
+		case ev := <-dev.Events():
+			if ev.Type != roce.EventPortActive {
+				d.pending = &ev
+			}
+		default:
+		}
 		go d.pumpEvents(dev)
 	}
 	d.contexts[c] = struct{}{}
@@ -262,27 +272,39 @@ func (c *devContext) disown(obj any) {
 // pumpEvents delivers dev's async events to the contexts that own their objects
 // (every context for a port or device event) until dev is closed.
 func (d *device) pumpEvents(dev *roce.Device) {
+	d.mu.Lock()
+	first := d.pending
+	d.pending = nil
+	d.mu.Unlock()
+	if first != nil {
+		d.deliver(*first)
+	}
 	for ev := range dev.Events() {
-		var obj any
-		switch {
-		case ev.QP != nil:
-			obj = ev.QP
-		case ev.CQ != nil:
-			obj = ev.CQ
-		case ev.SRQ != nil:
-			obj = ev.SRQ
+		d.deliver(ev)
+	}
+}
+
+// deliver queues ev on the async fd of the contexts it concerns.
+func (d *device) deliver(ev roce.AsyncEvent) {
+	var obj any
+	switch {
+	case ev.QP != nil:
+		obj = ev.QP
+	case ev.CQ != nil:
+		obj = ev.CQ
+	case ev.SRQ != nil:
+		obj = ev.SRQ
+	}
+	rec := C.struct_gr_async_event{_type: C.uint32_t(ev.Type), port: C.uint32_t(ev.Port)}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if obj == nil {
+		for c := range d.contexts {
+			c.async.push(rec)
 		}
-		rec := C.struct_gr_async_event{_type: C.uint32_t(ev.Type), port: C.uint32_t(ev.Port)}
-		d.mu.Lock()
-		if obj == nil {
-			for c := range d.contexts {
-				c.async.push(rec)
-			}
-		} else if o, ok := d.owners[obj]; ok {
-			rec.element = o.element
-			o.ctx.async.push(rec)
-		}
-		d.mu.Unlock()
+	} else if o, ok := d.owners[obj]; ok {
+		rec.element = o.element
+		o.ctx.async.push(rec)
 	}
 }
 

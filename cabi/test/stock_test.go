@@ -196,10 +196,10 @@ func TestPerftest(t *testing.T) {
 		{"send_bw", []string{"-s", "4096", "-n", "500"}},
 		{"read_bw", []string{"-s", "65536", "-n", "200"}},
 		{"atomic_bw", []string{"-n", "500"}},
-		{"send_lat", []string{"-s", "64", "-n", "500"}},
+		{"send_lat", []string{"-s", "64", "-n", "500", "-e"}},
 		{"write_lat", []string{"-s", "64", "-n", "500"}},
-		{"read_lat", []string{"-s", "64", "-n", "500"}},
-		{"atomic_lat", []string{"-n", "500", "-A", "CMP_AND_SWAP"}},
+		{"read_lat", []string{"-s", "64", "-n", "500", "-e"}},
+		{"atomic_lat", []string{"-n", "500", "-A", "CMP_AND_SWAP", "-e"}},
 		{"send_bw", []string{"-s", "1024", "-n", "200", "-c", "UD"}},
 		{"send_lat", []string{"-a", "-n", "5"}},
 	} {
@@ -240,7 +240,7 @@ func TestDevinfo(t *testing.T) {
 // TestCPrograms runs cabi's own C tests: the errno of every verb's invalid
 // arguments (verbs-errno) and fork() (verbs-fork).
 func TestCPrograms(t *testing.T) {
-	for _, prog := range []string{"verbs-errno", "verbs-fork"} {
+	for _, prog := range []string{"verbs-errno", "verbs-fork", "verbs-events"} {
 		t.Run(prog, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()

@@ -63,6 +63,12 @@ var ErrMismatch = errors.New("rping: data mismatch")
 // ErrIdle ends a connection on which nothing completed for Options.Idle.
 var ErrIdle = errors.New("rping: peer idle")
 
+// completionError ends a connection whose QP failed a work request (a NAK,
+// retries exhausted): the QP is in ERR and the peer may be gone.
+type completionError roce.WCStatus
+
+func (e completionError) Error() string { return fmt.Sprintf("cq completion failed status %d", int(e)) }
+
 func (o *Options) defaults() error {
 	if o.Size == 0 {
 		o.Size = 64
@@ -273,7 +279,7 @@ func (p *pinger) wait(ctx context.Context) (roce.WC, error) {
 			if w.Status == roce.WCWRFlushErr {
 				return w, errDisconnected
 			}
-			return w, fmt.Errorf("cq completion failed status %d", w.Status)
+			return w, completionError(w.Status)
 		}
 		switch w.Opcode {
 		case roce.WCSend:
@@ -503,13 +509,16 @@ func ServeConn(ctx context.Context, dev *roce.Device, r *cm.ConnRequest, o Optio
 }
 
 // disconnect is rdma_disconnect: the QP goes to ERR (flushing its WRs and
-// stopping its retransmissions), then DREQ. After ErrIdle the peer is gone,
-// so the DREQ is not waited for (the CM still retries it); otherwise the DREP
-// is awaited up to Options.Timeout.
+// stopping its retransmissions), then DREQ. After ErrIdle or a failed
+// completion the peer may be gone, so the DREQ is not waited for (the CM
+// still retries it): a peer whose stack NAKed while its CM was already down
+// would otherwise hold the connection for Options.Timeout more. Otherwise
+// the DREP is awaited up to Options.Timeout.
 func (p *pinger) disconnect(err error) {
 	p.qp.Modify(&roce.QPAttr{State: roce.QPSErr}, roce.QPAttrState)
 	wait := p.o.Timeout
-	if errors.Is(err, ErrIdle) {
+	var failed completionError
+	if errors.Is(err, ErrIdle) || errors.As(err, &failed) {
 		wait = 0
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), wait)

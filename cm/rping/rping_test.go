@@ -91,6 +91,7 @@ type pair struct {
 	devA, devB *roce.Device
 	mgrA, mgrB *cm.Manager
 	wireA      link.Link // A's end of the wire: closing it silences A at once
+	madA       *gsi.Conn // A's QP1: closing it silences A's CM alone
 }
 
 func newPair(t *testing.T) *pair {
@@ -107,7 +108,7 @@ func newPair(t *testing.T) *pair {
 		da.Close()
 		t.Fatal(err)
 	}
-	p := &pair{devA: da, devB: db, mgrA: cm.NewManager(ca, cm.ManagerConfig{}), mgrB: cm.NewManager(cb, cm.ManagerConfig{}), wireA: la}
+	p := &pair{devA: da, devB: db, mgrA: cm.NewManager(ca, cm.ManagerConfig{}), mgrB: cm.NewManager(cb, cm.ManagerConfig{}), wireA: la, madA: ca}
 	t.Cleanup(func() { p.mgrA.Close(); p.mgrB.Close(); da.Close(); db.Close() })
 	return p
 }

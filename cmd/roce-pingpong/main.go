@@ -35,7 +35,15 @@ type config struct {
 	// lastAckWait bounds the wait for the last send completions once every receive
 	// has completed (0: wait as long as it takes, as the stock tools do).
 	lastAckWait time.Duration
+	portMTU     roce.MTU // tests: the device's active MTU instead of its interface's
 }
+
+// stockMessage is an error the stock tool prints in these words; it is printed
+// as it is, without the program name, so that what matches the stock tool's
+// output matches ours.
+type stockMessage string
+
+func (m stockMessage) Error() string { return string(m) }
 
 // parseArgs parses the command line: MODE, the options and the optional SERVER, in
 // any order, as the stock tools' getopt_long does.
@@ -129,9 +137,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := c.Context()
 	defer cancel()
-	if err := runPingpong(ctx, c, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "roce-pingpong: %v\n", err)
-		return 1
+	return report(stderr, runPingpong(ctx, c, stdout, stderr))
+}
+
+// report prints a failed run's error on stderr and returns the exit code.
+func report(stderr io.Writer, err error) int {
+	if err == nil {
+		return 0
 	}
-	return 0
+	var sm stockMessage
+	if errors.As(err, &sm) {
+		fmt.Fprintln(stderr, sm)
+	} else {
+		fmt.Fprintf(stderr, "roce-pingpong: %v\n", err)
+	}
+	return 1
 }

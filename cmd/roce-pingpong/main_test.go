@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"regexp"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/roce"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -209,5 +212,51 @@ func TestCheckPattern(t *testing.T) {
 	p[2*pageSize] = 0
 	if err := s.check(p); err != nil {
 		t.Errorf("client, exact echo: %v", err)
+	}
+}
+
+// TestUDSizeOverPortMTU: ud with a message larger than the device's active MTU
+// refuses before it connects, with the stock tool's line and exit 1; up to the
+// MTU it goes on to connect (to a port where nobody listens, so it fails there).
+func TestUDSizeOverPortMTU(t *testing.T) {
+	for _, tc := range []struct {
+		size   string // -s; "" is ud's default, 2048
+		mtu    roce.MTU
+		refuse bool
+	}{
+		{"1024", roce.MTU1024, false},
+		{"1025", roce.MTU1024, true},
+		{"", roce.MTU1024, true},
+		{"", roce.MTU2048, false},
+		{"2049", roce.MTU2048, true},
+		{"4096", roce.MTU4096, false},
+		{"4097", roce.MTU4096, true},
+	} {
+		t.Run(fmt.Sprintf("s%s/mtu%d", tc.size, tc.mtu.Bytes()), func(t *testing.T) {
+			u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rport := fmt.Sprint(u.LocalAddr().(*net.UDPAddr).Port)
+			u.Close()
+			args := []string{"ud", "-d", "127.0.0.1", "--roce-port", rport, "-p", fmt.Sprint(freeTCPPort(t)), "127.0.0.1"}
+			if tc.size != "" {
+				args = append(args, "-s", tc.size)
+			}
+			c, _, err := parseArgs(args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.portMTU = tc.mtu
+			var out, errb bytes.Buffer
+			rc := report(&errb, runPingpong(context.Background(), c, &out, &errb))
+			want := fmt.Sprintf("Requested size larger than port MTU (%d)\n", tc.mtu.Bytes())
+			switch {
+			case tc.refuse && (rc != 1 || errb.String() != want):
+				t.Errorf("exit %d, stderr %q; want exit 1, stderr %q", rc, errb.String(), want)
+			case !tc.refuse && (rc != 1 || !strings.Contains(errb.String(), "couldn't connect")):
+				t.Errorf("exit %d, stderr %q; want it to pass the MTU check and fail to connect", rc, errb.String())
+			}
+		})
 	}
 }

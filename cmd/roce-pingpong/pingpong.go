@@ -106,6 +106,9 @@ func (s *session) open() error {
 		s.Add(f.Close)
 		opts = append(opts, roce.WithPcap(f))
 	}
+	if c.portMTU != 0 {
+		opts = append(opts, roce.WithMTU(c.portMTU))
+	}
 	var err error
 	s.dev, err = c.Open(opts...)
 	if err != nil {
@@ -118,7 +121,10 @@ func (s *session) open() error {
 		return err
 	}
 	if c.mode == "ud" && c.size > port.ActiveMTU.Bytes() {
-		return fmt.Errorf("requested size larger than port MTU (%d)", port.ActiveMTU.Bytes())
+		// A UD message is one packet of at most the port MTU (ud_pingpong
+		// never sets a path MTU); refuse before any peer is involved, as the
+		// stock tool does, in its words.
+		return stockMessage(fmt.Sprintf("Requested size larger than port MTU (%d)", port.ActiveMTU.Bytes()))
 	}
 	s.gidx = c.gidIndex
 	if s.gidx < 0 {

@@ -113,8 +113,9 @@ func TestServeAndStop(t *testing.T) {
 	if code != 0 {
 		t.Errorf("exit code after SIGTERM = %d, want 0; stderr:\n%s", code, p.stderr.String())
 	}
-	if took > 3*time.Second {
-		t.Errorf("SIGTERM to exit took %v", took)
+	// An idle daemon has nothing to drain: it must not wait out the drain deadline.
+	if took >= defaultDrainTimeout {
+		t.Errorf("SIGTERM to exit took %v, the whole -drain-timeout (%v)", took, defaultDrainTimeout)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -305,11 +306,25 @@ func runRoced(t *testing.T, args ...string) (int, string, string) {
 // -c runs on), closed when the test ends.
 func cmPeer(t *testing.T, addr netip.Addr, port uint16) (*roce.Device, *cm.Manager) {
 	t.Helper()
-	dev, mads, err := gsi.Open(addr, port, roce.WithMTU(roce.MTU1024))
+	dev, mgr, _ := cmPeerWire(t, addr, port)
+	return dev, mgr
+}
+
+// cmPeerWire is cmPeer that also returns the device's UDP socket: closing it
+// silences the client at once, as the death of its process does.
+func cmPeerWire(t *testing.T, addr netip.Addr, port uint16) (*roce.Device, *cm.Manager, link.Link) {
+	t.Helper()
+	u, err := link.ListenUDP(netip.AddrPortFrom(addr, port), link.Config{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	l, mads := gsi.Wrap(u)
+	dev, err := roce.OpenLink(l, roce.WithMTU(roce.MTU1024))
+	if err != nil {
+		u.Close()
 		t.Fatal(err)
 	}
 	mgr := cm.NewManager(mads, cm.ManagerConfig{})
 	t.Cleanup(func() { mgr.Close(); dev.Close() })
-	return dev, mgr
+	return dev, mgr, u
 }

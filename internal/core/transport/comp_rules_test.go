@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -135,6 +136,9 @@ func TestCompleterRules(t *testing.T) {
 			w := newWire(t, verbs.QPTypeRC, rcOpts{timeout: 10})
 			buf := w.mem.reg(1, make([]byte, 8192), verbs.AccessLocalWrite)
 			for _, wr := range rule.wrs {
+				// The table's SGEs hold offsets into buf; rewrite a copy, since every
+				// run (-count, -cpu) reads the same table.
+				wr.SGL = slices.Clone(wr.SGL)
 				for i := range wr.SGL {
 					wr.SGL[i] = buf.sge(int(wr.SGL[i].Addr), int(wr.SGL[i].Length))
 				}

@@ -71,7 +71,17 @@ func (q *QP) complete(now time.Time, w *sendWQE, status verbs.WCStatus) {
 	w.state = wqeDone
 	q.comp.idx++
 	if q.req.idx < q.comp.idx {
+		// The requester had started w again after a rewind (a timeout probe
+		// stops it after the first WQE's packet), and the answer to w's
+		// first transmission completed it. The requester moves on with the
+		// completer: the next WQE starts at the next PSN, never at one of
+		// w's, or its packets would carry another WQE's PSNs and the peer's
+		// responder would take them for w's duplicates.
 		q.req.idx = q.comp.idx
+		q.req.off = 0
+		if q.req.psn.Before(q.comp.psn) {
+			q.req.psn = q.comp.psn
+		}
 	}
 	q.sq.retire()
 	if signal {
@@ -228,6 +238,13 @@ func (q *QP) retireAcked(now time.Time, pkt *bth.Packet) (progress, ok bool) {
 	next := through.Add(1)
 	switch {
 	case w == nil:
+		// Nothing started is outstanding: the oldest WQE, if any, was
+		// rewound and is to be sent again (or the queue is empty and every
+		// PSN acknowledged). An answer to its earlier transmission moves
+		// nothing: comp.psn stays at the WQE's first PSN until it is sent
+		// and answered, as rxe ignores responses while its head WQE is
+		// posted.
+		next = q.comp.psn
 	case w.isReadOrAtomic() && next.After(w.firstPSN):
 		next = w.firstPSN
 	case w.state != wqePending && next.After(w.lastPSN):
