@@ -21,10 +21,11 @@ func (w *sendWQE) isLocalOp() bool {
 	return w.wr.Opcode == verbs.WRBindMW || w.wr.Opcode == verbs.WRLocalInv
 }
 
-// runLocalOp executes w, a local operation at req.idx, if it may start: not
-// in SQD, and with SendFence only once every earlier WR has completed. It
-// reports whether the requester may go on past it.
-func (q *QP) runLocalOp(now time.Time, w *sendWQE) bool {
+// runLocalOp executes w, a local operation at the window's next WQE, if it
+// may start: not in SQD, and with SendFence only once every earlier WR has
+// completed. It reports whether the requester may go on past it.
+func (req *requester) runLocalOp(now time.Time, w *sendWQE) bool {
+	q := req.q
 	switch {
 	case w.state == wqePending && w.status != verbs.WCSuccess:
 		return false // failed: the requester stops here
@@ -32,7 +33,7 @@ func (q *QP) runLocalOp(now time.Time, w *sendWQE) bool {
 		return true // executed before a rewind: not again
 	case q.attr.State == verbs.QPSSQD:
 		return false
-	case w.wr.Flags&verbs.SendFence != 0 && q.comp.idx != q.req.idx:
+	case w.wr.Flags&verbs.SendFence != 0 && q.win.busy():
 		return false
 	}
 	w.state, w.status = wqePending, verbs.WCSuccess
@@ -49,24 +50,25 @@ func (q *QP) runLocalOp(now time.Time, w *sendWQE) bool {
 			w.status = verbs.WCLocQPOpErr
 		}
 	}
-	if q.comp.idx == q.req.idx {
-		q.completeLocalOps(now)
+	if !q.win.busy() {
+		q.comp.completeLocalOps(now)
 	}
 	return w.status == verbs.WCSuccess
 }
 
 // completeLocalOps completes the executed local operations at the head of the
 // send queue: the WRs before them are complete. A failed one fails the QP.
-func (q *QP) completeLocalOps(now time.Time) {
-	for q.comp.idx < q.sq.loadTail() {
-		w := q.sq.slot(q.comp.idx)
+func (c *completer) completeLocalOps(now time.Time) {
+	q := c.q
+	for q.win.head < q.sq.loadTail() {
+		w := q.sq.slot(q.win.head)
 		if !w.isLocalOp() || w.state != wqePending {
 			return
 		}
 		if w.status != verbs.WCSuccess {
-			q.failWQE(now, w, w.status)
+			c.failWQE(now, w, w.status)
 			return
 		}
-		q.complete(now, w, verbs.WCSuccess)
+		c.complete(now, w, verbs.WCSuccess)
 	}
 }

@@ -46,6 +46,7 @@ type QP struct {
 	commEst     bool
 	lastWQE     bool
 	sqdNotified bool
+	win         sendWindow // shared by req and comp
 	req         requester
 	comp        completer
 	resp        responder
@@ -103,7 +104,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		q.init.Cap.MaxRecvWR, q.init.Cap.MaxRecvSGE = 0, 0
 	}
 	q.sq.init(int(c.MaxSendWR), int(q.init.Cap.MaxSendSGE), int(c.MaxInlineData))
-	q.resp = newResponder(nil, verbs.RecvWR{})
+	q.req, q.comp, q.resp = requester{q: q}, completer{q: q}, newResponder(q, nil, verbs.RecvWR{})
 	q.attr.Cap = q.init.Cap
 	q.attr.PortNum = 1
 	q.attr.PathMTU = verbs.MTU1024
@@ -357,9 +358,7 @@ func (q *QP) applyAttr(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 	}
 	if mask&verbs.QPAttrSQPSN != 0 {
 		t.SQPSN = a.SQPSN & bth.PSNMask
-		q.req.psn = bth.PSN(t.SQPSN)
-		q.req.maxPSN = q.req.psn
-		q.comp.psn = q.req.psn
+		q.win.startAt(q.win.head, bth.PSN(t.SQPSN))
 	}
 	if mask&verbs.QPAttrDestQPN != 0 {
 		t.DestQPN = a.DestQPN
@@ -395,13 +394,10 @@ func (q *QP) reset() {
 		q.sq.slots[i].state = wqePosted
 	}
 	q.sq.mu.Unlock()
-	q.dropHeld()
-	res := q.resp.res
-	wr := q.resp.wr
-	q.req = requester{}
-	q.comp = completer{idx: q.sq.tail}
-	q.req.idx = q.sq.tail
-	q.resp = newResponder(res, wr)
+	q.resp.dropHeld()
+	q.win.startAt(q.sq.tail, 0)
+	q.req, q.comp = requester{q: q}, completer{q: q}
+	q.resp = newResponder(q, q.resp.res, q.resp.wr)
 	q.commEst, q.lastWQE = false, false
 	pm, cp := q.attr.PathMTU, q.attr.Cap
 	q.attr = verbs.QPAttr{PathMTU: pm, Cap: cp, PortNum: 1}
@@ -420,13 +416,10 @@ func (q *QP) toError(now time.Time) {
 	if q.attr.State != verbs.QPSErr {
 		q.setState(verbs.QPSErr)
 		q.comp.rtoAt, q.comp.rnrAt = time.Time{}, time.Time{}
-		q.dropHeld()
+		q.resp.dropHeld()
 	}
 	qpn := q.qpn
-	if q.resp.haveWR {
-		q.resp.haveWR = false
-		q.pushWC(q.init.RecvCQ, &verbs.WC{WRID: q.resp.wr.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: qpn}, false)
-	}
+	q.resp.endWR(verbs.WCWRFlushErr)
 	if q.rq != nil {
 		q.rq.Flush(func(wr *verbs.RecvWR) {
 			q.pushWC(q.init.RecvCQ, &verbs.WC{WRID: wr.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: qpn}, false)
@@ -442,12 +435,45 @@ func (q *QP) toError(now time.Time) {
 // ERR and SQE, also those posted since the last flush).
 func (q *QP) flushSQ(now time.Time) {
 	tail := q.sq.loadTail()
-	for q.comp.idx < tail {
-		w := q.sq.slot(q.comp.idx)
-		q.complete(now, w, verbs.WCWRFlushErr)
+	for q.win.head < tail {
+		q.comp.complete(now, q.sq.slot(q.win.head), verbs.WCWRFlushErr)
 	}
-	q.req.idx = q.comp.idx
-	q.req.off = 0
+	q.win.flushed()
+}
+
+// scatter copies data into sgl at byte offset off, checking each SGE's lkey,
+// PD and LOCAL_WRITE (the responder and completer receive paths). It returns
+// LocLenErr when the SGEs are too short and LocProtErr on a bad key.
+func (q *QP) scatter(sgl []verbs.SGE, off uint32, data []byte) verbs.WCStatus {
+	pos := uint32(0)
+	for _, sg := range sgl {
+		if len(data) == 0 {
+			return verbs.WCSuccess
+		}
+		size := sg.Size()
+		if off >= pos+size {
+			pos += size
+			continue
+		}
+		start := off - pos
+		take := min(size-start, uint32(len(data)))
+		r := q.e.cfg.Memory.LocalRegion(sg.LKey)
+		if r == nil || r.PD != q.init.PD || r.Access&verbs.AccessLocalWrite == 0 {
+			return verbs.WCLocProtErr
+		}
+		b := r.slice(sg.Addr+uint64(start), uint64(take))
+		if b == nil {
+			return verbs.WCLocProtErr
+		}
+		copy(b, data[:take])
+		data = data[take:]
+		off += take
+		pos += size
+	}
+	if len(data) > 0 {
+		return verbs.WCLocLenErr
+	}
+	return verbs.WCSuccess
 }
 
 // pushWC posts a completion; an overrun raises CQ_ERR and moves every QP
@@ -484,7 +510,7 @@ func (q *QP) Destroy() error {
 	err := q.run(op, func() {
 		already = q.destroyed
 		q.destroyed = true
-		q.dropHeld()
+		q.resp.dropHeld()
 		if q.timer != nil {
 			q.timer.Stop()
 		}
@@ -541,65 +567,85 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	return n, err
 }
 
+// postOne validates wr and queues it.
 func (q *QP) postOne(wr *verbs.SendWR) error {
-	const op = "ibv_post_send"
-	switch q.typ {
-	case verbs.QPTypeUD:
-		if wr.Opcode != verbs.WRSend && wr.Opcode != verbs.WRSendWithImm {
-			return newErr(op, q.qpn, syscall.EINVAL, "opcode %d not valid on a UD QP", wr.Opcode)
-		}
-		if wr.AH == nil || !wr.AH.DGID.IsValid() {
-			return newErr(op, q.qpn, syscall.EINVAL, "UD WR without an address handle")
-		}
-	case verbs.QPTypeUC:
-		switch wr.Opcode {
-		case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRSend, verbs.WRSendWithImm, verbs.WRLocalInv, verbs.WRBindMW:
-		default:
-			return newErr(op, q.qpn, syscall.EINVAL, "opcode %d not valid on a UC QP", wr.Opcode)
-		}
-	default:
-		switch wr.Opcode {
-		case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMARead,
-			verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRSendWithInv, verbs.WRLocalInv, verbs.WRBindMW, verbs.WRFlush, verbs.WRAtomicWrite:
-		default:
-			return newErr(op, q.qpn, syscall.EINVAL, "unknown opcode %d", wr.Opcode)
-		}
+	length, why := validateSendWR(q.typ, &q.init.Cap, wr)
+	if why != "" {
+		return newErr("ibv_post_send", q.qpn, syscall.EINVAL, "%s", why)
 	}
+	return q.enqueue(wr, length)
+}
+
+// sendOpcodes is the set of send WR opcodes each QP type allows, a bit per
+// opcode.
+var sendOpcodes = [...]uint16{
+	verbs.QPTypeRC: opSet(verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRSend, verbs.WRSendWithImm,
+		verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRSendWithInv,
+		verbs.WRLocalInv, verbs.WRBindMW, verbs.WRFlush, verbs.WRAtomicWrite),
+	verbs.QPTypeUC: opSet(verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRSend, verbs.WRSendWithImm,
+		verbs.WRLocalInv, verbs.WRBindMW),
+	verbs.QPTypeUD: opSet(verbs.WRSend, verbs.WRSendWithImm),
+}
+
+func opSet(ops ...verbs.WROpcode) (set uint16) {
+	for _, op := range ops {
+		set |= 1 << op
+	}
+	return set
+}
+
+// validateSendWR applies the rules of ibv_post_send to wr on a QP of type typ
+// with caps c (rxe validate_send_wr): an opcode the type allows, a UD
+// destination, no data for a local operation or FLUSH, FLUSH's placement and
+// selectivity, at most max_send_sge SGEs and 2^31 bytes, an atomic's 8-byte
+// buffer, inline data only for SEND and WRITE and within max_inline_data. It
+// returns the message's length, or why wr is refused (EINVAL). It reads
+// nothing but its arguments.
+func validateSendWR(typ verbs.QPType, c *verbs.QPCap, wr *verbs.SendWR) (length uint64, why string) {
+	if int(typ) >= len(sendOpcodes) || sendOpcodes[typ]&(1<<wr.Opcode) == 0 {
+		return 0, fmt.Sprintf("opcode %d not valid on a %v QP", wr.Opcode, typ)
+	}
+	if typ == verbs.QPTypeUD && (wr.AH == nil || !wr.AH.DGID.IsValid()) {
+		return 0, "UD WR without an address handle"
+	}
+	inline := wr.Flags&verbs.SendInline != 0
 	switch wr.Opcode {
 	case verbs.WRLocalInv, verbs.WRBindMW, verbs.WRFlush, verbs.WRAtomicWrite:
 		// A local operation or a FLUSH carries no data (rxe validate_send_wr
 		// for BIND_MW); an ATOMIC_WRITE's 8 bytes are the WR's Swap.
-		if len(wr.SGL) > 0 || wr.Flags&verbs.SendInline != 0 {
-			return newErr(op, q.qpn, syscall.EINVAL, "%s takes no SGEs and no inline data", wcOpcode(wr.Opcode))
+		if len(wr.SGL) > 0 || inline {
+			return 0, fmt.Sprintf("%s takes no SGEs and no inline data", wcOpcode(wr.Opcode))
 		}
 	}
 	if f := wr.Flush; wr.Opcode == verbs.WRFlush &&
 		(f.Type == 0 || f.Type&^(bth.FlushGlobal|bth.FlushPersistent) != 0 || f.Level > bth.FlushMR || f.Length > 1<<31) {
-		return newErr(op, q.qpn, syscall.EINVAL, "FLUSH placement type %#x, selectivity level %d, length %d", f.Type, f.Level, f.Length)
+		return 0, fmt.Sprintf("FLUSH placement type %#x, selectivity level %d, length %d", f.Type, f.Level, f.Length)
 	}
-	if len(wr.SGL) > int(q.init.Cap.MaxSendSGE) {
-		return newErr(op, q.qpn, syscall.EINVAL, "%d SGEs above max_send_sge %d", len(wr.SGL), q.init.Cap.MaxSendSGE)
+	if len(wr.SGL) > int(c.MaxSendSGE) {
+		return 0, fmt.Sprintf("%d SGEs above max_send_sge %d", len(wr.SGL), c.MaxSendSGE)
 	}
-	var length uint64
-	for _, s := range wr.SGL {
-		length += uint64(s.Size())
-	}
-	if length > 1<<31 {
-		return newErr(op, q.qpn, syscall.EINVAL, "message of %d bytes above 2^31", length)
+	for _, sg := range wr.SGL {
+		length += uint64(sg.Size())
 	}
 	isAtomic := wr.Opcode == verbs.WRAtomicCmpAndSwp || wr.Opcode == verbs.WRAtomicFetchAndAdd
-	if isAtomic && length < 8 {
-		return newErr(op, q.qpn, syscall.EINVAL, "atomic needs an 8-byte local buffer")
+	switch {
+	case length > 1<<31:
+		return 0, fmt.Sprintf("message of %d bytes above 2^31", length)
+	case isAtomic && length < 8:
+		return 0, "atomic needs an 8-byte local buffer"
+	case inline && (wr.Opcode == verbs.WRRDMARead || isAtomic):
+		return 0, "inline data only for SEND and WRITE"
+	case inline && length > uint64(c.MaxInlineData):
+		return 0, fmt.Sprintf("%d inline bytes above max_inline_data %d", length, c.MaxInlineData)
 	}
-	inline := wr.Flags&verbs.SendInline != 0
-	if inline {
-		if wr.Opcode == verbs.WRRDMARead || isAtomic {
-			return newErr(op, q.qpn, syscall.EINVAL, "inline data only for SEND and WRITE")
-		}
-		if length > uint64(q.init.Cap.MaxInlineData) {
-			return newErr(op, q.qpn, syscall.EINVAL, "%d inline bytes above max_inline_data %d", length, q.init.Cap.MaxInlineData)
-		}
-	}
+	return length, ""
+}
+
+// enqueue puts a valid wr of length bytes in the send queue's next slot:
+// ENOMEM when the queue is full, EINVAL when inline data names memory no MR
+// holds.
+func (q *QP) enqueue(wr *verbs.SendWR, length uint64) error {
+	const op = "ibv_post_send"
 	s := &q.sq
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -617,35 +663,41 @@ func (q *QP) postOne(wr *verbs.SendWR) error {
 		w.av.DGID = w.av.DGID.Unmap()
 	}
 	w.length = uint32(length)
-	switch {
-	case isAtomic:
+	switch wr.Opcode {
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 		w.length = 8
-	case wr.Opcode == verbs.WRAtomicWrite:
+	case verbs.WRAtomicWrite:
 		w.length = 8
 		binary.NativeEndian.PutUint64(w.value[:], wr.Swap)
-	case wr.Opcode == verbs.WRFlush:
+	case verbs.WRFlush:
 		w.length = wr.Flush.Length
 	}
-	if inline {
-		// Inline data is copied now, so the caller may reuse the buffer at
-		// once (IBV_SEND_INLINE). Go has no raw pointers: the SGEs must still
-		// name registered memory, but its access rights are not checked.
-		w.inline = w.inline[:0]
-		for _, sg := range wr.SGL {
-			r := q.e.cfg.Memory.LocalRegion(sg.LKey)
-			var b []byte
-			if r != nil {
-				b = r.slice(sg.Addr, uint64(sg.Size()))
-			}
-			if b == nil {
-				return newErr(op, q.qpn, syscall.EINVAL, "inline SGE outside any registered memory")
-			}
-			w.inline = append(w.inline, b...)
-		}
+	if wr.Flags&verbs.SendInline != 0 && !q.copyInline(w) {
+		return newErr(op, q.qpn, syscall.EINVAL, "inline SGE outside any registered memory")
 	}
 	w.state = wqePosted
 	s.tail++
 	return nil
+}
+
+// copyInline copies the data of w's SGEs into w, so the caller may reuse its
+// buffer at once (IBV_SEND_INLINE). Go has no raw pointers: the SGEs must
+// still name registered memory, but its access rights are not checked. It
+// reports false when an SGE lies outside every registered region.
+func (q *QP) copyInline(w *sendWQE) bool {
+	w.inline = w.inline[:0]
+	for _, sg := range w.wr.SGL {
+		r := q.e.cfg.Memory.LocalRegion(sg.LKey)
+		var b []byte
+		if r != nil {
+			b = r.slice(sg.Addr, uint64(sg.Size()))
+		}
+		if b == nil {
+			return false
+		}
+		w.inline = append(w.inline, b...)
+	}
+	return true
 }
 
 // PostRecv is ibv_post_recv on the QP's own receive queue. A QP with an SRQ
@@ -711,8 +763,8 @@ func (e *Engine) QPs() []verbs.QPInfo {
 		if !s.call(func() {
 			for _, q := range qs {
 				part = append(part, verbs.QPInfo{QPN: q.qpn, Type: q.typ, State: q.attr.State, DestQPN: q.attr.DestQPN,
-					Peer: q.attr.AV.DGID, SrcPort: q.srcPort(), NextPSN: q.req.psn, AckedPSN: q.comp.psn,
-					ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.comp.idx), Backoff: q.comp.backoff,
+					Peer: q.attr.AV.DGID, SrcPort: q.srcPort(), NextPSN: q.win.nextPSN, AckedPSN: q.win.headPSN,
+					ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.win.head), Backoff: q.comp.backoff,
 					TxPackets: q.cnt.txPackets.Load(), RxPackets: q.cnt.rxPackets.Load(),
 					Retransmits: q.cnt.retransmits.Load(), Timeouts: q.cnt.timeouts.Load()})
 				if c := q.cc; c != nil {

@@ -15,6 +15,7 @@ import (
 // in what a failed check does (rcFailed: NAK by class; ucFailed: drop the
 // message and resynchronize). Owner shard only.
 type responder struct {
+	q       *QP
 	psn     bth.PSN // expected PSN
 	msn     uint32  // messages completed (24 bits on the wire)
 	sentNAK bool    // one PSN-sequence NAK per gap
@@ -58,10 +59,18 @@ type responder struct {
 // MIDDLE, so bth.ValidSequence lets only a FIRST or ONLY follow.
 const noOpcode bth.Opcode = 0xFF
 
-// newResponder is a responder in its initial state that keeps the resource
+// newResponder is q's responder in its initial state, keeping the resource
 // ring and receive-WR storage of res and wr.
-func newResponder(res []rdResource, wr verbs.RecvWR) responder {
-	return responder{res: res, wr: wr, opcode: noOpcode}
+func newResponder(q *QP, res []rdResource, wr verbs.RecvWR) responder {
+	return responder{q: q, res: res, wr: wr, opcode: noOpcode}
+}
+
+// endWR completes the receive WR in progress, if any, with status.
+func (rs *responder) endWR(status verbs.WCStatus) {
+	if rs.haveWR {
+		rs.haveWR = false
+		rs.q.pushWC(rs.q.init.RecvCQ, &verbs.WC{WRID: rs.wr.WRID, Status: status, Opcode: verbs.WCRecv, QPNum: rs.q.qpn}, false)
+	}
 }
 
 // rdResource is a responder resource: a READ or atomic accepted, kept so a
@@ -109,7 +118,8 @@ var atomicMu sync.Mutex
 // remoteRegion resolves an rkey for a remote access (rxe check_rkey): the key
 // must exist, belong to the QP's PD (a type 2B window: be bound to this QP)
 // and grant want.
-func (q *QP) remoteRegion(rkey uint32, want verbs.Access) *Region {
+func (rs *responder) remoteRegion(rkey uint32, want verbs.Access) *Region {
+	q := rs.q
 	r := q.e.cfg.Memory.RemoteRegion(rkey)
 	if r == nil || r.PD != q.init.PD || (r.QPN != 0 && r.QPN != q.qpn) || r.Access&want != want {
 		return nil
@@ -118,8 +128,8 @@ func (q *QP) remoteRegion(rkey uint32, want verbs.Access) *Region {
 }
 
 // remoteRange is remoteRegion for the bytes [va, va+n), which it must cover.
-func (q *QP) remoteRange(rkey uint32, va uint64, n uint32, want verbs.Access) []byte {
-	if r := q.remoteRegion(rkey, want); r != nil {
+func (rs *responder) remoteRange(rkey uint32, va uint64, n uint32, want verbs.Access) []byte {
+	if r := rs.remoteRegion(rkey, want); r != nil {
 		return r.slice(va, uint64(n))
 	}
 	return nil
@@ -193,16 +203,17 @@ var respFailure = [...]struct {
 // respChecks is the responder pipeline after the PSN check, in rxe_resp.c's
 // order (check_op_seq, check_op_valid and check_resource, check_length,
 // check_rkey, execute). Each returns respOK or what is wrong.
-var respChecks = [...]func(*QP, *request) respErr{
-	(*QP).checkOpSequence,
-	(*QP).checkOpAllowed,
-	(*QP).checkLength,
-	(*QP).checkRKey,
-	(*QP).execute,
+var respChecks = [...]func(*responder, *request) respErr{
+	(*responder).checkOpSequence,
+	(*responder).checkOpAllowed,
+	(*responder).checkLength,
+	(*responder).checkRKey,
+	(*responder).execute,
 }
 
 // onRequest is the responder for one inbound request packet.
-func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
+func (rs *responder) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
+	q := rs.q
 	switch q.attr.State {
 	case verbs.QPSRTR, verbs.QPSRTS, verbs.QPSSQD, verbs.QPSSQE:
 	default:
@@ -213,24 +224,24 @@ func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 		q.e.event(Event{Type: verbs.EventCommEst, QPN: q.qpn})
 	}
 	if q.typ == verbs.QPTypeUD {
-		q.udReceive(pkt, it)
+		rs.udReceive(pkt, it)
 		return
 	}
 	// The request lives in the QP (the checks are called through a table,
 	// so a local would escape), and only for this call.
-	r := &q.resp.req
+	r := &rs.req
 	*r = request{pkt: *pkt, op: pkt.Opcode(), psn: pkt.PSN(), data: pkt.Payload()}
-	err := q.checkPSN(r)
+	err := rs.checkPSN(r)
 	for i := 0; err == respOK && i < len(respChecks); i++ {
-		err = respChecks[i](q, r)
+		err = respChecks[i](rs, r)
 	}
 	switch {
 	case err != respOK && q.typ == verbs.QPTypeUC:
-		q.ucFailed(now, err)
+		rs.ucFailed(now, err)
 	case err != respOK:
-		q.rcFailed(now, r, err)
+		rs.rcFailed(now, r, err)
 	case q.typ == verbs.QPTypeRC && r.pkt.AckReq() && (r.op.IsSend() || r.op.IsWrite()):
-		q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), r.psn) // rxe acknowledge
+		rs.sendAck(bth.ACKSyndrome(bth.CreditInvalid), r.psn) // rxe acknowledge
 	}
 	*r = request{}
 }
@@ -240,22 +251,23 @@ func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 // has no duplicates or retries: a FIRST or ONLY is taken whatever its PSN
 // (it resynchronizes the responder), any other packet only at the expected
 // PSN of a message not being dropped.
-func (q *QP) checkPSN(r *request) respErr {
+func (rs *responder) checkPSN(r *request) respErr {
+	q := rs.q
 	if q.typ == verbs.QPTypeUC {
-		expected := q.resp.psn
+		expected := rs.psn
 		if r.psn != expected {
 			q.e.cfg.Stats.OutOfSequence.Add(1)
 		}
-		q.resp.psn = r.psn.Add(1)
+		rs.psn = r.psn.Add(1)
 		switch {
 		case r.op.Starts():
-			q.resp.dropping = false
-		case q.resp.dropping || r.psn != expected:
+			rs.dropping = false
+		case rs.dropping || r.psn != expected:
 			return errPSNAhead
 		}
 		return respOK
 	}
-	switch checkPSN(q.resp.psn, r.psn) {
+	switch checkPSN(rs.psn, r.psn) {
 	case verdictAhead:
 		q.e.cfg.Stats.OutOfSequence.Add(1)
 		return errPSNAhead
@@ -263,7 +275,7 @@ func (q *QP) checkPSN(r *request) respErr {
 		q.e.cfg.Stats.DuplicateRequests.Add(1)
 		return errDuplicate
 	}
-	q.resp.sentNAK = false
+	rs.sentNAK = false
 	return respOK
 }
 
@@ -272,11 +284,12 @@ func (q *QP) checkPSN(r *request) respErr {
 // message no MIDDLE or LAST (bth.ValidSequence). On UC a FIRST or ONLY
 // always starts a new message: a partial one before it is abandoned (rxe's
 // class D1 error), the bytes it placed stay.
-func (q *QP) checkOpSequence(r *request) respErr {
+func (rs *responder) checkOpSequence(r *request) respErr {
+	q := rs.q
 	if q.typ == verbs.QPTypeUC && r.op.Starts() {
-		q.ucAbandon()
+		rs.ucAbandon()
 	}
-	if !bth.ValidSequence(q.resp.opcode, r.op) {
+	if !bth.ValidSequence(rs.opcode, r.op) {
 		return errOpSequence
 	}
 	return respOK
@@ -286,7 +299,8 @@ func (q *QP) checkOpSequence(r *request) respErr {
 // atomics: the QP's access flags must allow the operation (remote write,
 // read or atomic), and a READ or atomic needs responder resources (only
 // max_dest_rd_atomic 0 refuses them, as in rxe).
-func (q *QP) checkOpAllowed(r *request) respErr {
+func (rs *responder) checkOpAllowed(r *request) respErr {
+	q := rs.q
 	var want verbs.Access
 	switch {
 	case r.op.IsWrite() || r.op.IsAtomicWrite():
@@ -301,7 +315,7 @@ func (q *QP) checkOpAllowed(r *request) respErr {
 	if q.attr.AccessFlags&want != want {
 		return errOpNotAllowed
 	}
-	if (r.op.IsReadRequest() || r.op.IsAtomic() || r.op.IsAtomicWrite()) && !q.haveRDResources() {
+	if (r.op.IsReadRequest() || r.op.IsAtomic() || r.op.IsAtomicWrite()) && !rs.haveRDResources() {
 		return errNoResources
 	}
 	return respOK
@@ -311,7 +325,8 @@ func (q *QP) checkOpAllowed(r *request) respErr {
 // packets 1 to PMTU bytes, ONLY packets up to PMTU (C9-92); a RETH's DMA
 // length is at most 2^31 (C9-94); and a WRITE's packets add up to its DMA
 // length (rxe check_rkey's length part).
-func (q *QP) checkLength(r *request) respErr {
+func (rs *responder) checkLength(r *request) respErr {
+	q := rs.q
 	n, op := uint32(len(r.data)), r.op
 	if ((op.IsFirst() || op.IsMiddle()) && n != q.pmtu) || (op.IsLast() && (n == 0 || n > q.pmtu)) ||
 		(op.IsOnly() && n > q.pmtu) {
@@ -332,7 +347,7 @@ func (q *QP) checkLength(r *request) respErr {
 		if l := r.pkt.RETH().DMALen; (op.IsOnly() && n != l) || n > l {
 			return errLength
 		}
-	} else if rem := q.resp.wlen - q.resp.woff; n > rem || (op.IsLast() && n != rem) {
+	} else if rem := rs.wlen - rs.woff; n > rem || (op.IsLast() && n != rem) {
 		return errLength
 	}
 	return respOK
@@ -343,20 +358,20 @@ func (q *QP) checkLength(r *request) respErr {
 // QP's PD, grant the access and cover the range; a zero-length READ or
 // WRITE names no memory and is not checked (C9-88). An atomic's address
 // must be 8-byte aligned.
-func (q *QP) checkRKey(r *request) respErr {
+func (rs *responder) checkRKey(r *request) respErr {
 	switch {
 	case r.op.IsWrite():
 		if r.op.Starts() {
 			reth := r.pkt.RETH()
-			q.resp.wrkey, q.resp.wva, q.resp.woff, q.resp.wlen = reth.RKey, reth.VA, 0, reth.DMALen
+			rs.wrkey, rs.wva, rs.woff, rs.wlen = reth.RKey, reth.VA, 0, reth.DMALen
 		}
-		dst, ok := q.writeTarget()
+		dst, ok := rs.writeTarget()
 		if !ok {
 			return errRKey
 		}
 		r.mem = dst
 	case r.op.IsReadRequest():
-		if reth := r.pkt.RETH(); reth.DMALen > 0 && q.remoteRange(reth.RKey, reth.VA, reth.DMALen, verbs.AccessRemoteRead) == nil {
+		if reth := r.pkt.RETH(); reth.DMALen > 0 && rs.remoteRange(reth.RKey, reth.VA, reth.DMALen, verbs.AccessRemoteRead) == nil {
 			return errRKey
 		}
 	case r.op.IsAtomic():
@@ -364,14 +379,14 @@ func (q *QP) checkRKey(r *request) respErr {
 		if ae.VA&7 != 0 {
 			return errMisaligned
 		}
-		if r.mem = q.remoteRange(ae.RKey, ae.VA, 8, verbs.AccessRemoteAtomic); r.mem == nil {
+		if r.mem = rs.remoteRange(ae.RKey, ae.VA, 8, verbs.AccessRemoteAtomic); r.mem == nil {
 			return errRKey
 		}
 	case r.op.IsAtomicWrite():
 		// rxe: the R_Key and range first, the alignment when it executes
 		// (rxe_mr_do_atomic_write, IBA A19.4.2: 8-byte aligned).
 		reth := r.pkt.RETH()
-		if r.mem = q.remoteRange(reth.RKey, reth.VA, 8, verbs.AccessRemoteWrite); r.mem == nil {
+		if r.mem = rs.remoteRange(reth.RKey, reth.VA, 8, verbs.AccessRemoteWrite); r.mem == nil {
 			return errRKey
 		}
 		if reth.VA&7 != 0 {
@@ -381,7 +396,7 @@ func (q *QP) checkRKey(r *request) respErr {
 		// The memory must grant the placement types; a FLUSH of the whole
 		// MR names no range (rxe check_rkey: skip_check_range).
 		reth, feth := r.pkt.RETH(), r.pkt.FETH()
-		reg := q.remoteRegion(reth.RKey, flushAccess(feth))
+		reg := rs.remoteRegion(reth.RKey, flushAccess(feth))
 		if reg == nil || feth.Selectivity == bth.FlushRange && reg.slice(reth.VA, uint64(reth.DMALen)) == nil {
 			return errRKey
 		}
@@ -390,18 +405,18 @@ func (q *QP) checkRKey(r *request) respErr {
 }
 
 // execute carries out a request that passed every check (rxe execute).
-func (q *QP) execute(r *request) respErr {
+func (rs *responder) execute(r *request) respErr {
 	switch {
 	case r.op.IsSend():
-		return q.placeSend(r)
+		return rs.placeSend(r)
 	case r.op.IsWrite():
-		return q.placeWrite(r)
+		return rs.placeWrite(r)
 	case r.op.IsReadRequest():
-		q.executeRead(r)
+		rs.executeRead(r)
 	case r.op.IsAtomic():
-		q.executeAtomic(r)
+		rs.executeAtomic(r)
 	case r.op.IsAtomicWrite(), r.op.IsFlush():
-		q.executeFlush(r)
+		rs.executeFlush(r)
 	default:
 		return errOpNotAllowed
 	}
@@ -416,25 +431,26 @@ func (q *QP) execute(r *request) respErr {
 // every earlier request before it takes this one, and the memory is the
 // process's own. Persistence cannot be asked for: no MR of this device grants
 // it (Go memory is not persistent memory), so checkRKey refused such a FLUSH.
-func (q *QP) executeFlush(r *request) {
+func (rs *responder) executeFlush(r *request) {
 	if r.op.IsAtomicWrite() {
 		atomicMu.Lock()
 		copy(r.mem, r.data[:8])
 		atomicMu.Unlock()
 	}
-	q.saveResource(rdResource{valid: true, empty: true, first: r.psn, last: r.psn})
-	q.resp.msn++
-	q.advance(r, 1)
-	q.sendEmptyReadResponse(r.psn)
+	rs.saveResource(rdResource{valid: true, empty: true, first: r.psn, last: r.psn})
+	rs.msn++
+	rs.advance(r, 1)
+	rs.sendEmptyReadResponse(r.psn)
 }
 
 // placeSend copies a SEND packet into the receive WR (taken at the start of
 // the message; none is RNR) and completes the WR at the end of the message.
-func (q *QP) placeSend(r *request) respErr {
-	if r.op.NeedsRecvWR() && !q.takeRecvWR() {
+func (rs *responder) placeSend(r *request) respErr {
+	q := rs.q
+	if r.op.NeedsRecvWR() && !rs.takeRecvWR() {
 		return errRNR
 	}
-	switch q.scatter(q.resp.wr.SGL, q.resp.off, r.data) {
+	switch q.scatter(rs.wr.SGL, rs.off, r.data) {
 	case verbs.WCSuccess:
 	case verbs.WCLocProtErr:
 		return errRecvProt
@@ -446,13 +462,13 @@ func (q *QP) placeSend(r *request) respErr {
 		// window of this QP (rxe invalidate_rkey).
 		return errInvalidate
 	}
-	q.resp.off += uint32(len(r.data))
-	q.advance(r, 1)
+	rs.off += uint32(len(r.data))
+	rs.advance(r, 1)
 	if !r.op.Ends() {
 		return respOK
 	}
-	wc := verbs.WC{WRID: q.resp.wr.WRID, Status: verbs.WCSuccess, Opcode: verbs.WCRecv,
-		ByteLen: q.resp.off, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
+	wc := verbs.WC{WRID: rs.wr.WRID, Status: verbs.WCSuccess, Opcode: verbs.WCRecv,
+		ByteLen: rs.off, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
 	if r.op.HasImm() {
 		wc.ImmData = r.pkt.Imm()
 		wc.Flags |= verbs.WCWithImm
@@ -461,8 +477,8 @@ func (q *QP) placeSend(r *request) respErr {
 		wc.InvalidatedRKey = r.pkt.IETH()
 		wc.Flags |= verbs.WCWithInv
 	}
-	q.resp.haveWR = false
-	q.resp.off = 0
+	rs.haveWR = false
+	rs.off = 0
 	q.pushWC(q.init.RecvCQ, &wc, r.pkt.SE())
 	return respOK
 }
@@ -470,22 +486,23 @@ func (q *QP) placeSend(r *request) respErr {
 // placeWrite copies a WRITE packet into the memory checkRKey resolved. A
 // WRITE with immediate consumes a receive WR at its end (none is RNR) and
 // completes it.
-func (q *QP) placeWrite(r *request) respErr {
-	if r.op.NeedsRecvWR() && !q.takeRecvWR() {
+func (rs *responder) placeWrite(r *request) respErr {
+	q := rs.q
+	if r.op.NeedsRecvWR() && !rs.takeRecvWR() {
 		return errRNR
 	}
 	copy(r.mem, r.data)
-	q.resp.woff += uint32(len(r.data))
-	q.advance(r, 1)
+	rs.woff += uint32(len(r.data))
+	rs.advance(r, 1)
 	if !r.op.Ends() {
 		return respOK
 	}
-	wlen := q.resp.wlen
-	q.resp.woff, q.resp.wlen = 0, 0
+	wlen := rs.wlen
+	rs.woff, rs.wlen = 0, 0
 	if r.op.NeedsRecvWR() {
-		wc := verbs.WC{WRID: q.resp.wr.WRID, Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm,
+		wc := verbs.WC{WRID: rs.wr.WRID, Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm,
 			ByteLen: wlen, ImmData: r.pkt.Imm(), Flags: verbs.WCWithImm, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
-		q.resp.haveWR = false
+		rs.haveWR = false
 		q.pushWC(q.init.RecvCQ, &wc, r.pkt.SE())
 	}
 	return respOK
@@ -493,18 +510,19 @@ func (q *QP) placeWrite(r *request) respErr {
 
 // executeRead accepts a READ: it keeps it as a responder resource, counts
 // the message (its MSN is due at once, C9-148) and starts the reply.
-func (q *QP) executeRead(r *request) {
+func (rs *responder) executeRead(r *request) {
+	q := rs.q
 	reth := r.pkt.RETH()
 	npk := int(numPackets(verbs.WRRDMARead, reth.DMALen, q.pmtu))
-	q.saveResource(rdResource{valid: true, first: r.psn, last: r.psn.Add(npk - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALen})
-	q.resp.msn++
-	q.advance(r, npk)
-	q.startRead(r.psn, reth)
+	rs.saveResource(rdResource{valid: true, first: r.psn, last: r.psn.Add(npk - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALen})
+	rs.msn++
+	rs.advance(r, npk)
+	rs.startRead(r.psn, reth)
 }
 
 // executeAtomic performs an atomic once, under atomicMu, keeps its
 // original value as a responder resource for replays and answers with it.
-func (q *QP) executeAtomic(r *request) {
+func (rs *responder) executeAtomic(r *request) {
 	ae := r.pkt.AtomicETH()
 	atomicMu.Lock()
 	orig := binary.NativeEndian.Uint64(r.mem)
@@ -514,19 +532,19 @@ func (q *QP) executeAtomic(r *request) {
 		binary.NativeEndian.PutUint64(r.mem, ae.SwapAdd)
 	}
 	atomicMu.Unlock()
-	q.saveResource(rdResource{valid: true, atomic: true, first: r.psn, last: r.psn, va: ae.VA, rkey: ae.RKey, length: 8, orig: orig})
-	q.resp.msn++
-	q.advance(r, 1)
-	q.sendAtomicAck(r.psn, orig)
+	rs.saveResource(rdResource{valid: true, atomic: true, first: r.psn, last: r.psn, va: ae.VA, rkey: ae.RKey, length: 8, orig: orig})
+	rs.msn++
+	rs.advance(r, 1)
+	rs.sendAtomicAck(r.psn, orig)
 }
 
 // advance records an executed request: the responder expects the PSN after
 // its npk PSNs, and a SEND or WRITE that ends its message counts in the MSN.
-func (q *QP) advance(r *request, npk int) {
-	q.resp.opcode = r.op
-	q.resp.psn = r.psn.Add(npk)
+func (rs *responder) advance(r *request, npk int) {
+	rs.opcode = r.op
+	rs.psn = r.psn.Add(npk)
 	if r.op.Ends() && (r.op.IsSend() || r.op.IsWrite()) {
-		q.resp.msn++
+		rs.msn++
 	}
 }
 
@@ -534,23 +552,24 @@ func (q *QP) advance(r *request, npk int) {
 // is answered from the saved state (C9-105), a PSN gap draws one sequence
 // NAK (class B), a missing receive WR an RNR NAK (class B), anything else
 // is a class C error.
-func (q *QP) rcFailed(now time.Time, r *request, err respErr) {
+func (rs *responder) rcFailed(now time.Time, r *request, err respErr) {
+	q := rs.q
 	switch err {
 	case errDuplicate:
-		q.duplicate(now, &r.pkt)
+		rs.duplicate(now, &r.pkt)
 	case errPSNAhead:
-		if !q.resp.sentNAK {
-			q.resp.sentNAK = true
-			q.sendAck(bth.NAKSyndrome(bth.NAKPSNSeqErr), q.resp.psn)
+		if !rs.sentNAK {
+			rs.sentNAK = true
+			rs.sendAck(bth.NAKSyndrome(bth.NAKPSNSeqErr), rs.psn)
 			q.e.cfg.Stats.NAKsSent[NAKPSNSeqErr].Add(1)
 		}
 	case errRNR:
-		q.sendRNR(r.psn)
+		rs.sendRNR(r.psn)
 	case errInvalidate:
-		q.invalidateFailed(now, r)
+		rs.invalidateFailed(now, r)
 	default:
 		f := respFailure[err]
-		q.classC(now, r.psn, f.nak, f.status)
+		rs.classC(now, r.psn, f.nak, f.status)
 	}
 }
 
@@ -558,13 +577,13 @@ func (q *QP) rcFailed(now time.Time, r *request, err respErr) {
 // SEND_WITH_INV's data is placed and the packet acknowledged as rxe does
 // (the requester's WR completes successfully), but the receive WR completes
 // with REM_INV_REQ_ERR and the QP moves to ERR.
-func (q *QP) invalidateFailed(now time.Time, r *request) {
+func (rs *responder) invalidateFailed(now time.Time, r *request) {
+	q := rs.q
 	if r.pkt.AckReq() {
-		q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), r.psn)
-		q.flushAck()
+		rs.sendAck(bth.ACKSyndrome(bth.CreditInvalid), r.psn)
+		rs.flushAck()
 	}
-	q.resp.haveWR = false
-	q.pushWC(q.init.RecvCQ, &verbs.WC{WRID: q.resp.wr.WRID, Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv, QPNum: q.qpn}, false)
+	rs.endWR(verbs.WCRemInvReqErr) // placeSend took it
 	q.toError(now)
 }
 
@@ -576,12 +595,12 @@ func (q *QP) invalidateFailed(now time.Time, r *request) {
 // request -> Local Invalid Request Work Queue Error (QP_REQ_ERR), remote
 // operational error -> Local Work Queue Catastrophic Error (QP_FATAL).
 // Exactly one such event; none when a WR completes with the status.
-func (q *QP) classC(now time.Time, p bth.PSN, code uint8, status verbs.WCStatus) {
-	q.sendAck(bth.NAKSyndrome(code), p)
+func (rs *responder) classC(now time.Time, p bth.PSN, code uint8, status verbs.WCStatus) {
+	q := rs.q
+	rs.sendAck(bth.NAKSyndrome(code), p)
 	q.e.cfg.Stats.NAKsSent[NAKKind(code)].Add(1)
-	if q.resp.haveWR {
-		q.resp.haveWR = false
-		q.pushWC(q.init.RecvCQ, &verbs.WC{WRID: q.resp.wr.WRID, Status: status, Opcode: verbs.WCRecv, QPNum: q.qpn}, false)
+	if rs.haveWR {
+		rs.endWR(status)
 	} else {
 		q.e.event(Event{Type: classCEvent(code), QPN: q.qpn})
 	}
@@ -602,28 +621,30 @@ func classCEvent(code uint8) verbs.EventType {
 
 // takeRecvWR fetches a receive WR from the RQ or SRQ for the message that
 // starts now; false means none is posted (RNR).
-func (q *QP) takeRecvWR() bool {
-	if q.resp.haveWR {
+func (rs *responder) takeRecvWR() bool {
+	q := rs.q
+	if rs.haveWR {
 		return true
 	}
-	if q.resp.wr.SGL == nil {
+	if rs.wr.SGL == nil {
 		// Room for any WR the queue can hold, allocated by the first
 		// receive: a QP that never receives costs none of it.
-		q.resp.wr.SGL = make([]verbs.SGE, 0, q.e.cfg.MaxSGE)
+		rs.wr.SGL = make([]verbs.SGE, 0, q.e.cfg.MaxSGE)
 	}
 	var ok bool
 	if q.srq != nil {
-		ok = q.srq.Pop(&q.resp.wr)
+		ok = q.srq.Pop(&rs.wr)
 	} else {
-		ok = q.rq.Pop(&q.resp.wr)
+		ok = q.rq.Pop(&rs.wr)
 	}
-	q.resp.haveWR = ok
-	q.resp.off = 0
+	rs.haveWR = ok
+	rs.off = 0
 	return ok
 }
 
-func (q *QP) sendRNR(p bth.PSN) {
-	q.sendAck(bth.RNRSyndrome(q.attr.MinRNRTimer), p)
+func (rs *responder) sendRNR(p bth.PSN) {
+	q := rs.q
+	rs.sendAck(bth.RNRSyndrome(q.attr.MinRNRTimer), p)
 	q.e.cfg.Stats.NAKsSent[NAKRNR].Add(1)
 }
 
@@ -633,11 +654,11 @@ func (q *QP) sendRNR(p bth.PSN) {
 // remote write and cover the range. false is a remote access violation.
 // Nothing is resolved when no byte is left (a zero-length WRITE names no
 // memory: C9-88), and the slice returned is used within this step only.
-func (q *QP) writeTarget() ([]byte, bool) {
-	rem := q.resp.wlen - q.resp.woff
+func (rs *responder) writeTarget() ([]byte, bool) {
+	rem := rs.wlen - rs.woff
 	if rem == 0 {
 		return nil, true
 	}
-	b := q.remoteRange(q.resp.wrkey, q.resp.wva+uint64(q.resp.woff), rem, verbs.AccessRemoteWrite)
+	b := rs.remoteRange(rs.wrkey, rs.wva+uint64(rs.woff), rem, verbs.AccessRemoteWrite)
 	return b, b != nil
 }

@@ -507,7 +507,7 @@ func TestClassCWithoutRecvWRRaisesAffiliatedEvent(t *testing.T) {
 		{"remote operational", func(r *respRig, mr *Region) {
 			q := r.q
 			q.run("t", func() {
-				q.classC(r.n.e.cfg.Clock.Now(), rigPSN, bth.NAKRemoteOpErr, verbs.WCLocQPOpErr)
+				q.resp.classC(r.n.e.cfg.Clock.Now(), rigPSN, bth.NAKRemoteOpErr, verbs.WCLocQPOpErr)
 				q.sh.flush()
 			}, false)
 		}, bth.NAKRemoteOpErr, verbs.EventQPFatal},

@@ -28,7 +28,7 @@ const (
 
 // rtoInterval is the QP's retransmission timeout after its consecutive
 // timeouts: rto << backoff.
-func (q *QP) rtoInterval() time.Duration { return q.rto << q.comp.backoff }
+func (c *completer) rtoInterval() time.Duration { return c.q.rto << c.backoff }
 
 // retryBudget is the device-wide token bucket of timer-driven retries.
 type retryBudget struct {
@@ -75,36 +75,37 @@ func (b *retryBudget) reserve(now time.Time) (wait time.Duration) {
 // onTimer handles the retransmission and RNR timers at now. A timeout with a
 // budget token spends a retry (7: infinite), doubles the timer and starts a
 // probe; without a token the retry waits for the one it reserved.
-func (q *QP) onTimer(now time.Time) {
-	if !q.comp.rnrAt.IsZero() && !now.Before(q.comp.rnrAt) {
-		q.comp.rnrAt = time.Time{}
+func (c *completer) onTimer(now time.Time) {
+	q := c.q
+	if c.rnrWaiting() && !now.Before(c.rnrAt) {
+		c.rnrAt = time.Time{}
 	}
-	if q.comp.rtoAt.IsZero() || now.Before(q.comp.rtoAt) {
+	if c.rtoAt.IsZero() || now.Before(c.rtoAt) {
 		return
 	}
-	q.comp.rtoAt = time.Time{}
-	if q.head() == nil {
+	c.rtoAt = time.Time{}
+	if c.head() == nil {
 		return
 	}
-	if !q.comp.reserved {
+	if !c.reserved {
 		if wait := q.e.retries.reserve(now); wait > 0 {
-			q.comp.reserved = true // the token is ours at now+wait
+			c.reserved = true // the token is ours at now+wait
 			q.e.cfg.Stats.RetriesDeferred.Add(1)
-			q.comp.rtoAt = now.Add(wait)
+			c.rtoAt = now.Add(wait)
 			return
 		}
 	}
-	q.comp.reserved = false
+	c.reserved = false
 	q.e.cfg.Stats.Timeouts.Add(1)
 	q.cnt.timeouts.Add(1)
-	if q.comp.backoff > 0 {
+	if c.backoff > 0 {
 		q.e.cfg.Stats.BackedOffTimeouts.Add(1)
 	}
-	q.retry(now, true)
+	c.retry(now, true)
 	if q.attr.State == verbs.QPSErr || q.rto == 0 {
 		return
 	}
-	q.comp.backoff = min(q.comp.backoff+1, maxBackoff)
-	q.req.probing = q.req.needRetry
-	q.comp.rtoAt = now.Add(q.rtoInterval())
+	c.backoff = min(c.backoff+1, maxBackoff)
+	q.win.probing = q.win.needRetry
+	c.rtoAt = now.Add(c.rtoInterval())
 }

@@ -100,9 +100,9 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 		q.onCE(now, &pkt, src)
 	}
 	if op.IsRequest() {
-		q.onRequest(now, &pkt, it)
+		q.resp.onRequest(now, &pkt, it)
 	} else {
-		q.onResponse(now, &pkt)
+		q.comp.onResponse(now, &pkt)
 	}
 }
 
@@ -110,7 +110,7 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 // the error transition, timers, its turn of READ responses and requests,
 // SQD drain, and the timer re-arm. Owner shard only.
 func (q *QP) service(now time.Time) {
-	q.flushAck()
+	q.resp.flushAck()
 	if q.fatal.Load() && q.attr.State != verbs.QPSErr {
 		// A CQ it feeds overran, so the QP can no longer report its
 		// completions: IBA's Local Work Queue Catastrophic Error.
@@ -127,10 +127,10 @@ func (q *QP) service(now time.Time) {
 	if !q.timerAt.IsZero() && !now.Before(q.timerAt) {
 		q.timerAt = time.Time{}
 	}
-	q.onTimer(now)
+	q.comp.onTimer(now)
 	q.takeTurn(now)
-	q.flushAck() // requests held behind a READ reply may have been acknowledged
-	if q.attr.State == verbs.QPSSQD && !q.sqdNotified && q.head() == nil && q.req.idx == q.comp.idx {
+	q.resp.flushAck() // requests held behind a READ reply may have been acknowledged
+	if q.attr.State == verbs.QPSSQD && !q.sqdNotified && q.comp.head() == nil && !q.win.busy() {
 		q.sqdNotified = true
 		if q.attr.EnSQDAsyncNotify {
 			q.e.event(Event{Type: verbs.EventSQDrained, QPN: q.qpn})
@@ -145,8 +145,8 @@ func (q *QP) service(now time.Time) {
 func (q *QP) takeTurn(now time.Time) {
 	limit := q.paceLimit(now, q.sh.turn())
 	start := len(q.sh.out)
-	used := q.serveResponder(now, limit)
-	sent, more := q.runRequester(now, limit-used)
+	used := q.resp.serveResponder(now, limit)
+	sent, more := q.req.run(now, limit-used)
 	q.sh.spend(used + sent)
 	held := q.chargeCC(now, start) // the pacer's timer wakes it instead
 	if (more || q.resp.read.active) && !held {

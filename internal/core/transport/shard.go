@@ -251,7 +251,7 @@ func (s *shard) step() bool {
 		it := &s.work[i]
 		if q := it.qp; !q.destroyed {
 			s.touch(q)
-			if q.hold(it) {
+			if q.resp.hold(it) {
 				*it = rxItem{}
 				continue
 			}

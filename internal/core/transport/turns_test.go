@@ -99,8 +99,8 @@ func TestTimeoutProbeAndBackoff(t *testing.T) {
 	if len(out) != 7 || out[0].PSN() != wireSQPSN.Add(1) || out[6].Opcode() != bth.RCSendLast {
 		t.Fatalf("after the probe's ACK: %d packets, want the other 7 of the window", len(out))
 	}
-	if w.q.comp.backoff != 0 || w.q.req.probing {
-		t.Fatalf("backoff %d probing %v after progress", w.q.comp.backoff, w.q.req.probing)
+	if w.q.comp.backoff != 0 || w.q.win.probing {
+		t.Fatalf("backoff %d probing %v after progress", w.q.comp.backoff, w.q.win.probing)
 	}
 	if st := w.e.cfg.Stats.Snapshot(); st.Timeouts != 4 || st.BackedOffTimeouts != 3 || st.Retransmits != 11 {
 		t.Fatalf("timeouts %d backed off %d retransmits %d", st.Timeouts, st.BackedOffTimeouts, st.Retransmits)

@@ -8,7 +8,8 @@ import (
 // udReceive delivers a UD SEND: Q_Key check (C10-15), the GRH area, then
 // the payload, into the next receive WR. With no WR posted the datagram is
 // dropped, as UD allows.
-func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
+func (rs *responder) udReceive(pkt *bth.Packet, it *rxItem) {
+	q := rs.q
 	deth := pkt.DETH()
 	data := pkt.Payload()
 	if deth.QKey != q.attr.QKey {
@@ -19,7 +20,7 @@ func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
 		q.e.cfg.Stats.Malformed.Add(1)
 		return
 	}
-	if !q.takeRecvWR() {
+	if !rs.takeRecvWR() {
 		return
 	}
 	var grh [bth.GRHLen]byte
@@ -29,11 +30,11 @@ func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
 	}
 	bth.PutGRH(&grh, bth.GRHFields{Src: it.src.Addr(), Dst: dst, TrafficClass: it.tos, HopLimit: it.ttl, FlowLabel: it.flow},
 		len(pkt.Bytes()))
-	st := q.scatter(q.resp.wr.SGL, 0, grh[:])
+	st := q.scatter(rs.wr.SGL, 0, grh[:])
 	if st == verbs.WCSuccess {
-		st = q.scatter(q.resp.wr.SGL, bth.GRHLen, data)
+		st = q.scatter(rs.wr.SGL, bth.GRHLen, data)
 	}
-	wc := verbs.WC{WRID: q.resp.wr.WRID, Status: st, Opcode: verbs.WCRecv, QPNum: q.qpn}
+	wc := verbs.WC{WRID: rs.wr.WRID, Status: st, Opcode: verbs.WCRecv, QPNum: q.qpn}
 	if st == verbs.WCSuccess {
 		wc.ByteLen = uint32(bth.GRHLen + len(data))
 		wc.SrcQP = deth.SrcQP
@@ -43,6 +44,6 @@ func (q *QP) udReceive(pkt *bth.Packet, it *rxItem) {
 			wc.Flags |= verbs.WCWithImm
 		}
 	}
-	q.resp.haveWR = false
+	rs.haveWR = false
 	q.pushWC(q.init.RecvCQ, &wc, pkt.SE())
 }

@@ -67,7 +67,8 @@ func TestNextOpcode(t *testing.T) {
 	for _, tc := range cases {
 		q := &QP{typ: tc.typ, pmtu: tc.pmtu}
 		w := &sendWQE{wr: verbs.SendWR{Opcode: tc.op}, length: tc.length}
-		got, last := q.nextOpcode(w, tc.off)
+		q.req.q = q
+		got, last := q.req.nextOpcode(w, tc.off)
 		if got != tc.want || last != tc.last {
 			t.Errorf("%v nextOpcode(%d, %d, %d, %d) = %v %v, want %v %v", tc.typ, tc.op, tc.off, tc.length, tc.pmtu, got, last, tc.want, tc.last)
 		}
