@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/tool/devapi"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )
@@ -394,7 +395,7 @@ func TestPingpongExchange(t *testing.T) {
 
 			// /debug/qps lists the session's QPs with the client as the peer.
 			_, body := httpGet(t, "http://"+p.metrics+"/debug/qps")
-			var rows []qpJSON
+			var rows []devapi.QP
 			if err := json.Unmarshal(body, &rows); err != nil {
 				t.Fatalf("/debug/qps: %v: %s", err, body)
 			}

@@ -76,8 +76,10 @@ type GID struct {
 	Bound bool `json:"bound"`
 }
 
-// QP is one QP of a device, with what rdma res show qp shows of it.
+// QP is one QP of a device, with what rdma res show qp shows of it. It is
+// the one JSON form of a QP: a Device's QPs, and roced's /debug/qps.
 type QP struct {
+	Device      string `json:"device"` // the address of the device that holds it
 	QPN         uint32 `json:"lqpn"`
 	DestQPN     uint32 `json:"rqpn"`
 	Type        string `json:"type"`
@@ -87,11 +89,43 @@ type QP struct {
 	SQPSN       uint32 `json:"sq_psn"` // the next PSN the QP sends
 	RQPSN       uint32 `json:"rq_psn"` // the PSN it expects next
 	AckedPSN    uint32 `json:"acked_psn"`
+	MSN         uint32 `json:"msn"`
 	SendQueued  int    `json:"send_queued"`
 	TxPackets   uint64 `json:"tx_packets"`
 	RxPackets   uint64 `json:"rx_packets"`
 	Retransmits uint64 `json:"retransmits"`
 	Timeouts    uint64 `json:"timeouts"`
+	// Congestion control (absent when off): the DCQCN rate the QP is paced
+	// at and its target, in Mb/s, α (0..1), and the rate cuts so far.
+	CCRateMbps   *float64 `json:"cc_rate_mbps,omitempty"`
+	CCTargetMbps *float64 `json:"cc_target_rate_mbps,omitempty"`
+	CCAlpha      *float64 `json:"cc_alpha,omitempty"`
+	CCCuts       *uint64  `json:"cc_rate_cuts,omitempty"`
+}
+
+// QPs lists the QPs of dev, never nil.
+func QPs(dev *roce.Device) []QP {
+	out := []QP{}
+	for _, q := range dev.QPs() {
+		out = append(out, QPOf(dev.Addr().String(), q))
+	}
+	return out
+}
+
+// QPOf is q, a QP of the device at addr, with names instead of enum numbers.
+func QPOf(addr string, q roce.QPInfo) QP {
+	r := QP{Device: addr, QPN: q.QPN, DestQPN: q.DestQPN, Type: q.Type.String(), State: q.State.String(),
+		SrcPort: q.SrcPort, SQPSN: uint32(q.NextPSN), RQPSN: uint32(q.ExpectedPSN), AckedPSN: uint32(q.AckedPSN),
+		MSN: q.MSN, SendQueued: q.SendQueued, TxPackets: q.TxPackets, RxPackets: q.RxPackets,
+		Retransmits: q.Retransmits, Timeouts: q.Timeouts}
+	if q.Peer.IsValid() {
+		r.Peer = q.Peer.String()
+	}
+	if q.CCRate != 0 {
+		rate, target, alpha, cuts := float64(q.CCRate)/1e6, float64(q.CCTargetRate)/1e6, float64(q.CCAlpha)/1024, q.CCCuts
+		r.CCRateMbps, r.CCTargetMbps, r.CCAlpha, r.CCCuts = &rate, &target, &alpha, &cuts
+	}
+	return r
 }
 
 // Counter is one value of the device's counters: a series of the engine's
@@ -174,16 +208,7 @@ func Describe(dev *roce.Device) (Device, error) {
 		}
 		d.Ports = append(d.Ports, p)
 	}
-	d.QPs = []QP{}
-	for _, q := range dev.QPs() {
-		r := QP{QPN: q.QPN, DestQPN: q.DestQPN, Type: q.Type.String(), State: q.State.String(), SrcPort: q.SrcPort,
-			SQPSN: uint32(q.NextPSN), RQPSN: uint32(q.ExpectedPSN), AckedPSN: uint32(q.AckedPSN), SendQueued: q.SendQueued,
-			TxPackets: q.TxPackets, RxPackets: q.RxPackets, Retransmits: q.Retransmits, Timeouts: q.Timeouts}
-		if q.Peer.IsValid() {
-			r.Peer = q.Peer.String()
-		}
-		d.QPs = append(d.QPs, r)
-	}
+	d.QPs = QPs(dev)
 	d.Counters = Counters(dev.Stats())
 	return d, nil
 }
