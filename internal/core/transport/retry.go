@@ -8,18 +8,35 @@ import (
 	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// Retransmission after a timeout is bounded three ways, so a peer that stops
-// answering cannot make the engine send without limit (see the package
-// documentation, "Retransmission"):
+// Retransmission is bounded so that a peer that stops answering cannot make
+// the engine send without limit. rxe (rxe_comp.c, rxe_req.c) keeps a fixed
+// timer and resends the whole window on every timeout; goroce bounds it three
+// ways:
 //
-//   - backoff: the timer of a QP runs rto << k, k the number of consecutive
-//     timeouts without progress, at most maxBackoff; any progress resets k;
-//   - probe: a timed-out QP resends only its oldest unacknowledged packet
-//     (with AckReq) until an answer comes, then goes back N from there;
-//   - budget: timer-driven retries take a token from a device-wide bucket
-//     (Config.RetryRate per second, Config.RetryBurst deep); without one the
-//     retry reserves the next token to come and waits for it, in order. It
-//     is deferred and counted, never dropped, and it costs no retry_cnt.
+//   - Backoff: the timer of a QP runs rto << k after k consecutive timeouts
+//     without progress, k at most maxBackoff; any progress (an ACK or
+//     response that moves the oldest unacknowledged PSN) resets k. The IBA
+//     leaves the local ACK timer's restart to the implementation; TCP backs
+//     off the same way. retry_cnt still counts timeouts, so a finite
+//     retry_cnt fails later than on rxe (retry_cnt 3 after 15 timeouts' worth
+//     of time instead of 4); with retry_cnt 7 (infinite) a QP whose peer is
+//     gone sends one probe every 64 × timeout.
+//   - Probe: after a timeout the QP resends only its oldest unacknowledged
+//     packet, with AckReq, until an answer arrives; the answer ends probing
+//     and go-back-N resumes from what it acknowledged (ACK-clocked). NAKs and
+//     RNR NAKs, which come from a live peer, still go back N at once.
+//   - Budget: timeouts acted on take a token from a device-wide bucket
+//     (Config.RetryRate per second, Config.RetryBurst deep). A timeout
+//     without a token reserves the next one and waits for it, in arrival
+//     order; it is counted (RetriesDeferred), never dropped, and costs no
+//     retry.
+//
+// So without answers a QP sends at most one packet per backed-off timeout,
+// and the device at most RetryBurst + RetryRate × t probes in any t. Every
+// packet that is not a probe is a first transmission or is clocked by a
+// packet from the peer. The counters Timeouts, BackedOffTimeouts,
+// RetriesDeferred and TurnsYielded, and QPInfo.Backoff, show the bounds at
+// work.
 const (
 	maxBackoff        = 6
 	defaultRetryRate  = 10000

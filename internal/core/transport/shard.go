@@ -359,11 +359,11 @@ func (p *txPacket) packet() []byte {
 	return append(b, p.buf[p.hdr:p.hdr+p.n-p.hdr-len(p.pay)]...)
 }
 
-// flush sends the output list, in order, in link batches, runs of one QP's
-// equal-size packets as segment trains (train.go): each packet gets its ICRC
-// now, over the source port its QP sends from and the IPv4 ID the kernel
-// will give it. A Link's sockets send IPv4 with DF set and, for a datagram
-// sent alone, ID 0 (see package link); the ICRC covers both.
+// flush sends the output list, in order, in link batches, runs of one UDP
+// flow's equal-size packets as segment trains (train.go): each packet gets its
+// ICRC now, over the source port its QP sends from and the IPv4 ID the kernel
+// will give it. A Link's sockets send IPv4 with DF set and, for a datagram sent
+// alone, ID 0 (see package link); the ICRC covers both.
 func (s *shard) flush() {
 	// Packets held by poll-driven slices go after the newer ones (rtc.go),
 	// in the same link batch: a reply and the ACK it overtakes cost one

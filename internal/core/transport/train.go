@@ -8,15 +8,15 @@ import (
 	"github.com/goroce/goroce/link"
 )
 
-// Segment trains. When the output list holds a run of packets of one QP to
-// one destination that are all the same size (the last may be shorter), the
-// shard hands them to the Link as one train (link.Message.SegSize), which a
-// UDP link sends as UDP GSO super-datagrams: one trip through the kernel's
-// stack for up to 64 datagrams instead of one each. Such runs are what a
-// window of traffic is made of: the MIDDLE packets and the LAST of a WRITE
-// or SEND (a FIRST carries a RETH or is longer, so it goes on its own),
-// consecutive ONLY packets of equal size, READ response MIDDLEs (a LAST whose
-// AETH makes it longer goes on its own).
+// Segment trains. When the output list holds a run of packets of one UDP flow
+// (source port, destination and IP header fields) that are all the same size
+// (the last may be shorter), the shard hands them to the Link as one train
+// (link.Message.SegSize), which a UDP link sends as UDP GSO super-datagrams:
+// one trip through the kernel's stack for up to 64 datagrams instead of one
+// each. Such runs are what a window of traffic is made of: the MIDDLE packets
+// and the LAST of a WRITE or SEND (a FIRST carries a RETH or is longer, so it
+// goes on its own), consecutive ONLY packets of equal size, READ response
+// MIDDLEs (a LAST whose AETH makes it longer goes on its own).
 //
 // Each segment keeps its own BTH and its own ICRC, and the ICRC covers the
 // IPv4 Identification the kernel gives that segment: segment k of a train
@@ -25,7 +25,7 @@ import (
 // ICRC for the ID that datagram gets.
 
 // trainEnd returns the end, at most hi, of the train that starts at s.out[i]: the packets
-// out[i:end] share the QP and the destination and all have out[i]'s size but
+// out[i:end] share the UDP flow (joins) and all have out[i]'s size but
 // the last, which may be shorter. A shorter packet that heads a run of its
 // own size stays with its run: a FIRST longer than the MIDDLEs after it (a
 // RETH, a READ response's AETH) goes on its own. end is i+1 when trains are
