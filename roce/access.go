@@ -13,14 +13,8 @@ const accessSupported = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead 
 	AccessMWBind | AccessOnDemand | AccessFlushGlobal | AccessFlushPersistent | AccessOptionalRange
 
 // checkMRAccess applies the access rules of ibv_reg_mr(3), the kernel's
-// ib_check_mr_access and rxe_reg_user_mr, and returns the flags to keep: the
-// optional range removed. EINVAL for a bit the kernel does not know and for
-// REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE ("If
-// IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then
-// IBV_ACCESS_LOCAL_WRITE must be set too"); EOPNOTSUPP for ON_DEMAND (no ODP),
-// ZERO_BASED and HUGETLB (outside RXE_ACCESS_SUPPORTED_MR); EINVAL for
-// FLUSH_PERSISTENT, which only persistent memory may carry (rxe: "Page can't
-// be persistent").
+// ib_check_mr_access and rxe_reg_user_mr (RegMR lists them), and returns the
+// flags to keep: the optional range removed.
 func checkMRAccess(op, obj string, access Access) (Access, error) {
 	switch {
 	case access&^accessKnown != 0:

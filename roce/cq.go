@@ -54,7 +54,6 @@ func (c *CQ) Handle() uint32 { return c.id }
 // CQE returns the number of completions the CQ can hold (ibv_cq.cqe).
 func (c *CQ) CQE() int { return c.q.Cap() }
 
-// Len returns the number of completions waiting to be polled.
 func (c *CQ) Len() int { return c.q.Len() }
 
 // Poll is ibv_poll_cq: it copies up to len(wc) completions, oldest first, and returns

@@ -349,7 +349,6 @@ func activeMTU(addr netip.Addr) MTU {
 // filled in (the line rate it found for the interface, for one).
 func (d *Device) CongestionControl() dcqcn.Config { return d.eng.Config().CC }
 
-// Addr returns the local IP address of the device.
 func (d *Device) Addr() netip.Addr { return d.addr }
 
 // LocalAddr returns the address and UDP port the device is bound to.

@@ -102,13 +102,10 @@ func (d *Device) checkQPInit(op, obj string, pd *PD, a *QPInitAttr) error {
 // QPN returns the QP number, which the peer needs as its DestQPN (or RemoteQPN for UD).
 func (q *QP) QPN() uint32 { return q.qpn }
 
-// Type returns the QP's transport service.
 func (q *QP) Type() QPType { return q.init.Type }
 
-// InitAttr returns the attributes the QP was created with.
 func (q *QP) InitAttr() QPInitAttr { return q.init }
 
-// PD returns the protection domain of the QP.
 func (q *QP) PD() *PD { return q.pd }
 
 // Modify is ibv_modify_qp. It validates everything first and changes nothing on

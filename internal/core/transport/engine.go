@@ -145,7 +145,6 @@ func (c *Config) normalize() error {
 // Config returns the engine's configuration with every default filled in.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Stats returns the engine's counters.
 func (e *Engine) Stats() *Stats { return e.cfg.Stats }
 
 // Close moves every QP to the error state (flushing its outstanding work

@@ -16,7 +16,6 @@ import (
 // (IBV_WC_MW_BIND_ERR for a bind, IBV_WC_LOC_QP_OP_ERR for an invalidation) and
 // the QP fails, as rxe's requester and completer do.
 
-// isLocalOp reports whether w is a local operation.
 func (w *sendWQE) isLocalOp() bool {
 	return w.wr.Opcode == verbs.WRBindMW || w.wr.Opcode == verbs.WRLocalInv
 }

@@ -174,7 +174,6 @@ func (e *Engine) CheckQPInit(init *QPInitAttr) error {
 	return nil
 }
 
-// QPN returns the QP number.
 func (q *QP) QPN() uint32 { return q.qpn }
 
 // run executes fn on the owner shard and waits for it.
@@ -567,7 +566,6 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	return n, err
 }
 
-// postOne validates wr and queues it.
 func (q *QP) postOne(wr *verbs.SendWR) error {
 	length, why := validateSendWR(q.typ, &q.init.Cap, wr)
 	if why != "" {

@@ -47,7 +47,6 @@ func (it *rxItem) bytes() []byte {
 	return it.buf[:it.n]
 }
 
-// release gives the packet's buffer back.
 func (it *rxItem) release() {
 	if it.train != nil {
 		it.train.unref()
@@ -218,7 +217,6 @@ func (r *reader) enqueue(it rxItem, m *link.Message, q *QP) bool {
 	return true
 }
 
-// close returns the reader's buffers.
 func (r *reader) close() {
 	for _, b := range r.bufs {
 		link.PutBuffer(b)

@@ -275,7 +275,6 @@ type outPacket struct {
 	last     bool
 }
 
-// udPacket is the one packet of a UD send.
 func (req *requester) udPacket(w *sendWQE) outPacket {
 	q := req.q
 	f := bth.Fields{PKey: 0xFFFF, PSN: q.win.nextPSN, DestQP: w.wr.RemoteQPN, Imm: w.wr.Imm,

@@ -211,7 +211,6 @@ var respChecks = [...]func(*responder, *request) respErr{
 	(*responder).execute,
 }
 
-// onRequest is the responder for one inbound request packet.
 func (rs *responder) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 	q := rs.q
 	switch q.attr.State {

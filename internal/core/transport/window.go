@@ -48,7 +48,6 @@ func (w *sendWindow) sent(consumed int, n uint32, rc bool) (retransmit bool) {
 	return retransmit
 }
 
-// nextWQE moves the requester to the next WQE.
 func (w *sendWindow) nextWQE() {
 	w.next++
 	w.nextOff = 0
