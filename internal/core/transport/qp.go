@@ -137,15 +137,11 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	return q, nil
 }
 
-// CheckQPInit checks the attributes of ibv_create_qp against the device
-// limits, the one place these rules live (rxe_qp_chk_init, rxe_qp_chk_cap):
-// the type is RC, UC or UD, both CQs are given, max_send_wr (and, without an
-// SRQ, max_recv_wr) is in [1..max_qp_wr], max_send_sge (and, without an SRQ,
-// max_recv_sge) is at most max_sge, and max_inline_data at most the device's.
-// With an SRQ the receive caps are ignored, as rxe does. Each failure is
-// EINVAL. CreateQP runs it first; a caller that reserves resources for a QP
-// (roce, against max_qp) runs it before it does, so a bad attribute is EINVAL
-// whatever else is wrong.
+// CheckQPInit checks ibv_create_qp's attributes against the device limits,
+// the one place these rules live (rxe_qp_chk_init, rxe_qp_chk_cap); with an
+// SRQ the receive caps are ignored. CreateQP runs it first; roce runs it
+// before it reserves against max_qp, so a bad attribute is EINVAL whatever
+// else is wrong.
 func (e *Engine) CheckQPInit(init *QPInitAttr) error {
 	const op = "ibv_create_qp"
 	if init == nil {
