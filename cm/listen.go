@@ -43,7 +43,13 @@ func (q *requestQueue[T]) listenLocked(mg *Manager, addr netip.AddrPort, ps Port
 		return net.ErrClosed
 	}
 	sid := ServiceID(ps, addr.Port())
-	if err := mg.m.Listen(sid); err != nil {
+	if g := mg.grace[sid]; g != nil && ps == PortSpaceTCP {
+		// The machine still takes requests for sid: the port's last
+		// listener closed within ListenGrace (Manager.endGraceLocked).
+		g.timer.Stop()
+		delete(mg.grace, sid)
+		mg.adopt = append(mg.adopt, g.held...)
+	} else if err := mg.m.Listen(sid); err != nil {
 		return fmt.Errorf("cm: listen %v: %w", addr, err)
 	}
 	q.mg, q.serviceID = mg, sid
@@ -67,12 +73,11 @@ func (q *requestQueue[T]) get(ctx context.Context) (T, error) {
 	}
 }
 
-// closeLocked runs once: it stops the service, drops it from the manager's
-// table (unregister), and refuses every request still queued. mg.mu is held.
+// closeLocked runs once: it stops the service and drops it from the manager's
+// tables (unregister), and refuses every request still queued. mg.mu is held.
 func (q *requestQueue[T]) closeLocked(unregister func(), refuse func(now time.Time, r T)) {
 	q.closeOnce.Do(func() {
 		close(q.done)
-		q.mg.m.Unlisten(q.serviceID)
 		unregister()
 		for {
 			select {

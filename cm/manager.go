@@ -159,6 +159,8 @@ type Manager struct {
 	m         *Machine
 	timer     *time.Timer
 	listeners map[uint64]*Listener
+	grace     map[uint64]*listenGrace // ports whose listener closed less than ListenGrace ago
+	adopt     []Event                 // requests held in a grace, for the listener that opened on their port
 	udListen  map[uint64]*UDListener
 	handles   map[uint32]*handle
 	closed    bool
@@ -204,7 +206,7 @@ func NewManager(conn MADConn, cfg ManagerConfig) *Manager {
 	mc.PendingTimeout = orDefault(mc.PendingTimeout, DefaultPendingTimeout)
 	mc.MaxTimeWait = orDefault(mc.MaxTimeWait, DefaultMaxTimeWait)
 	mg := &Manager{conn: conn, cfg: cfg, addr: conn.LocalAddr().Unmap(), m: NewMachine(cfg.Machine),
-		listeners: map[uint64]*Listener{}, udListen: map[uint64]*UDListener{}, handles: map[uint32]*handle{},
+		listeners: map[uint64]*Listener{}, grace: map[uint64]*listenGrace{}, udListen: map[uint64]*UDListener{}, handles: map[uint32]*handle{},
 		readDone: make(chan struct{})}
 	mg.timer = time.AfterFunc(time.Hour, mg.onTimer)
 	mg.timer.Stop()
@@ -269,6 +271,9 @@ func (mg *Manager) Close() error {
 	}
 	for _, l := range mg.udListen {
 		l.closeLocked()
+	}
+	for sid := range mg.grace {
+		mg.endGraceLocked(sid)
 	}
 	for _, h := range mg.handles {
 		if h.conn != nil {
@@ -397,6 +402,10 @@ func (mg *Manager) onConnectRequestLocked(ev Event) {
 	now := time.Now()
 	req := ev.REQ
 	l := mg.listeners[req.ServiceID]
+	if g := mg.grace[req.ServiceID]; l == nil && g != nil {
+		g.held = append(g.held, ev) // a listener may open on the port again
+		return
+	}
 	ch, user, err := ParseCMA(req.PrivateData)
 	if l == nil || err != nil || (l.addr.Addr().IsValid() && !l.addr.Addr().IsUnspecified() && ch.Dst != l.addr.Addr()) {
 		reason := RejInvalidServiceID
@@ -442,6 +451,12 @@ func (mg *Manager) Listen(addr netip.AddrPort, backlog int) (*Listener, error) {
 		return nil, err
 	}
 	mg.listeners[l.serviceID] = l
+	held := mg.adopt
+	mg.adopt = nil
+	for _, ev := range held {
+		mg.onConnectRequestLocked(ev)
+	}
+	mg.flushLocked()
 	return l, nil
 }
 
@@ -460,8 +475,62 @@ func (l *Listener) Close() error {
 }
 
 func (l *Listener) closeLocked() {
-	l.requestQueue.closeLocked(func() { delete(l.mg.listeners, l.serviceID) },
-		func(now time.Time, r *ConnRequest) { l.mg.m.Reject(now, r.h.id, RejConsumerDefined, nil) })
+	l.requestQueue.closeLocked(func() {
+		delete(l.mg.listeners, l.serviceID)
+		l.mg.startGraceLocked(l.serviceID)
+	}, func(now time.Time, r *ConnRequest) { l.mg.m.Reject(now, r.h.id, RejConsumerDefined, nil) })
+}
+
+// ListenGrace is how long a port whose listener closed keeps the connection
+// requests that arrive for it, for a listener that opens on it again, before
+// it rejects them as a port nobody listens on is (REJ, invalid service ID).
+// A program that serves one connection per listener and listens again on the
+// same port (perftest -R: one listener for its parameter exchange, then a
+// new one for the test's connection) races its peer, whose next REQ can
+// arrive in between; rdma_cm programs take that REJ as fatal (perftest's
+// client then fails, or crashes in its retry path). rxe's kernel CM leaves the
+// gap open, but its peers take longer to resolve a route than the listener
+// takes to open. Requests held are bounded by the manager's pending caps.
+const ListenGrace = time.Second
+
+// listenGrace is a port in its grace: the machine still accepts its requests.
+type listenGrace struct {
+	timer *time.Timer
+	held  []Event // connection requests that arrived in the grace
+}
+
+// startGraceLocked begins sid's grace as its listener closes; a manager that
+// is closing unlistens at once.
+func (mg *Manager) startGraceLocked(sid uint64) {
+	if mg.closed {
+		mg.m.Unlisten(sid)
+		return
+	}
+	g := &listenGrace{}
+	g.timer = time.AfterFunc(ListenGrace, func() {
+		mg.mu.Lock()
+		defer mg.mu.Unlock()
+		if mg.grace[sid] == g {
+			mg.endGraceLocked(sid)
+			mg.flushLocked()
+		}
+	})
+	mg.grace[sid] = g
+}
+
+// endGraceLocked ends sid's grace with no listener back: the port stops
+// taking requests, and those it held are rejected as they would have been on
+// arrival.
+func (mg *Manager) endGraceLocked(sid uint64) {
+	g := mg.grace[sid]
+	delete(mg.grace, sid)
+	g.timer.Stop()
+	mg.m.Unlisten(sid)
+	now := time.Now()
+	for _, ev := range g.held {
+		delete(mg.handles, ev.ID)
+		mg.m.Reject(now, ev.ID, RejInvalidServiceID, nil)
+	}
 }
 
 // ConnRequest is a received REQ waiting for Accept or Reject.

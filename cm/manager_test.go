@@ -482,3 +482,71 @@ func TestListenBacklog(t *testing.T) {
 		t.Errorf("server sent %d REJs and %d REPs (want 0 and %d), discarded %d REQs", s.RejSent, s.REPs, dials, s.Discarded)
 	}
 }
+
+// TestListenGrace: a REQ that reaches a port whose listener just closed waits
+// for a listener that opens on the port again (perftest -R's second listen)
+// instead of being refused, and is refused as on a port nobody listens on
+// once ListenGrace passes with none.
+func TestListenGrace(t *testing.T) {
+	checkGoroutines(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ca, cb := Pipe(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
+	// REQ retries (≈1 s each) outlast the grace, so the REJ is what ends a dial.
+	slow := ManagerConfig{CMResponseTimeout: 18, PacketLifetime: 8, MaxCMRetries: 5, Machine: Config{TimeWait: 50 * time.Millisecond}}
+	client, server := NewManager(ca, slow), NewManager(cb, slow)
+	defer client.Close()
+	defer server.Close()
+	to := netip.MustParseAddrPort("127.0.0.2:7174")
+	held := func(n uint64) {
+		t.Helper()
+		for server.Stats().RxMADs < n {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the server never received REQ %d", n)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+
+	l, err := server.Listen(to, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	dialed := make(chan error, 1)
+	go func() { _, err := client.Dial(ctx, netip.AddrPort{}, to, ConnParam{QPN: 0x11}); dialed <- err }()
+	held(1)
+	l, err = server.Listen(to, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.GetRequest(ctx)
+	if err != nil {
+		t.Fatalf("the new listener did not get the held request: %v", err)
+	}
+	served := make(chan error, 1)
+	go func() { _, err := r.Accept(ctx, ConnParam{QPN: 0x12}); served <- err }()
+	if err := <-dialed; err != nil {
+		t.Fatalf("dial through a re-listened port: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("accept: %v", err)
+	}
+
+	// No listener comes back: the request is refused after the grace.
+	l.Close()
+	rx := server.Stats().RxMADs
+	start := time.Now()
+	_, err = client.Dial(ctx, netip.AddrPort{}, to, ConnParam{QPN: 0x13})
+	var rej *RejectError
+	if !errors.As(err, &rej) || rej.Reason != RejInvalidServiceID || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("after the grace: %v", err)
+	}
+	if el := time.Since(start); el < ListenGrace {
+		t.Errorf("refused after %v, before the grace (%v) ended", el, ListenGrace)
+	}
+	if server.Stats().RxMADs <= rx {
+		t.Errorf("the server never saw the REQ")
+	}
+}

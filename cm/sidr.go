@@ -125,7 +125,7 @@ func (l *UDListener) Close() error {
 }
 
 func (l *UDListener) closeLocked() {
-	l.requestQueue.closeLocked(func() { delete(l.mg.udListen, l.serviceID) },
+	l.requestQueue.closeLocked(func() { l.mg.m.Unlisten(l.serviceID); delete(l.mg.udListen, l.serviceID) },
 		func(now time.Time, r *UDRequest) { l.mg.m.SIDRReply(now, r.id, SIDRREP{Status: SIDRReject}) })
 }
 

@@ -205,11 +205,36 @@ func WrapReceiveFuncs(fns []ReceiveFunc, wrap func(ReceiveFunc, []Message) (int,
 // Poller is implemented by a Link whose receive paths can also be read
 // without waiting, by a goroutine other than the path's reader: each
 // function takes what is queued on its path (the ReceiveFuncs in the same
-// order) and returns (0, nil) at once when nothing is. A run-to-completion
-// caller polls with them while the reader goroutines stay parked; both may
-// read a path at the same time, each datagram going to one of them.
+// order) and returns (0, nil) at once when nothing is. Two goroutines may
+// read a path at the same time, each datagram going to one of them, but
+// then nothing orders what they hand on: the batch read second can be
+// handed on first. A caller that needs the path's order (a QP's packets
+// must reach it as they arrived) reads only under one lock per path and
+// waits outside it with the path's Waiter function.
 type Poller interface {
 	PollFuncs() []ReceiveFunc
+}
+
+// WaitFunc blocks until its receive path has something queued, without
+// reading it, and fails when the Link is closed. It may return when another
+// reader took what was queued in the meantime.
+type WaitFunc func() error
+
+// Waiter is implemented by a Poller whose receive paths can be waited on
+// without being read (the ReceiveFuncs in the same order). A reader that
+// waits with it and then reads with the PollFuncs under the path's lock
+// shares the path with pollers in order.
+type Waiter interface {
+	WaitFuncs() []WaitFunc
+}
+
+// WaitFuncs returns the wait functions of l's receive paths, or nil when l
+// is not a Waiter.
+func WaitFuncs(l Link) []WaitFunc {
+	if w, ok := l.(Waiter); ok {
+		return w.WaitFuncs()
+	}
+	return nil
 }
 
 // PollFuncs returns the non-blocking receive paths of l, or nil when l is not

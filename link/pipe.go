@@ -65,6 +65,7 @@ type PipeEnd struct {
 	peer  *PipeEnd
 	cfg   PipeConfig
 	in    []chan datagram
+	ready map[chan datagram]chan struct{} // per receive queue: a token after each datagram queued (WaitFuncs)
 	done  chan struct{}
 	once  sync.Once
 	gro   atomic.Bool
@@ -79,6 +80,7 @@ var (
 	_ Link        = (*PipeEnd)(nil)
 	_ Receivers   = (*PipeEnd)(nil)
 	_ Poller      = (*PipeEnd)(nil)
+	_ Waiter      = (*PipeEnd)(nil)
 	_ Multicaster = (*PipeEnd)(nil)
 )
 
@@ -101,9 +103,12 @@ func NewPipe(a, b netip.AddrPort, ca, cb PipeConfig) (*PipeEnd, *PipeEnd) {
 }
 
 func newPipeEnd(local netip.AddrPort, cfg PipeConfig) *PipeEnd {
-	p := &PipeEnd{local: local, cfg: cfg, done: make(chan struct{}), groups: map[netip.Addr]*pipeGroup{}}
+	p := &PipeEnd{local: local, cfg: cfg, done: make(chan struct{}), groups: map[netip.Addr]*pipeGroup{},
+		ready: map[chan datagram]chan struct{}{}}
 	for range max(1, cfg.Readers) {
-		p.in = append(p.in, make(chan datagram, PipeQueueLen))
+		q := make(chan datagram, PipeQueueLen)
+		p.in = append(p.in, q)
+		p.ready[q] = make(chan struct{}, 1)
 	}
 	return p
 }
@@ -126,6 +131,26 @@ func (p *PipeEnd) PollFuncs() []ReceiveFunc {
 	fns := make([]ReceiveFunc, len(p.in))
 	for i, q := range p.in {
 		fns[i] = func(msgs []Message) (int, error) { return p.readWait(q, nil, msgs, false) }
+	}
+	return fns
+}
+
+// WaitFuncs implements Waiter: each receive queue waited on until it holds a
+// datagram.
+func (p *PipeEnd) WaitFuncs() []WaitFunc {
+	fns := make([]WaitFunc, len(p.in))
+	for i, q := range p.in {
+		ready := p.ready[q]
+		fns[i] = func() error {
+			for len(q) == 0 {
+				select {
+				case <-ready: // put leaves a token after each datagram it queues
+				case <-p.done:
+					return p.closedErr("wait")
+				}
+			}
+			return nil
+		}
 	}
 	return fns
 }
@@ -305,6 +330,12 @@ func queueOf(port uint16, n int) int {
 func (e *PipeEnd) put(q chan datagram, d datagram) {
 	select {
 	case q <- d:
+		if r, ok := e.ready[q]; ok {
+			select {
+			case r <- struct{}{}:
+			default: // a token is there already
+			}
+		}
 	default:
 		e.dropped.Add(1)
 		d.release()

@@ -52,6 +52,43 @@ func (u *UDP) PollFuncs() []ReceiveFunc {
 	return fns
 }
 
+// WaitFuncs implements Waiter: each receive socket waited on until a
+// datagram is queued.
+func (u *UDP) WaitFuncs() []WaitFunc {
+	fns := make([]WaitFunc, len(u.readers))
+	for i, r := range u.readers {
+		fns[i] = r.wait
+	}
+	return fns
+}
+
+// wait blocks until the socket has a datagram queued. The check is a
+// zero-length MSG_PEEK read inside RawConn.Read, after the poller's readiness
+// is reset, so a datagram that arrives between a reader's last empty read
+// and this wait is never missed (a readiness wait alone, edge-triggered,
+// would sleep on a datagram already queued).
+func (r *reader) wait() error {
+	if err := r.rc.Read(peekQueued); err != nil {
+		return fmt.Errorf("link: wait %v: %w", r.where(), err)
+	}
+	return nil
+}
+
+// peekQueued reports whether a datagram is queued on fd (or an error is
+// pending, which the next read reports), for RawConn.Read.
+func peekQueued(fd uintptr) bool {
+	for {
+		_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, 0, 0, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		return true
+	}
+}
+
 func (r *reader) where() string {
 	if r.group.IsValid() {
 		return netip.AddrPortFrom(r.group, r.u.local.Port()).String()

@@ -131,6 +131,9 @@ func (t *Tap) PollFuncs() []ReceiveFunc { return WrapReceiveFuncs(PollFuncs(t.l)
 // Offloads implements Offloader: the wrapped Link's.
 func (t *Tap) Offloads() Offloads { return OffloadsOf(t.l) }
 
+// WaitFuncs implements Waiter for a wrapped Link that does (nil otherwise).
+func (t *Tap) WaitFuncs() []WaitFunc { return WaitFuncs(t.l) }
+
 // JoinGroup implements Multicaster for a wrapped Link that does: the
 // group's datagrams are recorded too. Otherwise it is ENOSYS.
 func (t *Tap) JoinGroup(group netip.Addr) (ReceiveFunc, error) {

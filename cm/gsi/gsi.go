@@ -125,6 +125,10 @@ func (g *Link) PollFuncs() []link.ReceiveFunc {
 	return link.WrapReceiveFuncs(link.PollFuncs(g.Link), g.diverted)
 }
 
+// WaitFuncs implements link.Waiter when the wrapped link does (nil
+// otherwise).
+func (g *Link) WaitFuncs() []link.WaitFunc { return link.WaitFuncs(g.Link) }
+
 // diverted reads through fn and keeps what is not for QP1. A function that
 // does not wait (a poll) returns what is left, even nothing.
 func (g *Link) diverted(fn link.ReceiveFunc, msgs []link.Message) (int, error) {

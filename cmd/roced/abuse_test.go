@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -273,4 +274,56 @@ func TestRpingClientDies(t *testing.T) {
 	if n := value(t, p.scrape(t), "roce_rping_session_ends_total", "reason", "error"); n != 0 {
 		t.Errorf("%v sessions ended by an error; the dead client sent nothing", n)
 	}
+}
+
+// TestRpingSessionLimit: -rping-max-sessions counts established sessions.
+// Connections that never send their RTU (capped by the CM, not here) do not
+// take a slot from a real client; a request beyond the established limit is
+// rejected with REJ "consumer defined" and counted.
+func TestRpingSessionLimit(t *testing.T) {
+	addrs := testAddrs(4)
+	port := freeUDPPort(t, addrs...)
+	p := startDaemon(t, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-pingpong=false", "-ud-pingpong=false",
+		"-rping-max-sessions", "1", "-cm-pending-timeout", "60s")
+	srv := netip.AddrPortFrom(addrs[0], port)
+
+	// Three REQs that will never get their RTU.
+	junk, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrs[3], 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer junk.Close()
+	from := junk.LocalAddr().(*net.UDPAddr).AddrPort()
+	for id := uint32(1); id <= 3; id++ {
+		if _, err := junk.WriteToUDPAddrPort(reqDatagram(t, id, from.Addr(), from.Port(), srv, defaultRpingPort), srv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "three pending connections", func() bool { return value(t, p.scrape(t), "roce_cm_pending_connections") == 3 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dev, mgr := cmPeer(t, addrs[1], port)
+	first := make(chan error, 1)
+	go func() {
+		first <- rping.Client(ctx, dev, mgr, netip.AddrPortFrom(addrs[1], 0), netip.AddrPortFrom(addrs[0], defaultRpingPort), rping.Options{})
+	}()
+	waitFor(t, "the first client's pings", func() bool { return value(t, p.scrape(t), "roce_rping_pings_total") > 3 })
+
+	dev2, mgr2 := cmPeer(t, addrs[2], port)
+	err = rping.Client(ctx, dev2, mgr2, netip.AddrPortFrom(addrs[2], 0), netip.AddrPortFrom(addrs[0], defaultRpingPort), rping.Options{Count: 1})
+	var rej *cm.RejectError
+	if !errors.As(err, &rej) || rej.Reason != cm.RejConsumerDefined {
+		t.Fatalf("second client with one session established: %v, want REJ consumer defined", err)
+	}
+	if n := value(t, p.scrape(t), "roce_rping_refused_total"); n != 1 {
+		t.Errorf("roce_rping_refused_total %v, want 1", n)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the first client ended: %v", err)
+	default:
+	}
+	cancel()
+	<-first
 }

@@ -164,7 +164,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	ppMaxSess := fs.Int("pingpong-max-sessions", defaultMaxSessions, "pingpong sessions served at once per port; more clients are refused")
 	rpingOn := fs.Bool("rping", true, "serve rping clients (rdma_cm, connection manager on QP1) on -rping-port")
 	rpingPort := fs.Int("rping-port", defaultRpingPort, "rdma_cm `port` of the rping responder (rping -p)")
-	rpingMaxSess := fs.Int("rping-max-sessions", defaultMaxSessions, "rping connections served at once per address; more are rejected (REJ consumer defined)")
+	rpingMaxSess := fs.Int("rping-max-sessions", defaultMaxSessions, "established rping connections served at once per address; a request beyond them is rejected (REJ consumer defined)")
 	rpingIdle := fs.Duration("rping-idle", defaultRpingIdle, "end an rping connection when nothing completes for this long (a client that died)")
 	cmPending := fs.Int("cm-max-pending", defaultCMPending, "CM connections waiting for their RTU per address; more REQs are dropped unanswered")
 	cmPerSource := fs.Int("cm-max-pending-per-source", defaultCMPerSource, "CM connections of one source address whose REP went unanswered (no RTU in the time the peer promised); while it has this many, its REQs are dropped unanswered")

@@ -101,9 +101,12 @@ func (r *rpingResponder) Serve() error {
 			}
 			return err
 		}
-		if r.live.Load() >= int64(r.cfg.maxSessions) {
+		if r.stats.active.Load() >= int64(r.cfg.maxSessions) {
 			// rdma_reject: REJ "consumer defined", and the client says so at once
-			// (RDMA_CM_EVENT_REJECTED, error 28) instead of retrying.
+			// (RDMA_CM_EVENT_REJECTED, error 28) instead of retrying. Only
+			// established sessions count: connections still waiting for their
+			// RTU are capped by the CM (-cm-max-pending), and counting them here
+			// would let REQs that never complete lock real clients out.
 			req.Reject(nil)
 			r.stats.refused.Add(1)
 			r.warn.log(r.log, "rping session limit reached; rejecting connection requests", "max", r.cfg.maxSessions)

@@ -348,6 +348,11 @@ func (l *Lossy) PollFuncs() []link.ReceiveFunc {
 	return link.WrapReceiveFuncs(link.PollFuncs(l.l), l.filtered)
 }
 
+// WaitFuncs implements link.Waiter for a wrapped Link that does (nil
+// otherwise). A wait may end on a datagram the filter then drops; the
+// reader's next read finds nothing and waits again.
+func (l *Lossy) WaitFuncs() []link.WaitFunc { return link.WaitFuncs(l.l) }
+
 // filtered reads through fn and applies DropFn to what arrives.
 func (l *Lossy) filtered(fn link.ReceiveFunc, msgs []link.Message) (int, error) {
 	for {

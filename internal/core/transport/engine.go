@@ -63,15 +63,22 @@ func NewEngine(cfg Config) (*Engine, error) {
 	for _, s := range e.shards {
 		go s.run()
 	}
-	for _, recv := range readers {
-		go newReader(e, recv, e.shards[0].batch).loop()
-	}
-	if e.cfg.RunToCompletion {
-		for _, recv := range link.PollFuncs(cfg.Link) {
-			r := newReader(e, recv, pollBatch)
-			r.poll = true
-			e.pollers = append(e.pollers, &poller{r: r})
+	// In run-to-completion mode a CQ poller reads the receive paths too
+	// (Engine.Poll). A path it shares with its reader goroutine is read under
+	// one lock, the goroutine waiting outside it, so that the two never hand
+	// on batches out of the path's order; a Link that cannot wait on a path
+	// without reading it keeps its paths to their goroutines.
+	polls, waits := link.PollFuncs(cfg.Link), link.WaitFuncs(cfg.Link)
+	shared := e.cfg.RunToCompletion && len(polls) == len(readers) && len(waits) == len(readers)
+	for i, recv := range readers {
+		r := newReader(e, recv, e.shards[0].batch)
+		if shared {
+			p := newReader(e, polls[i], pollBatch)
+			p.poll = true
+			e.pollers = append(e.pollers, &poller{r: p})
+			r.recv, r.ordered, r.wait = polls[i], e.pollers[i], waits[i]
 		}
+		go r.loop()
 	}
 	return e, nil
 }

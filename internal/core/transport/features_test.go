@@ -274,7 +274,17 @@ func TestMaxRDAtomicBoundsOutstandingReadsAndAtomics(t *testing.T) {
 					wrs = append(wrs, verbs.SendWR{WRID: uint64(i), Opcode: op, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.sge(i*slot, n)},
 						RemoteAddr: remote.Addr + uint64(i*slot), RKey: remote.RKey, CompareAdd: 1})
 				}
+				// Posted in SQD, where the send queue holds WRs without starting
+				// them, so that all are there when the requester starts: posted
+				// in RTS, a READ's response could come back before the last WR
+				// is queued, and the limit would not be reached.
+				if err := qa.Modify(&verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState); err != nil {
+					t.Fatal(err)
+				}
 				if _, err := qa.PostSend(wrs); err != nil {
+					t.Fatal(err)
+				}
+				if err := qa.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState); err != nil {
 					t.Fatal(err)
 				}
 				for i, w := range waitWC(t, a.scq, len(wrs), 10*time.Second) {

@@ -80,6 +80,12 @@ type reader struct {
 	trains []*rxTrain                // with GRO
 	kicked []*shard
 	poll   bool // a poller's reader (Engine.Poll), not a goroutine's
+
+	// ordered is set on a goroutine's reader of a path that pollers share
+	// (run-to-completion): it reads the path without waiting (recv is the
+	// path's PollFunc) under the path's lock, and waits outside it.
+	ordered *poller
+	wait    link.WaitFunc
 }
 
 // groBatch is the most messages a reader asks for at once with GRO: each
@@ -110,7 +116,12 @@ func (r *reader) loop() {
 	e := r.e
 	defer e.wg.Done()
 	for {
-		_, err := r.once()
+		var err error
+		if r.ordered != nil {
+			err = r.orderedOnce()
+		} else {
+			_, err = r.once()
+		}
 		if err == nil {
 			continue
 		}
@@ -128,6 +139,32 @@ func (r *reader) loop() {
 // once reads one batch and hands its packets to their shards; it returns
 // how many messages it read.
 func (r *reader) once() (int, error) {
+	n, err := r.take()
+	r.kick()
+	return n, err
+}
+
+// orderedOnce is once for a path that pollers share: the read and the
+// hand-off to the shards happen under the path's lock, so that a batch read
+// after another (by this reader or by a poller) reaches the shards after it
+// and a QP never sees its packets out of the order they arrived in (a PSN
+// gap would cost a NAK and a go-back-N resend). When the path is empty it
+// waits outside the lock, where pollers are free to take what comes.
+func (r *reader) orderedOnce() error {
+	p := r.ordered
+	p.mu.Lock()
+	n, err := r.take()
+	p.mu.Unlock()
+	r.kick()
+	if err != nil || n > 0 {
+		return err
+	}
+	return r.wait()
+}
+
+// take reads one batch and queues its packets on their shards, noting the
+// shards to run in r.kicked.
+func (r *reader) take() (int, error) {
 	for i := range r.msgs {
 		if r.trains != nil {
 			r.msgs[i] = link.Message{Buf: r.trains[i].buf[:]}
@@ -147,10 +184,15 @@ func (r *reader) once() (int, error) {
 			r.bufs[i] = link.GetBuffer()
 		}
 	}
+	return n, nil
+}
+
+// kick runs or wakes the shards the last batch fed.
+func (r *reader) kick() {
 	for _, s := range r.kicked {
 		s.kickOrDrive(r.poll)
 	}
-	return n, nil
+	r.kicked = r.kicked[:0]
 }
 
 // takeTrain hands on what arrived in trains[i]: each segment of a train, or

@@ -167,7 +167,8 @@ func (s *shard) readyQP(q *QP) {
 const pollBatch = 8
 
 // poller is a receive path read without waiting by whoever calls Poll; mu
-// keeps it to one caller at a time (the others skip it).
+// keeps it to one reader at a time, the path's goroutine included (it waits
+// for more outside mu; a Poll that finds mu taken skips the path).
 type poller struct {
 	mu sync.Mutex
 	r  *reader
@@ -178,7 +179,7 @@ type poller struct {
 // free, through to their completions: in run-to-completion mode the
 // goroutine that polls a CQ is the one that receives (roce's CQ.Poll calls
 // it when the CQ is empty). It returns how many messages it read. A path
-// another goroutine is polling is skipped. Outside run-to-completion mode,
+// another goroutine is reading is skipped. Outside run-to-completion mode,
 // or over a Link that cannot be read without waiting (link.Poller), it does
 // nothing.
 func (e *Engine) Poll() int {
@@ -190,10 +191,12 @@ func (e *Engine) Poll() int {
 		if !p.mu.TryLock() {
 			continue
 		}
-		if k, err := p.r.once(); err == nil {
+		k, err := p.r.take()
+		p.mu.Unlock()
+		p.r.kick()
+		if err == nil {
 			n += k
 		}
-		p.mu.Unlock()
 	}
 	if n == 0 {
 		e.flushHeld()
