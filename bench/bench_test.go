@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport"
 )
 
 var (
@@ -325,9 +324,9 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	// WR; at most depth/every+1 are outstanding.
 	groups, gHead, gLen := make([]int, depth/every+1), 0, 0
 	w := newWaiter(x.scq, depth)
-	class := transport.ClassWrite
+	class := roce.ClassWrite
 	if op == roce.WRSend {
-		class = transport.ClassSend
+		class = roce.ClassSend
 	}
 	before := x.dev.Stats()
 
@@ -371,7 +370,7 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	pkts := float64(after.SentPackets[class] - before.SentPackets[class])
 	cpu := m.stop(pkts)
 	retx := float64(after.Retransmits - before.Retransmits)
-	acks := float64(y.dev.Stats().SentPackets[transport.ClassAck])
+	acks := float64(y.dev.Stats().SentPackets[roce.ClassAck])
 	dsize := bigDatagram
 	if size < 4096 {
 		dsize = smallDatagram
@@ -397,7 +396,7 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 // trainLen is the mean GSO train of the pkts data packets a device sent between
 // two snapshots: packets per link message (1 with GSO off). A train is one UDP
 // flow, so it tells the train length apart from the QP count and the load.
-func trainLen(before, after transport.StatsSnapshot, pkts float64) float64 {
+func trainLen(before, after roce.Stats, pkts float64) float64 {
 	trains := float64(after.TxTrains - before.TxTrains)
 	inTrains := float64(after.TxTrainSegments - before.TxTrainSegments)
 	return pkts / max(trains+pkts-inTrains, 1)

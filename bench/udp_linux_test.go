@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/link"
 )
 
 // Datagram sizes of the engine's packets at path MTU 4096: BTH (12) + payload +

@@ -13,12 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/ccsim"
-	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/testsupport/ccsim"
+	"github.com/goroce/goroce/internal/testsupport/nettest"
 	"github.com/goroce/goroce/interop/labtest"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport"
-	"github.com/goroce/goroce/transport/dcqcn"
 )
 
 // The congestion control rows put a real kernel's ECN-marking qdisc in the
@@ -238,8 +237,8 @@ func TestCongestionKernelBottleneck(t *testing.T) {
 type kbRun struct {
 	samples  [][]uint64 // per sample, per flow: bytes completed
 	every    time.Duration
-	sender   []transport.StatsSnapshot
-	receiver []transport.StatsSnapshot
+	sender   []roce.Stats
+	receiver []roce.Stats
 	errs     []error
 }
 

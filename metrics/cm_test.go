@@ -8,7 +8,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/link"
 )
 
 // TestCMCollector: a junk datagram to QP1 shows as a GSI drop, a REQ over the

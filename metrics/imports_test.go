@@ -13,7 +13,7 @@ func TestCoreDoesNotImportPrometheus(t *testing.T) {
 	if err != nil {
 		t.Skip("no go tool on PATH")
 	}
-	cmd := exec.Command(goTool, "list", "-deps", "./bth/...", "./transport/...", "./roce/...", "./cq/...", "./srq/...", "./cm/...")
+	cmd := exec.Command(goTool, "list", "-deps", "./bth/...", "./link/...", "./dcqcn/...", "./internal/core/...", "./roce/...", "./cm/...")
 	cmd.Dir = ".."
 	out, err := cmd.Output()
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/link"
 )
 
 // LinkSource is one device's UDP link as the link collector reads it.

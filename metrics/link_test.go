@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/link"
 )
 
 // TestLinkCollector exports a real UDP link's counters, summed or per address,

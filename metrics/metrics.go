@@ -19,8 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/goroce/goroce/internal/core/transport"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport"
 )
 
 // Device is what the Collector reads at scrape time; *roce.Device implements
@@ -29,7 +29,7 @@ type Device interface {
 	// Addr is the device's IP address: the address label's value.
 	Addr() netip.Addr
 	// Stats returns the engine counters.
-	Stats() transport.StatsSnapshot
+	Stats() roce.Stats
 	// QPs lists the queue pairs; the Collector counts them by state.
 	QPs() []roce.QPInfo
 	// QueueOccupancy sums how full the CQs and SRQs are.

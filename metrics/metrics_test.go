@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/goroce/goroce/internal/core/transport"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport"
 )
 
 // fakeDevice is a Device over a Stats, a QP list and an occupancy.

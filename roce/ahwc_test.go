@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/link"
 )
 
 // grh4 is the GRH area of a UD receive over IPv4: 20 zero bytes, then the IPv4

@@ -9,9 +9,9 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/cnptest"
-	"github.com/goroce/goroce/transport/dcqcn"
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/testsupport/cnptest"
+	"github.com/goroce/goroce/link"
 )
 
 // ceLink marks CE on every ECN-capable datagram it reads, as a congested

@@ -5,11 +5,11 @@ import (
 	"net"
 	"syscall"
 
-	"github.com/goroce/goroce/internal/verbserr"
+	"github.com/goroce/goroce/internal/core/verbserr"
 )
 
 // Error is the error every verb returns, here and in the packages below roce (cq,
-// srq, transport): one type, defined in internal/verbserr. Its cause is always a
+// srq, transport): one type, defined in internal/core/verbserr. Its cause is always a
 // syscall.Errno, so errors.Is(err, syscall.EINVAL) works the way a C caller compares
 // errno; a verb on a closed device or a destroyed object also matches net.ErrClosed.
 // errors.As(err, &e) gives its fields:

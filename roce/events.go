@@ -3,7 +3,7 @@ package roce
 import (
 	"fmt"
 
-	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/internal/core/transport"
 )
 
 // AsyncEvent is one affiliated or unaffiliated asynchronous event (struct

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/link"
 )
 
 var (

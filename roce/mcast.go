@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"syscall"
 
-	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/internal/core/transport"
 )
 
 // McastQPN is the destination QP of a UD send to a multicast group (0xFFFFFF):

@@ -7,8 +7,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/goroce/goroce/internal/nettest"
-	"github.com/goroce/goroce/transport/dcqcn"
+	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/testsupport/nettest"
 )
 
 // TestMulticastOverUDP: a UD send to a multicast group over real sockets

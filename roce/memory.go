@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"sync"
 
-	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/internal/core/transport"
 )
 
 // memShards spreads the key tables over several locks so shards resolving keys in

@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/internal/core/transport"
 )
 
 func TestAllocMW(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/goroce/goroce/internal/nettest"
-	"github.com/goroce/goroce/transport/dcqcn"
+	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/testsupport/nettest"
 )
 
 // TestAddressVectorFieldsOnTheWire captures on lo, with an AF_PACKET socket, the

@@ -4,8 +4,8 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/goroce/goroce/transport/dcqcn"
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/link"
 )
 
 // pipePairAt opens two devices on a Pipe at addresses a and b, with

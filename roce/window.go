@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"syscall"
 
-	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/internal/core/transport"
 )
 
 // mwState is the state of a memory window (rxe enum rxe_mw_state, IBA 10.6.7.2).

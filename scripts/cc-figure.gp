@@ -1,4 +1,4 @@
-# gnuplot script for one ccsim scenario: in (CSV from internal/ccsim) -> out (PNG).
+# gnuplot script for one ccsim scenario: in (CSV from internal/testsupport/ccsim) -> out (PNG).
 # Columns: t_ms, queue_kb, then one Mb/s column per flow. Called by scripts/cc-figures.sh
 # with -e "in='...'; out='...'; title='...'; flows=N; buffer_kb=B".
 set datafile separator ','

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # scripts/cc-figures.sh - regenerate docs/cc/*.png: goroce RC flows through the simulated
-# bottleneck (internal/ccsim, virtual time), congestion control on and off, 2 and 8 flows.
+# bottleneck (internal/testsupport/ccsim, virtual time), congestion control on and off, 2 and 8 flows.
 # Each figure has the throughput of every flow through the bottleneck (top) and the
 # bottleneck queue depth (bottom) over time. The runs are the acceptance tests themselves
-# (go test ./internal/ccsim -run TestCongestionControl), which write their samples as CSV.
+# (go test ./internal/testsupport/ccsim -run TestCongestionControl), which write their samples as CSV.
 # Needs gnuplot (apt-get install gnuplot-nox, done here as root if it is missing).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,7 +14,7 @@ if ! command -v gnuplot >/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go test -count=1 -run 'TestCongestionControl' ./internal/ccsim -v -args -ccsim.csv "$tmp" | grep -E '^(=== RUN|---|\s+ccsim_test)' || true
+go test -count=1 -run 'TestCongestionControl' ./internal/testsupport/ccsim -v -args -ccsim.csv "$tmp" | grep -E '^(=== RUN|---|\s+ccsim_test)' || true
 mkdir -p docs/cc
 for csv in "$tmp"/*.csv; do
   name=$(basename "$csv" .csv)

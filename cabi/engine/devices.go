@@ -17,7 +17,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
-	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/tool/cli"
 	"github.com/goroce/goroce/roce"
 )
 

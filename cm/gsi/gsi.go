@@ -23,8 +23,8 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport/link"
 )
 
 // Stats counts the GSI agent's datagrams.
@@ -115,6 +115,9 @@ func (g *Link) ReadBatch(msgs []link.Message) (int, error) { return g.diverted(g
 func (g *Link) ReceiveFuncs() []link.ReceiveFunc {
 	return link.WrapReceiveFuncs(link.ReceiveFuncs(g.Link), g.diverted)
 }
+
+// Offloads implements link.Offloader: the wrapped link's.
+func (g *Link) Offloads() link.Offloads { return link.OffloadsOf(g.Link) }
 
 // PollFuncs implements link.Poller when the wrapped link does (nil
 // otherwise): its non-blocking receive paths, QP1 diverted.

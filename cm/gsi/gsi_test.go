@@ -13,7 +13,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/link"
 )
 
 // fakeLink replays datagrams to ReadBatch, then blocks until Close.

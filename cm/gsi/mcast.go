@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"syscall"
 
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/link"
 )
 
 var _ link.Multicaster = (*Link)(nil)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport/link"
 )
 
 // TestMGIDIsCmaIboeSetMGID: the kernel's cma_iboe_set_mgid for a RoCEv2 port:

@@ -14,8 +14,8 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport/link"
 )
 
 // TestPingDataMatchesRping checks fillPing and the -v format against what

@@ -27,9 +27,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/goroce/goroce/internal/cli"
-	"github.com/goroce/goroce/internal/devapi"
-	"github.com/goroce/goroce/internal/version"
+	"github.com/goroce/goroce/internal/tool/cli"
+	"github.com/goroce/goroce/internal/tool/devapi"
+	"github.com/goroce/goroce/internal/tool/version"
 )
 
 func main() {

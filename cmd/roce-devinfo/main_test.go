@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/devapi"
+	"github.com/goroce/goroce/internal/tool/devapi"
 )
 
 func freePort(t *testing.T, network string) int {

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/goroce/goroce/internal/cli"
-	"github.com/goroce/goroce/internal/version"
+	"github.com/goroce/goroce/internal/tool/cli"
+	"github.com/goroce/goroce/internal/tool/version"
 	"github.com/goroce/goroce/roce"
 	"github.com/pborman/getopt/v2"
 )

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm"
-	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/tool/cli"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )

@@ -7,8 +7,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/goroce/goroce/internal/cli"
-	"github.com/goroce/goroce/internal/version"
+	"github.com/goroce/goroce/internal/tool/cli"
+	"github.com/goroce/goroce/internal/tool/version"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )

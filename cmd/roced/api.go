@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/goroce/goroce/internal/devapi"
+	"github.com/goroce/goroce/internal/tool/devapi"
 )
 
 // debugMux is newDebugMux with /debug/devices: every device roced serves, with

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/goroce/goroce/internal/version"
+	"github.com/goroce/goroce/internal/tool/version"
 	"github.com/goroce/goroce/roce"
 )
 

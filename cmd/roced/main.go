@@ -6,7 +6,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/goroce/goroce/internal/version"
+	"github.com/goroce/goroce/internal/tool/version"
 )
 
 func main() {

@@ -21,9 +21,9 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/metrics"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport/link"
 )
 
 // Exit codes of run.
@@ -350,7 +350,7 @@ func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 		// engine sees it; inside the tap, so captures show the CM exchange too.
 		l, s.mads = gsi.Wrap(l)
 	}
-	s.dev, err = roce.OpenLink(l, roce.WithMTU(roce.MTU(mtuCode(cfg.mtu))), roce.WithGSO(cfg.gso), roce.WithGRO(cfg.gro),
+	s.dev, err = roce.OpenLink(l, roce.WithMTU(roce.MTU(mtuCode(cfg.mtu))),
 		roce.WithRunToCompletion(cfg.runToCompletion), roce.WithCongestionControl(cfg.cc))
 	if err != nil {
 		l.Close()

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/cnptest"
-	"github.com/goroce/goroce/transport/link"
+	"github.com/goroce/goroce/internal/testsupport/cnptest"
+	"github.com/goroce/goroce/link"
 )
 
 // TestCNP: a CNP as goroce builds it (bth.Append, the ICRC for ID 0 and DF,

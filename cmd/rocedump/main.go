@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goroce/goroce/internal/cli"
-	"github.com/goroce/goroce/internal/version"
+	"github.com/goroce/goroce/internal/tool/cli"
+	"github.com/goroce/goroce/internal/tool/version"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/goroce/goroce/cm/rping"
-	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/tool/cli"
 	"github.com/pborman/getopt/v2"
 )
 

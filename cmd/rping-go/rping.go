@@ -12,8 +12,8 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/cm/rping"
-	"github.com/goroce/goroce/internal/cli"
-	"github.com/goroce/goroce/internal/version"
+	"github.com/goroce/goroce/internal/tool/cli"
+	"github.com/goroce/goroce/internal/tool/version"
 	"github.com/goroce/goroce/roce"
 )
 

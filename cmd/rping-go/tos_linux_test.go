@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/nettest"
-	"github.com/goroce/goroce/transport/dcqcn"
+	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/testsupport/nettest"
 )
 
 // TestTOSReachesTheDataPath: rping-go -t puts its type of service in the REQ's

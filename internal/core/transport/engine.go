@@ -1,0 +1,251 @@
+package transport
+
+import (
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/goroce/goroce/internal/core/verbs"
+	"github.com/goroce/goroce/link"
+)
+
+// Device limits used when Config leaves them zero.
+const (
+	DefaultMaxQPWR   = 16384
+	DefaultMaxSGE    = 32
+	DefaultMaxInline = 256
+	DefaultRDAtomic  = 128  // max_qp_init_rd_atom and max_qp_rd_atom
+	firstQPN         = 0x11 // rxe: RXE_MIN_QP_INDEX 16, first QPN 0x11
+	maxQPN           = 0xFFFFFF
+	rxQueueLen       = 4096 // inbound packets a shard buffers before dropping
+	maxUnackedPSNs   = 128  // rxe RXE_MAX_UNACKED_PSNS
+	maxPktsPerAck    = 64   // rxe RXE_MAX_PKT_PER_ACK
+)
+
+// Engine runs RoCEv2 queue pairs over one Link: a reader goroutine per receive
+// path of the Link (link.ReceiveFuncs) demuxes inbound datagrams to a fixed
+// set of shard goroutines, each owning the QPs whose QPN hashes to it. See
+// the package documentation for the flows.
+type Engine struct {
+	cfg      Config        // normalized: no default left to apply
+	port     uint16        // UDP port we send from and to (the Link's)
+	offloads link.Offloads // what the Link does with trains
+
+	shards  []*shard
+	pollers []*poller    // run-to-completion: the receive paths Poll reads
+	retries *retryBudget // timer-driven retries, device-wide
+
+	mu sync.Mutex
+	// mu guards: writes of qps (lookups are lock-free).
+	qps qpTable
+
+	// mcMu serialises multicast attach and detach; readers load mcast.
+	mcMu  sync.Mutex
+	mcast atomic.Pointer[mcastTable]
+
+	closed atomic.Bool
+	fatal  atomic.Bool // the Link died under the engine (DEVICE_FATAL)
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// NewEngine starts an engine on cfg.Link. The engine owns the Link from then
+// on: Close closes it.
+func NewEngine(cfg Config) (*Engine, error) {
+	e, err := newEngine(cfg)
+	if err != nil {
+		return nil, err
+	}
+	readers := link.ReceiveFuncs(cfg.Link) // one, or one per SO_REUSEPORT socket
+	e.wg.Add(len(e.shards) + len(readers))
+	for _, s := range e.shards {
+		go s.run()
+	}
+	// In run-to-completion mode a CQ poller reads the receive paths too
+	// (Engine.Poll). A path it shares with its reader goroutine is read under
+	// one lock, the goroutine waiting outside it, so that the two never hand
+	// on batches out of the path's order; a Link that cannot wait on a path
+	// without reading it keeps its paths to their goroutines.
+	polls, waits := link.PollFuncs(cfg.Link), link.WaitFuncs(cfg.Link)
+	shared := e.cfg.RunToCompletion && len(polls) == len(readers) && len(waits) == len(readers)
+	for i, recv := range readers {
+		r := newReader(e, recv, e.shards[0].batch)
+		if shared {
+			p := newReader(e, polls[i], pollBatch)
+			p.poll = true
+			e.pollers = append(e.pollers, &poller{r: p})
+			r.recv, r.ordered, r.wait = polls[i], e.pollers[i], waits[i]
+		}
+		go r.loop()
+	}
+	return e, nil
+}
+
+// newEngine builds an engine without starting its goroutines.
+func newEngine(cfg Config) (*Engine, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:      cfg,
+		port:     cfg.Link.LocalAddr().Port(),
+		offloads: link.OffloadsOf(cfg.Link),
+		retries:  newRetryBudget(cfg.RetryRate, cfg.RetryBurst),
+		done:     make(chan struct{}),
+	}
+	e.qps.init()
+	batch := max(cfg.Link.BatchSize(), 1)
+	for range cfg.Shards {
+		e.shards = append(e.shards, newShard(e, batch))
+	}
+	return e, nil
+}
+
+// normalize checks c and fills in every default, in the one place they live.
+func (c *Config) normalize() error {
+	if c.Link == nil || c.Memory == nil {
+		return newErr("create_engine", 0, syscall.EINVAL, "Link and Memory are required")
+	}
+	if err := c.CC.Normalize(); err != nil {
+		return newErr("create_engine", 0, syscall.EINVAL, "congestion control: %v", err)
+	}
+	if c.PortMTU == 0 {
+		c.PortMTU = verbs.MTU1024
+	} else if c.PortMTU.Bytes() == 0 {
+		return newErr("create_engine", 0, syscall.EINVAL, "invalid port MTU %d", c.PortMTU)
+	}
+	if !c.LocalAddr.IsValid() {
+		c.LocalAddr = c.Link.LocalAddr().Addr()
+	}
+	c.LocalAddr = c.LocalAddr.Unmap()
+	if c.Stats == nil {
+		c.Stats = new(Stats)
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	if c.Shards <= 0 {
+		c.Shards = runtime.GOMAXPROCS(0)
+	}
+	orDefault := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	orDefault(&c.MaxQPWR, DefaultMaxQPWR)
+	orDefault(&c.MaxSGE, DefaultMaxSGE)
+	orDefault(&c.MaxRDAtomic, DefaultRDAtomic)
+	orDefault(&c.MaxDestRDAtomic, DefaultRDAtomic)
+	if c.MaxInline == 0 {
+		c.MaxInline = DefaultMaxInline
+	}
+	c.MaxInline = max(c.MaxInline, 0)
+	orDefault(&c.RetryBurst, defaultRetryBurst)
+	if c.RetryRate == 0 {
+		c.RetryRate = defaultRetryRate
+	}
+	return nil
+}
+
+// Config returns the engine's configuration with every default filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+func (e *Engine) Stats() *Stats { return e.cfg.Stats }
+
+// Close moves every QP to the error state (flushing its outstanding work
+// requests with WR_FLUSH_ERR), stops the shards and the reader and closes
+// the Link. Verbs called afterwards fail with an error matching
+// net.ErrClosed.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	// ACKs a CQ poller's slices hold (rtc.go) are owed to the peer: a program
+	// that polled its last completion and closed the device must not leave the
+	// peer to retry the message it already completed.
+	for _, s := range e.shards {
+		s.call(func() {
+			if s.held > 0 {
+				s.flush()
+			}
+		})
+	}
+	for _, q := range e.qps.all() {
+		q.run("close", func() { q.toError(e.cfg.Clock.Now()) }, true)
+	}
+	close(e.done)
+	err := e.cfg.Link.Close()
+	e.wg.Wait()
+	return err
+}
+
+// Barrier returns once every shard has finished the step it was in when
+// Barrier was called. A shard resolves memory keys and copies data within
+// one step and keeps no region across steps, so after a key is unregistered
+// from Memory, Barrier guarantees that no access through it is still in
+// flight (ibv_dereg_mr). It costs one command per shard. After Close it
+// waits for the shards to stop. It must not be called from an OnEvent
+// callback, which runs on a shard.
+func (e *Engine) Barrier() {
+	for _, s := range e.shards {
+		// A shard steps only under its token, and takes commands only
+		// between steps: an empty command that ran is the barrier.
+		if !s.call(func() {}) {
+			e.wg.Wait()
+			return
+		}
+	}
+}
+
+// linkGone reports whether a ReadBatch error means the Link can never deliver
+// again (closed or its socket gone underneath the engine), not a hiccup.
+func linkGone(err error) bool {
+	return errors.Is(err, errClosed) || errors.Is(err, syscall.EBADF) ||
+		errors.Is(err, syscall.ENOTSOCK) || errors.Is(err, syscall.ENODEV)
+}
+
+// fail is the device's catastrophic error: the Link died while the engine was
+// open, so nothing will be received again. It raises DEVICE_FATAL and
+// PORT_ERR, and every QP goes to ERR with QP_FATAL, flushing its WRs (as a
+// device that hits an internal error flushes its QPs). Verbs on QPs still
+// work; they only complete with flush errors. Reader goroutine only.
+func (e *Engine) fail() {
+	if e.fatal.Swap(true) {
+		return
+	}
+	e.event(Event{Type: verbs.EventDeviceFatal})
+	e.event(Event{Type: verbs.EventPortErr})
+	e.failQPs(func(*QP) bool { return true })
+}
+
+// failQPs marks every QP that match selects as fatally failed and wakes its
+// shard, which raises QP_FATAL and moves it to ERR (QP.service): the owner
+// shard alone changes a QP's state.
+func (e *Engine) failQPs(match func(*QP) bool) {
+	e.qps.each(func(q *QP) bool {
+		if match(q) {
+			q.fatal.Store(true)
+			q.sh.wakeQP(q)
+		}
+		return true
+	})
+}
+
+// Fatal reports whether the device hit its catastrophic error (DEVICE_FATAL).
+func (e *Engine) Fatal() bool { return e.fatal.Load() }
+
+func (e *Engine) event(ev Event) {
+	if e.cfg.OnEvent != nil {
+		e.cfg.OnEvent(ev)
+	}
+}
+
+func (e *Engine) lookup(qpn uint32) *QP { return e.qps.lookup(qpn) }
+
+// shardFor is the QP's owner shard. QPNs are handed out in sequence, so
+// their remainder spreads QPs evenly.
+func (e *Engine) shardFor(qpn uint32) *shard {
+	return e.shards[qpn%uint32(len(e.shards))]
+}

@@ -1,0 +1,417 @@
+package transport
+
+import (
+	"errors"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
+	"github.com/goroce/goroce/link"
+)
+
+// A shard works in slices and serves its command queue (Modify, Query,
+// Destroy, Barrier, the debug snapshot) between them, so no amount of
+// traffic delays a command by more than one slice. A slice handles at most
+// sliceInbound received datagrams and serves at most sliceQPs ready QPs; the
+// QPs it services may emit at most slicePackets budgeted packets (requests
+// and READ responses), a QP at most turnPackets per turn. A QP with work
+// left goes to the back of the ready queue (round robin). Acknowledgements
+// are not budgeted: at most one per received packet.
+const (
+	sliceInbound = 256
+	sliceQPs     = 64
+	slicePackets = 256
+	turnPackets  = 64
+)
+
+// rxItem is one inbound datagram on its way to a shard. The shard owns buf
+// once enqueue succeeded and returns it to the pool.
+type rxItem struct {
+	buf   *[link.MaxDatagram]byte // the datagram, or nil for a segment of
+	train *rxTrain                // a GRO train, at off
+	off   int
+	n     int
+	src   netip.AddrPort
+	local netip.Addr
+	tos   uint8  // IPv4 TOS or IPv6 traffic class as received
+	ttl   uint8  // IPv4 TTL or IPv6 hop limit as received (0: not reported)
+	flow  uint32 // IPv6 flow label as received
+	qp    *QP
+}
+
+// txPacket is one entry of a slice's output list: a packet a state machine
+// built (headers and payload, ICRC not yet written), the QP that sent it,
+// where to, and the IP header fields of the address vector it was sent
+// under. The shard writes the ICRC and sends the list when the slice ends; a
+// QP's packets of one turn are contiguous in it.
+type txPacket struct {
+	buf  *[link.MaxDatagram]byte // the packet; or, with pay, its headers then pad and ICRC
+	n    int                     // the packet's length
+	hdr  int                     // with pay: the headers' length in buf
+	pay  []byte                  // a payload sent from where it lies (gather send), or nil
+	q    *QP
+	dst  netip.Addr
+	tos  uint8  // traffic class: IPv4 TOS or IPv6 traffic class
+	ttl  uint8  // hop limit: IPv4 TTL or IPv6 hop limit (0: the link's default)
+	flow uint32 // IPv6 flow label (0: the kernel's choice)
+}
+
+// shard is one engine goroutine and the QPs it owns.
+type shard struct {
+	e     *Engine
+	kick  chan struct{} // capacity 1: kicks coalesce and are never lost
+	cmds  chan func()
+	batch int
+
+	// passDone is the clock time (UnixNano) the shard last finished a
+	// slice or an idle pass of its run loop (Engine.ShardLoopAges): a shard
+	// that keeps working still updates it once per slice.
+	passDone atomic.Int64
+
+	// mu is the shard's token: whoever holds it may run the shard's work
+	// and write the state of its QPs. The shard goroutine holds it while it
+	// runs slices and commands; a command finding the shard idle takes it
+	// and runs on the caller's goroutine instead of waiting for a hand-off
+	// (call). So a QP never has two writers at once, whichever goroutine
+	// writes.
+	mu sync.Mutex
+
+	heldTimer Timer       // sends what poll-driven slices hold (token holder)
+	heldArmed atomic.Bool // heldTimer is running
+
+	inMu sync.Mutex
+	// inMu guards: in, ready.
+	in    []rxItem
+	ready []*QP // QPs woken by PostSend/PostRecv, timers, other shards, or their own unfinished turn
+
+	// Owned by the shard goroutine.
+	work    []rxItem // inbound datagrams taken from in, consumed from wpos
+	wpos    int
+	readyW  []*QP // ready QPs taken from ready, served from rpos
+	rpos    int
+	touched []*QP
+	out     []txPacket // the slice's output list
+	held    int        // out[:held] come from poll-driven slices, their completions visible (rtc.go)
+	tx      []link.Message
+	pieces  [][]byte     // the gather lists of tx's trains
+	budget  int          // budgeted packets the slice may still emit
+	rwr     verbs.RecvWR // scratch for SRQ pops (reused, no allocation)
+	scratch [4096]byte   // gather buffer for a payload spanning SGEs (QP.gather)
+
+	// Completions made while processing wait in wcs until the slice's
+	// packets are on the wire (see drainWC).
+	deferWC bool
+	wcs     []deferredWC
+}
+
+func newShard(e *Engine, batch int) *shard {
+	s := &shard{e: e, kick: make(chan struct{}, 1), cmds: make(chan func()), batch: batch,
+		in: make([]rxItem, 0, rxQueueLen), work: make([]rxItem, 0, rxQueueLen),
+		out: make([]txPacket, 0, slicePackets+sliceInbound), tx: make([]link.Message, 0, batch),
+		pieces: make([][]byte, 0, 3*(slicePackets+sliceInbound))}
+	s.passDone.Store(e.cfg.Clock.Now().UnixNano())
+	return s
+}
+
+// deferredWC is a completion held back until the packets of its slice are
+// sent.
+type deferredWC struct {
+	q         *QP
+	c         *cq.Queue
+	wc        verbs.WC
+	solicited bool
+}
+
+func (s *shard) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *shard) enqueue(it rxItem) bool {
+	s.inMu.Lock()
+	if len(s.in) >= cap(s.in) {
+		s.inMu.Unlock()
+		return false
+	}
+	s.in = append(s.in, it)
+	s.inMu.Unlock()
+	return true
+}
+
+// wakeQP asks the shard to service q (run its requester, check its timers).
+// Safe from any goroutine.
+func (s *shard) wakeQP(q *QP) {
+	s.readyQP(q)
+	s.wake()
+}
+
+func (s *shard) run() {
+	defer s.e.wg.Done()
+	for {
+		var fn func()
+		select {
+		case <-s.kick:
+		case fn = <-s.cmds:
+		case <-s.e.done:
+			s.inMu.Lock()
+			for i := range s.in {
+				s.in[i].release()
+			}
+			s.in = s.in[:0]
+			s.inMu.Unlock()
+			return
+		}
+		s.mu.Lock()
+		if fn != nil {
+			fn()
+		}
+		s.process()
+		s.mu.Unlock()
+		s.passDone.Store(s.e.cfg.Clock.Now().UnixNano()) // health: Engine.ShardLoopAges
+	}
+}
+
+// process runs slices until no work is left, serving the commands that
+// wait between them.
+func (s *shard) process() {
+	for {
+		s.serveCommands()
+		if !s.slice() {
+			break
+		}
+	}
+	if len(s.out) > 0 {
+		s.flush() // what poll-driven slices held (rtc.go)
+	}
+}
+
+// serveCommands runs every command waiting on the (unbuffered) command
+// channel.
+func (s *shard) serveCommands() {
+	for {
+		select {
+		case fn := <-s.cmds:
+			fn()
+		default:
+			return
+		}
+	}
+}
+
+// refill takes what arrived since the last take once the previous take is
+// consumed: inbound datagrams and ready QPs are served in arrival order.
+func (s *shard) refill() {
+	if s.wpos < len(s.work) && s.rpos < len(s.readyW) {
+		return
+	}
+	s.inMu.Lock()
+	if s.wpos == len(s.work) {
+		s.work, s.in, s.wpos = s.in, s.work[:0], 0
+	}
+	if s.rpos == len(s.readyW) {
+		clear(s.readyW)
+		s.readyW, s.ready, s.rpos = s.ready, s.readyW[:0], 0
+	}
+	s.inMu.Unlock()
+}
+
+// slice is one bounded unit of shard work: step, then send the output list
+// and make the slice's completions visible. It reports false when there was
+// nothing to do.
+func (s *shard) slice() bool {
+	if !s.step() {
+		return false
+	}
+	s.flush()
+	s.drainWC()
+	s.passDone.Store(s.e.cfg.Clock.Now().UnixNano())
+	return true
+}
+
+// step delivers up to sliceInbound datagrams, serves up to sliceQPs ready
+// QPs and services every QP touched, leaving their packets in the output
+// list and their completions held.
+func (s *shard) step() bool {
+	s.refill()
+	nIn := min(len(s.work)-s.wpos, sliceInbound)
+	nQP := min(len(s.readyW)-s.rpos, sliceQPs)
+	if nIn == 0 && nQP == 0 {
+		return false
+	}
+	now := s.e.cfg.Clock.Now()
+	s.deferWC = true
+	s.budget = slicePackets
+	for i := s.wpos; i < s.wpos+nIn; i++ {
+		it := &s.work[i]
+		if q := it.qp; !q.destroyed {
+			s.touch(q)
+			if q.resp.hold(it) {
+				*it = rxItem{}
+				continue
+			}
+			q.receive(now, it)
+		} else {
+			// The QP was destroyed after the reader queued the packet (a
+			// peer's last ACK racing a disconnect handled on another shard).
+			s.e.cfg.Stats.DestroyedQPDrops.Add(1)
+		}
+		it.release()
+		*it = rxItem{}
+	}
+	s.wpos += nIn
+	for i := s.rpos; i < s.rpos+nQP; i++ {
+		q := s.readyW[i]
+		s.readyW[i] = nil
+		q.queued.Store(false)
+		s.touch(q)
+	}
+	s.rpos += nQP
+	for _, q := range s.touched {
+		q.touchedMark = false
+		if !q.destroyed {
+			q.service(now)
+		}
+	}
+	clear(s.touched)
+	s.touched = s.touched[:0]
+	return true
+}
+
+// turn is how many budgeted packets a QP may emit now, and spend records
+// that it emitted n of them: a QP that stops at its turn's limit is queued
+// again behind the other ready QPs.
+func (s *shard) turn() int { return min(turnPackets, max(s.budget, 0)) }
+
+func (s *shard) spend(n int) { s.budget -= n }
+
+// drainWC makes the completions of the slice visible. It runs after flush,
+// so an application never sees a receive completion before the ACK that
+// acknowledges it has left: a peer that learns of delivery over a side
+// channel (a CM DREQ, a TCP "done") and tears down cannot race the ACK, and
+// a UD or UC send completes only once its packets are sent.
+func (s *shard) drainWC() {
+	s.deferWC = false
+	for i := range s.wcs {
+		d := &s.wcs[i]
+		d.q.pushWC(d.c, &d.wc, d.solicited)
+		*d = deferredWC{}
+	}
+	s.wcs = s.wcs[:0]
+}
+
+func (s *shard) touch(q *QP) {
+	if !q.touchedMark {
+		q.touchedMark = true
+		s.touched = append(s.touched, q)
+	}
+}
+
+// emit appends a packet built from f and payload, sent by q under address
+// vector av, to its shard's output list. It is how the requester, responder
+// and completer send: they never write to the Link themselves. Every packet
+// carries av's traffic class, hop limit and (IPv6) flow label in its IP
+// header, as the GRH of an IB packet carries them: an RC or UC QP's path
+// for everything it sends (requests, ACKs, READ responses), a UD WR's
+// address handle for its datagram. With congestion control on, the ECN bits
+// of the traffic class are the engine's (Engine.packetTOS).
+func (q *QP) emit(f *bth.Fields, payload []byte, av *verbs.AddressVector) {
+	p := txPacket{buf: link.GetBuffer(), q: q, dst: av.DGID, tos: q.e.packetTOS(f.Opcode, av.TrafficClass), ttl: av.HopLimit, flow: av.FlowLabel}
+	if len(payload) >= gatherMin && !q.sh.isScratch(payload) {
+		// Gather send: the payload stays where it is (registered memory or
+		// a WR's inline copy) until the slice's flush, which sends headers,
+		// payload and tail as one gather list and runs the ICRC over the
+		// payload in place (bth.ICRCParts). A key's memory cannot go away
+		// meanwhile: ibv_dereg_mr waits for the slice (Engine.Barrier).
+		h := bth.AppendHeaders(p.buf[:0], f, len(payload))
+		tail := bth.PadCount(len(payload)) + bth.ICRCLen
+		clear(p.buf[len(h) : len(h)+tail])
+		p.hdr, p.pay, p.n = len(h), payload, len(h)+len(payload)+tail
+	} else {
+		p.n = len(bth.Append(p.buf[:0], f, payload))
+	}
+	q.sh.out = append(q.sh.out, p)
+	q.cnt.txPackets.Add(1)
+}
+
+// gatherMin is the smallest payload sent in place (gather send); a smaller
+// one is cheaper to copy next to its headers than to give its own iovec.
+const gatherMin = 512
+
+// isScratch reports whether b lies in the shard's gather scratch, which the
+// next gather overwrites: such a payload must be copied now.
+func (s *shard) isScratch(b []byte) bool {
+	return len(b) > 0 && &b[0] == &s.scratch[0]
+}
+
+// packet returns a copy of the whole packet p (for tests and taps).
+func (p *txPacket) packet() []byte {
+	if p.pay == nil {
+		return append([]byte(nil), p.buf[:p.n]...)
+	}
+	b := append([]byte(nil), p.buf[:p.hdr]...)
+	b = append(b, p.pay...)
+	return append(b, p.buf[p.hdr:p.hdr+p.n-p.hdr-len(p.pay)]...)
+}
+
+// flush sends the output list, in order, in link batches, runs of one UDP
+// flow's equal-size packets as segment trains (train.go): each packet gets its
+// ICRC now, over the source port its QP sends from and the IPv4 ID the kernel
+// will give it. A Link's sockets send IPv4 with DF set and, for a datagram sent
+// alone, ID 0 (see package link); the ICRC covers both.
+func (s *shard) flush() {
+	// Packets held by poll-driven slices go after the newer ones (rtc.go),
+	// in the same link batch: a reply and the ACK it overtakes cost one
+	// system call.
+	if s.held > 0 {
+		s.stopHold()
+	}
+	s.tx, s.pieces = s.tx[:0], s.pieces[:0]
+	s.queueRange(s.held, len(s.out))
+	s.queueRange(0, s.held)
+	if len(s.tx) > 0 {
+		s.write(s.tx)
+	}
+	s.held = 0
+	for i := range s.out {
+		link.PutBuffer(s.out[i].buf)
+		s.out[i] = txPacket{}
+	}
+	s.out = s.out[:0]
+	clear(s.tx)
+	clear(s.pieces)
+}
+
+// queueRange adds out[lo:hi] to the link batch being built, writing the
+// batch whenever it is full.
+func (s *shard) queueRange(lo, hi int) {
+	for i := lo; i < hi; {
+		if len(s.tx) == s.batch {
+			s.write(s.tx)
+			s.tx, s.pieces = s.tx[:0], s.pieces[:0]
+		}
+		j := s.trainEnd(i, hi)
+		s.tx = append(s.tx, s.message(i, j))
+		i = j
+	}
+}
+
+// write hands msgs to the Link, skipping a message it fails to send.
+func (s *shard) write(msgs []link.Message) {
+	for len(msgs) > 0 {
+		n, err := s.e.cfg.Link.WriteBatch(msgs)
+		if err == nil {
+			return
+		}
+		s.e.cfg.Stats.TxErrors.Add(1)
+		if errors.Is(err, errClosed) {
+			return
+		}
+		msgs = msgs[n+1:]
+	}
+}

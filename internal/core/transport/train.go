@@ -1,0 +1,102 @@
+package transport
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/link"
+)
+
+// Segment trains. When the output list holds a run of packets of one UDP flow
+// (source port, destination and IP header fields) that are all the same size
+// (the last may be shorter), the shard hands them to the Link as one train
+// (link.Message.SegSize), which a UDP link sends as UDP GSO super-datagrams:
+// one trip through the kernel's stack for up to 64 datagrams instead of one
+// each. Such runs are what a window of traffic is made of: the MIDDLE packets
+// and the LAST of a WRITE or SEND (a FIRST carries a RETH or is longer, so it
+// goes on its own), consecutive ONLY packets of equal size, READ response
+// MIDDLEs (a LAST whose AETH makes it longer goes on its own).
+//
+// Each segment keeps its own BTH and its own ICRC, and the ICRC covers the
+// IPv4 Identification the kernel gives that segment: segment k of a train
+// gets link.TrainIPv4ID(segSize, k) (measured and explained in package
+// link). A Link that has to send the train datagram by datagram re-keys each
+// ICRC for the ID that datagram gets.
+
+// trainEnd returns the end, at most hi, of the train that starts at s.out[i]: the packets
+// out[i:end] share the UDP flow (joins) and all have out[i]'s size but
+// the last, which may be shorter. A shorter packet that heads a run of its
+// own size stays with its run: a FIRST longer than the MIDDLEs after it (a
+// RETH, a READ response's AETH) goes on its own. end is i+1 when trains are
+// off or no packet joins.
+func (s *shard) trainEnd(i, hi int) int {
+	j := i + 1
+	if !s.e.offloads.GSO {
+		return j
+	}
+	seg := s.out[i].n
+	for j < hi && s.joins(i, j) {
+		if n := s.out[j].n; n < seg {
+			if j+1 < hi && s.joins(i, j+1) && s.out[j+1].n == n {
+				break // out[j] starts a run of its own
+			}
+			return j + 1
+		}
+		j++
+	}
+	return j
+}
+
+// joins reports whether out[j] may ride in a train that starts at out[i]:
+// the same UDP flow (source port and destination) and IP header fields (a
+// train's datagrams share one header), not longer. QPs that share a source
+// port (the link's own, or one of its per-QP ports once there are more QPs
+// than ports) share trains: each segment is a datagram of its own, which the
+// receiver hands to its QP by the BTH, and the output list keeps every QP's
+// packets in order.
+func (s *shard) joins(i, j int) bool {
+	p, o := &s.out[i], &s.out[j]
+	return o.q.wport == p.q.wport && o.dst == p.dst && o.n <= p.n && o.tos == p.tos && o.ttl == p.ttl && o.flow == p.flow
+}
+
+// message finishes out[i:j] (one packet, or a train) with their ICRCs and
+// returns the Link message that sends them. A train's pieces are the
+// packets' own buffers, so nothing is copied.
+func (s *shard) message(i, j int) link.Message {
+	e := s.e
+	p := &s.out[i]
+	seg := p.n
+	env := bth.Envelope{Src: e.cfg.LocalAddr, Dst: p.dst, DF: true, SrcPort: p.q.srcPort(), DstPort: e.port}
+	m := link.Message{Addr: netip.AddrPortFrom(p.dst, e.port), SrcPort: p.q.wport, TOS: p.tos, TTL: p.ttl, FlowLabel: p.flow}
+	first := len(s.pieces)
+	for k := i; k < j; k++ {
+		o := &s.out[k]
+		if j-i > 1 {
+			env.IPID = link.TrainIPv4ID(seg, k-i)
+		}
+		class := classOf(bth.Opcode(o.buf[0]))
+		e.cfg.Stats.SentPackets[class].Add(1)
+		e.cfg.Stats.SentBytes[class].Add(uint64(o.n))
+		if o.pay == nil {
+			pkt := o.buf[:o.n]
+			bth.PutICRC(&env, pkt)
+			if j-i == 1 {
+				m.Buf = pkt
+				return m
+			}
+			s.pieces = append(s.pieces, pkt)
+			continue
+		}
+		hdr, tail := o.buf[:o.hdr], o.buf[o.hdr:o.n-len(o.pay)]
+		binary.LittleEndian.PutUint32(tail[len(tail)-bth.ICRCLen:], bth.ICRCParts(&env, hdr, o.pay, tail))
+		s.pieces = append(s.pieces, hdr, o.pay, tail)
+	}
+	if j-i > 1 {
+		e.cfg.Stats.TxTrains.Add(1)
+		e.cfg.Stats.TxTrainSegments.Add(uint64(j - i))
+		m.SegSize = seg
+	}
+	m.Pieces = s.pieces[first:len(s.pieces):len(s.pieces)]
+	return m
+}

@@ -1,0 +1,151 @@
+package transport
+
+import (
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/core/verbs"
+)
+
+// wqeState is the life of a send WQE (rxe enum wqe_state).
+type wqeState uint8
+
+const (
+	wqePosted     wqeState = iota // queued, no packet sent yet
+	wqeProcessing                 // some packets sent
+	wqePending                    // every packet sent, waiting for the ACK/response
+	wqeDone                       // completed (completion posted if due)
+)
+
+// sendWQE is one slot of a send queue. The user goroutine fills the request
+// part in PostSend (under sendQueue.mu, while the slot is free); from then
+// until the slot is retired only the owner shard touches it.
+type sendWQE struct {
+	wr     verbs.SendWR
+	sgl    []verbs.SGE // storage behind wr.SGL
+	inline []byte      // storage for SendInline data
+	av     verbs.AddressVector
+	length uint32 // message length in bytes
+
+	// Owner shard only.
+	state    wqeState
+	firstPSN bth.PSN
+	lastPSN  bth.PSN
+	sentAt   time.Time      // first transmission, for the request-to-ACK latency
+	orig     uint64         // atomic: original remote value
+	status   verbs.WCStatus // a local operation's outcome, once executed
+	value    [8]byte        // ATOMIC_WRITE: the bytes to write (Swap, in host order)
+}
+
+// isReadOrAtomic reports whether w is answered by a response carrying data or
+// a result (a READ, an atomic, and FLUSH and ATOMIC_WRITE, which an empty READ
+// RESPONSE answers): such a WQE counts against max_rd_atomic and completes only
+// on its response.
+func (w *sendWQE) isReadOrAtomic() bool {
+	switch w.wr.Opcode {
+	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
+		return true
+	}
+	return false
+}
+
+func (w *sendWQE) isAtomic() bool {
+	return w.wr.Opcode == verbs.WRAtomicCmpAndSwp || w.wr.Opcode == verbs.WRAtomicFetchAndAdd
+}
+
+// numPackets is how many PSNs the WQE consumes at path MTU pmtu: one per
+// request packet, or for a READ one per response packet (at least one).
+func numPackets(op verbs.WROpcode, length, pmtu uint32) uint32 {
+	switch op {
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
+		return 1
+	}
+	if length == 0 {
+		return 1
+	}
+	return (length + pmtu - 1) / pmtu
+}
+
+// wcOpcode maps a send WR opcode to its completion opcode.
+func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
+	switch op {
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		return verbs.WCRDMAWrite
+	case verbs.WRRDMARead:
+		return verbs.WCRDMARead
+	case verbs.WRAtomicCmpAndSwp:
+		return verbs.WCCompSwap
+	case verbs.WRAtomicFetchAndAdd:
+		return verbs.WCFetchAdd
+	case verbs.WRLocalInv:
+		return verbs.WCLocalInv
+	case verbs.WRBindMW:
+		return verbs.WCBindMW
+	case verbs.WRFlush:
+		return verbs.WCFlush
+	case verbs.WRAtomicWrite:
+		return verbs.WCAtomicWrite
+	}
+	return verbs.WCSend
+}
+
+// sendQueue is a fixed ring of send WQEs. The user produces (PostSend), the
+// owner shard consumes and retires. The ring and its SGE and inline storage
+// are allocated by the first post (grow), so a QP that never sends costs
+// none of it.
+type sendQueue struct {
+	mu sync.Mutex
+	// mu guards: head, tail, slots (allocation). slots[i] for head <= i <
+	// tail belong to the shard; the others to PostSend.
+	head, tail uint64
+	slots      []sendWQE
+
+	// Immutable after init: the ring's geometry.
+	n, maxSGE, maxInline int
+}
+
+func (s *sendQueue) init(n, maxSGE, maxInline int) {
+	s.n, s.maxSGE, s.maxInline = n, maxSGE, max(maxInline, 0)
+}
+
+// grow allocates the ring on first use: the slots, one array for every
+// slot's SGEs and one for every slot's inline data, each slot taking a
+// fixed-capacity window of them (appends within it never allocate). Called
+// with mu held.
+func (s *sendQueue) grow() {
+	if s.slots != nil {
+		return
+	}
+	slots := make([]sendWQE, s.n)
+	sges := make([]verbs.SGE, s.n*s.maxSGE)
+	var inline []byte
+	if s.maxInline > 0 {
+		inline = make([]byte, s.n*s.maxInline)
+	}
+	for i := range slots {
+		slots[i].sgl = sges[i*s.maxSGE : i*s.maxSGE : (i+1)*s.maxSGE]
+		if inline != nil {
+			slots[i].inline = inline[i*s.maxInline : i*s.maxInline : (i+1)*s.maxInline]
+		}
+	}
+	s.slots = slots
+}
+
+// slot is the WQE at absolute index i; only for indices a post has filled
+// (the ring exists from then on).
+func (s *sendQueue) slot(i uint64) *sendWQE { return &s.slots[i%uint64(len(s.slots))] }
+
+func (s *sendQueue) loadTail() uint64 {
+	s.mu.Lock()
+	t := s.tail
+	s.mu.Unlock()
+	return t
+}
+
+// retire frees the slot at head; only the owner shard calls it.
+func (s *sendQueue) retire() {
+	s.mu.Lock()
+	s.head++
+	s.mu.Unlock()
+}
