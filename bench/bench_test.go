@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/transport"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -334,9 +333,9 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	// WR; at most depth/every+1 are outstanding.
 	groups, gHead, gLen := make([]int, depth/every+1), 0, 0
 	w := newWaiter(x.scq, depth)
-	class := transport.ClassWrite
+	class := roce.ClassWrite
 	if op == roce.WRSend {
-		class = transport.ClassSend
+		class = roce.ClassSend
 	}
 	before := x.dev.Stats()
 
@@ -380,7 +379,7 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	pkts := float64(after.SentPackets[class] - before.SentPackets[class])
 	cpu := m.stop(pkts)
 	retx := float64(after.Retransmits - before.Retransmits)
-	acks := float64(y.dev.Stats().SentPackets[transport.ClassAck])
+	acks := float64(y.dev.Stats().SentPackets[roce.ClassAck])
 	dsize := bigDatagram
 	if size < 4096 {
 		dsize = smallDatagram
@@ -406,7 +405,7 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 // trainLen is the mean GSO train of the pkts data packets a device sent between
 // two snapshots: packets per link message (1 with GSO off). A train is one UDP
 // flow, so it tells the train length apart from the QP count and the load.
-func trainLen(before, after transport.StatsSnapshot, pkts float64) float64 {
+func trainLen(before, after roce.Stats, pkts float64) float64 {
 	trains := float64(after.TxTrains - before.TxTrains)
 	inTrains := float64(after.TxTrainSegments - before.TxTrainSegments)
 	return pkts / max(trains+pkts-inTrains, 1)

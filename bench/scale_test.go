@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/transport"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
 )
@@ -378,7 +377,7 @@ func BenchmarkRCSendQPs(b *testing.B) {
 func BenchmarkRCSendQPsNoGSO(b *testing.B) {
 	for _, n := range []int{1, 16, 4096} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			devOpts = []roce.Option{roce.WithGSO(false)}
+			devOpts = []roce.Option{roce.WithLinkConfig(link.Config{NoGSO: true})}
 			defer func() { devOpts = nil }()
 			b.ReportMetric(sendQPsRate(b, n, b.N), "pkts/s")
 		})
@@ -427,8 +426,8 @@ func sendQPsRate(b *testing.B, n, total int) float64 {
 		b.Fatal(err)
 	}
 	st0 := x.dev.Stats()
-	before := st0.SentPackets[transport.ClassSend]
-	acks0 := y.dev.Stats().SentPackets[transport.ClassAck]
+	before := st0.SentPackets[roce.ClassSend]
+	acks0 := y.dev.Stats().SentPackets[roce.ClassAck]
 	b.ReportAllocs()
 	m := startCPU()
 	b.StartTimer()
@@ -439,9 +438,9 @@ func sendQPsRate(b *testing.B, n, total int) float64 {
 	d := time.Since(t0)
 	b.StopTimer()
 	st := x.dev.Stats()
-	pkts := float64(st.SentPackets[transport.ClassSend] - before)
+	pkts := float64(st.SentPackets[roce.ClassSend] - before)
 	m.stop(pkts).report(b)
-	b.ReportMetric(float64(y.dev.Stats().SentPackets[transport.ClassAck]-acks0)/pkts, "acks/pkt")
+	b.ReportMetric(float64(y.dev.Stats().SentPackets[roce.ClassAck]-acks0)/pkts, "acks/pkt")
 	b.ReportMetric(trainLen(st0, st, pkts), "pkts/msg")
 	return pkts / d.Seconds()
 }

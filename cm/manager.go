@@ -674,6 +674,53 @@ func (r *ConnRequest) Reject(privateData []byte) error {
 // error that Is(ErrTimeout); ctx bounds the whole exchange.
 func (mg *Manager) Dial(ctx context.Context, local, remote netip.AddrPort, p ConnParam) (*Conn, error) {
 	p = defaults(p)
+	h, req, err := mg.dialREQ(local, remote, p)
+	if err != nil {
+		return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
+	}
+	mg.mu.Lock()
+	if mg.closed {
+		mg.mu.Unlock()
+		return nil, net.ErrClosed
+	}
+	h.id, err = mg.m.Connect(time.Now(), h.remote.Addr(), req)
+	if err == nil {
+		mg.handles[h.id] = h
+		mg.flushLocked()
+	}
+	mg.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
+	}
+	for {
+		select {
+		case ev := <-h.ev:
+			switch ev.Type {
+			case EventReply:
+				return mg.dialReplied(h, &req, ev.REP, p, remote)
+			case EventRejected, EventUnreachable:
+				return nil, fmt.Errorf("cm: dial %v: %w", remote, ev.Err)
+			}
+		case <-mg.readDone:
+			return nil, fmt.Errorf("cm: dial %v: %w", remote, net.ErrClosed)
+		case <-ctx.Done():
+			mg.mu.Lock()
+			if !mg.closed {
+				mg.m.Disconnect(time.Now(), h.id, nil)
+				mg.flushLocked()
+			}
+			mg.mu.Unlock()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, fmt.Errorf("cm: dial %v: %w", remote, &timeoutError{ctx.Err()})
+			}
+			return nil, fmt.Errorf("cm: dial %v: %w", remote, ctx.Err())
+		}
+	}
+}
+
+// dialREQ is the REQ of Dial, with its private data behind the rdma_cm
+// header, and the handle that will follow it.
+func (mg *Manager) dialREQ(local, remote netip.AddrPort, p ConnParam) (*handle, REQ, error) {
 	la := local.Addr().Unmap()
 	if !la.IsValid() || la.IsUnspecified() {
 		la = mg.addr
@@ -685,14 +732,13 @@ func (mg *Manager) Dial(ctx context.Context, local, remote netip.AddrPort, p Con
 	ra := remote.Addr().Unmap()
 	priv, err := AppendCMA(nil, CMAHeader{SrcPort: lport, Src: la, Dst: ra}, p.PrivateData)
 	if err != nil {
-		return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
+		return nil, REQ{}, err
 	}
 	if len(priv) > REQPrivateDataLen {
-		return nil, fmt.Errorf("cm: dial %v: %w: %d bytes, at most %d", remote, ErrPrivateDataTooLong,
+		return nil, REQ{}, fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataTooLong,
 			len(p.PrivateData), REQPrivateDataLen-CMAHeaderLen)
 	}
 	cfg := &mg.cfg
-	fl := FlowLabel(lport, remote.Port())
 	req := REQ{ServiceID: ServiceID(PortSpaceTCP, remote.Port()), LocalCAGUID: cfg.CAGUID,
 		LocalQPN: p.QPN, ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 		RemoteCMResponseTimeout: cfg.CMResponseTimeout, TransportServiceType: TransportRC,
@@ -700,90 +746,56 @@ func (mg *Manager) Dial(ctx context.Context, local, remote netip.AddrPort, p Con
 		RetryCount: p.RetryCount, PKey: GSIPKey, PathMTU: cfg.PathMTU, RNRRetryCount: p.RNRRetryCount,
 		MaxCMRetries: cfg.MaxCMRetries,
 		Primary: Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: GIDFromAddr(la), RemoteGID: GIDFromAddr(ra),
-			FlowLabel: fl, TrafficClass: cfg.TrafficClass, HopLimit: cfg.HopLimit,
+			FlowLabel: FlowLabel(lport, remote.Port()), TrafficClass: cfg.TrafficClass, HopLimit: cfg.HopLimit,
 			LocalACKTimeout: cfg.PacketLifetime + 1},
 		PrivateData: priv}
 	h := &handle{local: netip.AddrPortFrom(la, lport), remote: netip.AddrPortFrom(ra, remote.Port()), ev: make(chan Event, handleEvents)}
+	return h, req, nil
+}
 
+// dialReplied finishes Dial once the REP of req arrived: p.Ready gets the
+// QP attributes, and RTU goes out unless Ready failed (then REJ).
+func (mg *Manager) dialReplied(h *handle, req *REQ, rep *REP, p ConnParam, remote netip.AddrPort) (*Conn, error) {
+	cfg := &mg.cfg
+	fl := req.Primary.FlowLabel
+	qp := QPParams{LocalAddr: h.local.Addr(), RemoteAddr: h.remote.Addr(), LocalQPN: p.QPN, RemoteQPN: rep.LocalQPN,
+		SQPSN: rep.StartingPSN, RQPSN: req.StartingPSN,
+		MaxRdAtomic: min(p.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: p.ResponderResources,
+		PathMTU: cfg.PathMTU, Timeout: req.Primary.LocalACKTimeout,
+		RetryCount: p.RetryCount, RNRRetry: rep.RNRRetryCount,
+		FlowLabel: fl, UDPSourcePort: bth.FlowLabelSourcePort(fl), HopLimit: cfg.HopLimit, TrafficClass: cfg.TrafficClass}
+	if p.Ready != nil {
+		if err := p.Ready(qp); err != nil {
+			mg.mu.Lock()
+			if !mg.closed {
+				mg.m.Reject(time.Now(), h.id, RejConsumerDefined, nil)
+				mg.flushLocked()
+			}
+			mg.mu.Unlock()
+			return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
+		}
+	}
+	c := newConn(mg, h, qp)
+	c.PrivateData = rep.PrivateData
 	mg.mu.Lock()
 	if mg.closed {
 		mg.mu.Unlock()
 		return nil, net.ErrClosed
 	}
-	h.id, err = mg.m.Connect(time.Now(), ra, req)
+	err := mg.m.ReadyToUse(h.id, nil)
 	if err == nil {
-		mg.handles[h.id] = h
-		mg.flushLocked()
+		h.conn = c
 	}
+	mg.flushLocked()
 	mg.mu.Unlock()
 	if err != nil {
+		// The connection died between REP and RTU.
 		return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
 	}
-	withdraw := func() {
-		mg.mu.Lock()
-		if !mg.closed {
-			mg.m.Disconnect(time.Now(), h.id, nil)
-			mg.flushLocked()
-		}
-		mg.mu.Unlock()
-	}
-	for {
-		select {
-		case ev := <-h.ev:
-			switch ev.Type {
-			case EventReply:
-				rep := ev.REP
-				qp := QPParams{LocalAddr: la, RemoteAddr: ra, LocalQPN: p.QPN, RemoteQPN: rep.LocalQPN,
-					SQPSN: rep.StartingPSN, RQPSN: req.StartingPSN,
-					MaxRdAtomic: min(p.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: p.ResponderResources,
-					PathMTU: cfg.PathMTU, Timeout: req.Primary.LocalACKTimeout,
-					RetryCount: p.RetryCount, RNRRetry: rep.RNRRetryCount,
-					FlowLabel: fl, UDPSourcePort: bth.FlowLabelSourcePort(fl), HopLimit: cfg.HopLimit, TrafficClass: cfg.TrafficClass}
-				if p.Ready != nil {
-					if err := p.Ready(qp); err != nil {
-						mg.mu.Lock()
-						if !mg.closed {
-							mg.m.Reject(time.Now(), h.id, RejConsumerDefined, nil)
-							mg.flushLocked()
-						}
-						mg.mu.Unlock()
-						return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
-					}
-				}
-				c := newConn(mg, h, qp)
-				c.PrivateData = rep.PrivateData
-				mg.mu.Lock()
-				if mg.closed {
-					mg.mu.Unlock()
-					return nil, net.ErrClosed
-				}
-				err := mg.m.ReadyToUse(h.id, nil)
-				if err == nil {
-					h.conn = c
-				}
-				mg.flushLocked()
-				mg.mu.Unlock()
-				if err != nil {
-					// The connection died between REP and RTU.
-					return nil, fmt.Errorf("cm: dial %v: %w", remote, err)
-				}
-				mg.mu.Lock()
-				mg.publishLocked(Established, h, h.id, nil)
-				mg.mu.Unlock()
-				return c, nil
-			case EventRejected, EventUnreachable:
-				return nil, fmt.Errorf("cm: dial %v: %w", remote, ev.Err)
-			}
-		case <-mg.readDone:
-			return nil, fmt.Errorf("cm: dial %v: %w", remote, net.ErrClosed)
-		case <-ctx.Done():
-			withdraw()
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, fmt.Errorf("cm: dial %v: %w", remote, &timeoutError{ctx.Err()})
-			}
-			return nil, fmt.Errorf("cm: dial %v: %w", remote, ctx.Err())
-		}
-	}
+	mg.mu.Lock()
+	mg.publishLocked(Established, h, h.id, nil)
+	mg.mu.Unlock()
+	return c, nil
 }
 
 // timeoutError is a context deadline that also reads as ETIMEDOUT.

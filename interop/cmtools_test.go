@@ -16,7 +16,6 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
 	"github.com/goroce/goroce/cm/mcast"
-	"github.com/goroce/goroce/internal/core/transport"
 	"github.com/goroce/goroce/interop/labtest"
 	"github.com/goroce/goroce/roce"
 )
@@ -180,7 +179,7 @@ func runCMPeer(role string) error {
 }
 
 // checkPeerStats fails on any engine error counter and prints the packet totals.
-func checkPeerStats(s transport.StatsSnapshot) error {
+func checkPeerStats(s roce.Stats) error {
 	var sent, rcvd uint64
 	for i := range s.SentPackets {
 		sent += s.SentPackets[i]

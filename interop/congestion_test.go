@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/dcqcn"
-	"github.com/goroce/goroce/internal/core/transport"
 	"github.com/goroce/goroce/internal/testsupport/ccsim"
 	"github.com/goroce/goroce/internal/testsupport/nettest"
 	"github.com/goroce/goroce/interop/labtest"
@@ -238,8 +237,8 @@ func TestCongestionKernelBottleneck(t *testing.T) {
 type kbRun struct {
 	samples  [][]uint64 // per sample, per flow: bytes completed
 	every    time.Duration
-	sender   []transport.StatsSnapshot
-	receiver []transport.StatsSnapshot
+	sender   []roce.Stats
+	receiver []roce.Stats
 	errs     []error
 }
 

@@ -246,6 +246,33 @@ func PollFuncs(l Link) []ReceiveFunc {
 	return nil
 }
 
+// Offloads are what a Link does with trains. The engine gathers runs of
+// equal-size packets into trains only for a Link that sends them as GSO,
+// and reads with MaxTrain buffers only from one that may receive them
+// whole (GRO): it has no switch of its own.
+type Offloads struct {
+	// GSO: WriteBatch sends a train (Message.SegSize) as UDP GSO
+	// super-datagrams, in fewer system calls than its datagrams one by one.
+	GSO bool
+	// GRO: ReadBatch may return trains into MaxTrain buffers.
+	GRO bool
+}
+
+// Offloader is implemented by a Link that reports its Offloads; a Link that
+// wraps another reports the wrapped one's.
+type Offloader interface {
+	Offloads() Offloads
+}
+
+// OffloadsOf returns l's Offloads. A Link that does not report them gets
+// both, as every Link accepts trains and large read buffers.
+func OffloadsOf(l Link) Offloads {
+	if o, ok := l.(Offloader); ok {
+		return o.Offloads()
+	}
+	return Offloads{GSO: true, GRO: true}
+}
+
 // Multicaster is implemented by a Link that can join IP multicast groups
 // (RoCE UD multicast: the MGID maps to an IP group, and datagrams to the
 // group arrive at every member on the RoCEv2 port).

@@ -234,6 +234,10 @@ func (p *PipeEnd) source(port uint16) netip.AddrPort {
 	return netip.AddrPortFrom(p.local.Addr(), port)
 }
 
+// Offloads implements Offloader: a pipe moves a train as one message (GSO),
+// and delivers it whole unless PipeConfig.NoGRO.
+func (p *PipeEnd) Offloads() Offloads { return Offloads{GSO: true, GRO: !p.cfg.NoGRO} }
+
 // WriteBatch implements Link. Datagrams for a closed or full peer are
 // dropped silently, as UDP would. A train goes to the peer whole if its GRO
 // is on, else segment by segment. A datagram to a multicast group goes to

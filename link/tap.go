@@ -128,6 +128,9 @@ func (t *Tap) ReceiveFuncs() []ReceiveFunc { return WrapReceiveFuncs(ReceiveFunc
 // each of its non-blocking receive paths, recorded.
 func (t *Tap) PollFuncs() []ReceiveFunc { return WrapReceiveFuncs(PollFuncs(t.l), t.recorded) }
 
+// Offloads implements Offloader: the wrapped Link's.
+func (t *Tap) Offloads() Offloads { return OffloadsOf(t.l) }
+
 // WaitFuncs implements Waiter for a wrapped Link that does (nil otherwise).
 func (t *Tap) WaitFuncs() []WaitFunc { return WaitFuncs(t.l) }
 
@@ -265,32 +268,7 @@ func (t *Tap) recordLocked(now time.Time, h recHdr, payload []byte) {
 	}
 	ipStart := p
 	udpLen := udpHdrLen + len(payload)
-	if sa.Is4() {
-		ip := r[p : p+ip4HdrLen]
-		ip[0] = 0x45
-		ip[1] = h.tos
-		binary.BigEndian.PutUint16(ip[2:], uint16(ip4HdrLen+udpLen))
-		binary.BigEndian.PutUint16(ip[4:], h.id)   // what Linux sends with DF
-		binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
-		ip[8] = ttl
-		ip[9] = syscall.IPPROTO_UDP
-		ip[10], ip[11] = 0, 0
-		s4, d4 := sa.As4(), da.As4()
-		copy(ip[12:16], s4[:])
-		copy(ip[16:20], d4[:])
-		binary.BigEndian.PutUint16(ip[10:], ^uint16(fold(sum(0, ip))))
-		p += ip4HdrLen
-	} else {
-		ip := r[p : p+ip6HdrLen]
-		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(h.tos)<<20|h.flow&0xFFFFF)
-		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
-		ip[6] = syscall.IPPROTO_UDP
-		ip[7] = ttl
-		s16, d16 := sa.As16(), da.As16()
-		copy(ip[8:24], s16[:])
-		copy(ip[24:40], d16[:])
-		p += ip6HdrLen
-	}
+	p += putIPHeader(r[p:], h, sa, da, ttl, udpLen)
 	udp := r[p : p+udpHdrLen]
 	binary.BigEndian.PutUint16(udp[0:], src.Port())
 	binary.BigEndian.PutUint16(udp[2:], dst.Port())
@@ -322,6 +300,36 @@ func (t *Tap) recordLocked(now time.Time, h recHdr, payload []byte) {
 	if _, err := t.w.Write(r[:p]); err != nil {
 		t.failLocked(err)
 	}
+}
+
+// putIPHeader writes the IPv4 or IPv6 header of a record carrying udpLen
+// bytes of UDP from sa to da into b, and returns its length.
+func putIPHeader(b []byte, h recHdr, sa, da netip.Addr, ttl uint8, udpLen int) int {
+	if !sa.Is4() {
+		ip := b[:ip6HdrLen]
+		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(h.tos)<<20|h.flow&0xFFFFF)
+		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
+		ip[6] = syscall.IPPROTO_UDP
+		ip[7] = ttl
+		s16, d16 := sa.As16(), da.As16()
+		copy(ip[8:24], s16[:])
+		copy(ip[24:40], d16[:])
+		return ip6HdrLen
+	}
+	ip := b[:ip4HdrLen]
+	ip[0] = 0x45
+	ip[1] = h.tos
+	binary.BigEndian.PutUint16(ip[2:], uint16(ip4HdrLen+udpLen))
+	binary.BigEndian.PutUint16(ip[4:], h.id)   // what Linux sends with DF
+	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
+	ip[8] = ttl
+	ip[9] = syscall.IPPROTO_UDP
+	ip[10], ip[11] = 0, 0
+	s4, d4 := sa.As4(), da.As4()
+	copy(ip[12:16], s4[:])
+	copy(ip[16:20], d4[:])
+	binary.BigEndian.PutUint16(ip[10:], ^uint16(fold(sum(0, ip))))
+	return ip4HdrLen
 }
 
 func (t *Tap) failLocked(err error) {

@@ -478,6 +478,10 @@ func (u *UDP) Truncated() uint64 { return u.c.truncated.Load() }
 // It turns false for good when the kernel refuses UDP_SEGMENT.
 func (u *UDP) GSO() bool { return u.gso.Load() }
 
+// Offloads implements Offloader: GSO unless Config.NoGSO, IPv6 zero
+// checksums or the kernel ruled it out, GRO unless Config.NoGRO.
+func (u *UDP) Offloads() Offloads { return Offloads{GSO: u.gso.Load(), GRO: u.groAllowed.Load()} }
+
 // Interface returns the index of the network interface the link's address
 // is on (the one multicast uses), or 0 if it was not found.
 func (u *UDP) Interface() int { return u.ifindex }

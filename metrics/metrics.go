@@ -29,7 +29,7 @@ type Device interface {
 	// Addr is the device's IP address: the address label's value.
 	Addr() netip.Addr
 	// Stats returns the engine counters.
-	Stats() transport.StatsSnapshot
+	Stats() roce.Stats
 	// QPs lists the queue pairs; the Collector counts them by state.
 	QPs() []roce.QPInfo
 	// QueueOccupancy sums how full the CQs and SRQs are.

@@ -1,207 +1,266 @@
 package roce
 
 import (
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
-	"github.com/goroce/goroce/internal/core/transport"
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// The enumerations of the verbs API are defined by the lowest package that stores
-// them (cq owns completion statuses, srq the SRQ mask, transport QP states, opcodes
-// and flags); roce names them and their values again so users import one package.
-// The structs users fill in and read are roce's own: see types.go.
+// The values of the verbs API, the structs a program fills in and reads and the
+// enumerations, are declared once, in the package the engine stores them with
+// (internal/core/verbs, which documents every field); roce names each of them
+// again, so a program imports one package and its values reach the engine as
+// they are.
+
+// SGE is a scatter/gather element (struct ibv_sge): a range of registered memory.
+type SGE = verbs.SGE
+
+// RecvWR is a receive work request (struct ibv_recv_wr) for QP.PostRecv and
+// SRQ.PostRecv.
+type RecvWR = verbs.RecvWR
+
+// SendWR is a send work request (struct ibv_send_wr) for QP.PostSend.
+type SendWR = verbs.SendWR
+
+// FlushWR is what a WRFlush work request asks for (ibv_wr_flush's type, level
+// and len).
+type FlushWR = verbs.FlushWR
+
+// MWBindWR is the bind of a WRBindMW work request (wr.bind_mw).
+type MWBindWR = verbs.MWBindWR
+
+// WC is a work completion (struct ibv_wc), as CQ.Poll returns it.
+type WC = verbs.WC
+
+// AddressVector says how to reach a peer (struct ibv_ah_attr with its struct
+// ibv_global_route): the attributes of CreateAH, QPAttr.AV, and SendWR.AH
+// through AH.AV(). RoCE carries every packet in a GRH, so IsGlobal must be true.
+type AddressVector = verbs.AddressVector
+
+// AHAttr holds the attributes of an address handle (struct ibv_ah_attr).
+type AHAttr = AddressVector
+
+// QPCap holds the queue sizes of a QP (struct ibv_qp_cap): requested in
+// QPInitAttr.Cap, reported in QPAttr.Cap by Query.
+type QPCap = verbs.QPCap
+
+// QPAttr holds the attributes of a QP (struct ibv_qp_attr): the input of Modify,
+// whose QPAttrMask says which fields count, and the output of Query.
+type QPAttr = verbs.QPAttr
+
+// SRQAttr holds the attributes of an SRQ (struct ibv_srq_attr).
+type SRQAttr = verbs.SRQAttr
+
+// QPInfo is a debugging snapshot of one QP, from Device.QPs.
+type QPInfo = verbs.QPInfo
+
+// FLUSH placement types and selectivity levels (enum ibv_placement_type,
+// enum ibv_selectivity_level), for FlushWR.
+const (
+	FlushGlobal     = bth.FlushGlobal     // IBV_FLUSH_GLOBAL
+	FlushPersistent = bth.FlushPersistent // IBV_FLUSH_PERSISTENT
+	FlushRange      = bth.FlushRange      // IBV_FLUSH_RANGE
+	FlushMR         = bth.FlushMR         // IBV_FLUSH_MR
+)
 
 // WCStatus is the status of a work completion (enum ibv_wc_status).
-type WCStatus = cq.Status
+type WCStatus = verbs.WCStatus
 
 // WCOpcode is the opcode of a work completion (enum ibv_wc_opcode).
-type WCOpcode = cq.Opcode
+type WCOpcode = verbs.WCOpcode
 
 // WCFlags are the wc_flags of a work completion (enum ibv_wc_flags).
-type WCFlags = cq.Flags
+type WCFlags = verbs.WCFlags
 
 // SRQAttrMask selects the SRQ attributes Modify changes (enum ibv_srq_attr_mask).
-type SRQAttrMask = srq.AttrMask
+type SRQAttrMask = verbs.SRQAttrMask
 
 // QPAttrMask selects the QP attributes Modify changes (enum ibv_qp_attr_mask).
-type QPAttrMask = transport.QPAttrMask
+type QPAttrMask = verbs.QPAttrMask
 
 // QPType is the transport service of a QP (enum ibv_qp_type).
-type QPType = transport.QPType
+type QPType = verbs.QPType
 
 // QPState is the state of a QP (enum ibv_qp_state).
-type QPState = transport.QPState
+type QPState = verbs.QPState
 
 // MTU is a path MTU code (enum ibv_mtu).
-type MTU = transport.MTU
+type MTU = verbs.MTU
 
 // Access is a set of access flags (enum ibv_access_flags).
-type Access = transport.Access
+type Access = verbs.Access
 
 // WROpcode is the operation of a send WR (enum ibv_wr_opcode).
-type WROpcode = transport.WROpcode
+type WROpcode = verbs.WROpcode
 
 // SendFlags are the send_flags of a send WR (enum ibv_send_flags).
-type SendFlags = transport.SendFlags
+type SendFlags = verbs.SendFlags
 
 // EventType is the type of an async event (enum ibv_event_type).
-type EventType = transport.EventType
+type EventType = verbs.EventType
 
 // Completion status values (enum ibv_wc_status).
 const (
-	WCSuccess        = cq.Success
-	WCLocLenErr      = cq.LocLenErr
-	WCLocQPOpErr     = cq.LocQPOpErr
-	WCLocEECOpErr    = cq.LocEECOpErr
-	WCLocProtErr     = cq.LocProtErr
-	WCWRFlushErr     = cq.WRFlushErr
-	WCMWBindErr      = cq.MWBindErr
-	WCBadRespErr     = cq.BadRespErr
-	WCLocAccessErr   = cq.LocAccessErr
-	WCRemInvReqErr   = cq.RemInvReqErr
-	WCRemAccessErr   = cq.RemAccessErr
-	WCRemOpErr       = cq.RemOpErr
-	WCRetryExcErr    = cq.RetryExcErr
-	WCRNRRetryExcErr = cq.RNRRetryExcErr
-	WCLocRDDViolErr  = cq.LocRDDViolErr
-	WCRemInvRDReqErr = cq.RemInvRDReqErr
-	WCRemAbortErr    = cq.RemAbortErr
-	WCInvEECNErr     = cq.InvEECNErr
-	WCInvEECStateErr = cq.InvEECStateErr
-	WCFatalErr       = cq.FatalErr
-	WCRespTimeoutErr = cq.RespTimeoutErr
-	WCGeneralErr     = cq.GeneralErr
+	WCSuccess        = verbs.WCSuccess
+	WCLocLenErr      = verbs.WCLocLenErr
+	WCLocQPOpErr     = verbs.WCLocQPOpErr
+	WCLocEECOpErr    = verbs.WCLocEECOpErr
+	WCLocProtErr     = verbs.WCLocProtErr
+	WCWRFlushErr     = verbs.WCWRFlushErr
+	WCMWBindErr      = verbs.WCMWBindErr
+	WCBadRespErr     = verbs.WCBadRespErr
+	WCLocAccessErr   = verbs.WCLocAccessErr
+	WCRemInvReqErr   = verbs.WCRemInvReqErr
+	WCRemAccessErr   = verbs.WCRemAccessErr
+	WCRemOpErr       = verbs.WCRemOpErr
+	WCRetryExcErr    = verbs.WCRetryExcErr
+	WCRNRRetryExcErr = verbs.WCRNRRetryExcErr
+	WCLocRDDViolErr  = verbs.WCLocRDDViolErr
+	WCRemInvRDReqErr = verbs.WCRemInvRDReqErr
+	WCRemAbortErr    = verbs.WCRemAbortErr
+	WCInvEECNErr     = verbs.WCInvEECNErr
+	WCInvEECStateErr = verbs.WCInvEECStateErr
+	WCFatalErr       = verbs.WCFatalErr
+	WCRespTimeoutErr = verbs.WCRespTimeoutErr
+	WCGeneralErr     = verbs.WCGeneralErr
 )
 
 // Completion opcodes (enum ibv_wc_opcode).
 const (
-	WCSend            = cq.OpSend
-	WCRDMAWrite       = cq.OpRDMAWrite
-	WCRDMARead        = cq.OpRDMARead
-	WCCompSwap        = cq.OpCompSwap
-	WCFetchAdd        = cq.OpFetchAdd
-	WCBindMW          = cq.OpBindMW
-	WCLocalInv        = cq.OpLocalInv
-	WCFlush           = cq.OpFlush
-	WCAtomicWrite     = cq.OpAtomicWrite
-	WCRecv            = cq.OpRecv
-	WCRecvRDMAWithImm = cq.OpRecvRDMAWithImm
+	WCSend            = verbs.WCSend
+	WCRDMAWrite       = verbs.WCRDMAWrite
+	WCRDMARead        = verbs.WCRDMARead
+	WCCompSwap        = verbs.WCCompSwap
+	WCFetchAdd        = verbs.WCFetchAdd
+	WCBindMW          = verbs.WCBindMW
+	WCLocalInv        = verbs.WCLocalInv
+	WCFlush           = verbs.WCFlush
+	WCAtomicWrite     = verbs.WCAtomicWrite
+	WCRecv            = verbs.WCRecv
+	WCRecvRDMAWithImm = verbs.WCRecvRDMAWithImm
 )
 
 // Completion flags (enum ibv_wc_flags).
 const (
-	WCGRH      = cq.FlagGRH
-	WCWithImm  = cq.FlagWithImm
-	WCIPCsumOK = cq.FlagIPCsumOK
-	WCWithInv  = cq.FlagWithInv
+	WCGRH      = verbs.WCGRH
+	WCWithImm  = verbs.WCWithImm
+	WCIPCsumOK = verbs.WCIPCsumOK
+	WCWithInv  = verbs.WCWithInv
 )
 
 // SRQ attribute mask bits (enum ibv_srq_attr_mask).
 const (
-	SRQMaxWR = srq.AttrMaxWR
-	SRQLimit = srq.AttrLimit
+	SRQMaxWR = verbs.SRQMaxWR
+	SRQLimit = verbs.SRQLimit
 )
 
 // Access flags (enum ibv_access_flags).
 const (
-	AccessLocalWrite   = transport.AccessLocalWrite
-	AccessRemoteWrite  = transport.AccessRemoteWrite
-	AccessRemoteRead   = transport.AccessRemoteRead
-	AccessRemoteAtomic = transport.AccessRemoteAtomic
+	AccessLocalWrite      = verbs.AccessLocalWrite
+	AccessRemoteWrite     = verbs.AccessRemoteWrite
+	AccessRemoteRead      = verbs.AccessRemoteRead
+	AccessRemoteAtomic    = verbs.AccessRemoteAtomic
+	AccessMWBind          = verbs.AccessMWBind
+	AccessZeroBased       = verbs.AccessZeroBased
+	AccessOnDemand        = verbs.AccessOnDemand
+	AccessHugeTLB         = verbs.AccessHugeTLB
+	AccessFlushGlobal     = verbs.AccessFlushGlobal
+	AccessFlushPersistent = verbs.AccessFlushPersistent
+	AccessRelaxedOrdering = verbs.AccessRelaxedOrdering
+	AccessOptionalRange   = verbs.AccessOptionalRange
 )
 
 // QP types (enum ibv_qp_type).
 const (
-	QPTypeRC = transport.QPTypeRC
-	QPTypeUC = transport.QPTypeUC
-	QPTypeUD = transport.QPTypeUD
+	QPTypeRC = verbs.QPTypeRC
+	QPTypeUC = verbs.QPTypeUC
+	QPTypeUD = verbs.QPTypeUD
 )
 
 // QP states (enum ibv_qp_state).
 const (
-	QPSReset = transport.QPSReset
-	QPSInit  = transport.QPSInit
-	QPSRTR   = transport.QPSRTR
-	QPSRTS   = transport.QPSRTS
-	QPSSQD   = transport.QPSSQD
-	QPSSQE   = transport.QPSSQE
-	QPSErr   = transport.QPSErr
+	QPSReset = verbs.QPSReset
+	QPSInit  = verbs.QPSInit
+	QPSRTR   = verbs.QPSRTR
+	QPSRTS   = verbs.QPSRTS
+	QPSSQD   = verbs.QPSSQD
+	QPSSQE   = verbs.QPSSQE
+	QPSErr   = verbs.QPSErr
 )
 
 // Path MTU codes (enum ibv_mtu).
 const (
-	MTU256  = transport.MTU256
-	MTU512  = transport.MTU512
-	MTU1024 = transport.MTU1024
-	MTU2048 = transport.MTU2048
-	MTU4096 = transport.MTU4096
+	MTU256  = verbs.MTU256
+	MTU512  = verbs.MTU512
+	MTU1024 = verbs.MTU1024
+	MTU2048 = verbs.MTU2048
+	MTU4096 = verbs.MTU4096
 )
 
 // MTUFromBytes returns the path MTU code of n bytes, or 0 when n is not 256,
 // 512, 1024, 2048 or 4096.
-func MTUFromBytes(n int) MTU { return transport.MTUFromBytes(n) }
+func MTUFromBytes(n int) MTU { return verbs.MTUFromBytes(n) }
 
 // QP attribute mask bits (enum ibv_qp_attr_mask).
 const (
-	QPAttrState            = transport.QPAttrState
-	QPAttrCurState         = transport.QPAttrCurState
-	QPAttrEnSQDAsyncNotify = transport.QPAttrEnSQDAsyncNotify
-	QPAttrAccessFlags      = transport.QPAttrAccessFlags
-	QPAttrPKeyIndex        = transport.QPAttrPKeyIndex
-	QPAttrPort             = transport.QPAttrPort
-	QPAttrQKey             = transport.QPAttrQKey
-	QPAttrAV               = transport.QPAttrAV
-	QPAttrPathMTU          = transport.QPAttrPathMTU
-	QPAttrTimeout          = transport.QPAttrTimeout
-	QPAttrRetryCnt         = transport.QPAttrRetryCnt
-	QPAttrRNRRetry         = transport.QPAttrRNRRetry
-	QPAttrRQPSN            = transport.QPAttrRQPSN
-	QPAttrMaxQPRDAtomic    = transport.QPAttrMaxQPRDAtomic
-	QPAttrAltPath          = transport.QPAttrAltPath
-	QPAttrMinRNRTimer      = transport.QPAttrMinRNRTimer
-	QPAttrSQPSN            = transport.QPAttrSQPSN
-	QPAttrMaxDestRDAtomic  = transport.QPAttrMaxDestRDAtomic
-	QPAttrPathMigState     = transport.QPAttrPathMigState
-	QPAttrCap              = transport.QPAttrCap
-	QPAttrDestQPN          = transport.QPAttrDestQPN
+	QPAttrState            = verbs.QPAttrState
+	QPAttrCurState         = verbs.QPAttrCurState
+	QPAttrEnSQDAsyncNotify = verbs.QPAttrEnSQDAsyncNotify
+	QPAttrAccessFlags      = verbs.QPAttrAccessFlags
+	QPAttrPKeyIndex        = verbs.QPAttrPKeyIndex
+	QPAttrPort             = verbs.QPAttrPort
+	QPAttrQKey             = verbs.QPAttrQKey
+	QPAttrAV               = verbs.QPAttrAV
+	QPAttrPathMTU          = verbs.QPAttrPathMTU
+	QPAttrTimeout          = verbs.QPAttrTimeout
+	QPAttrRetryCnt         = verbs.QPAttrRetryCnt
+	QPAttrRNRRetry         = verbs.QPAttrRNRRetry
+	QPAttrRQPSN            = verbs.QPAttrRQPSN
+	QPAttrMaxQPRDAtomic    = verbs.QPAttrMaxQPRDAtomic
+	QPAttrAltPath          = verbs.QPAttrAltPath
+	QPAttrMinRNRTimer      = verbs.QPAttrMinRNRTimer
+	QPAttrSQPSN            = verbs.QPAttrSQPSN
+	QPAttrMaxDestRDAtomic  = verbs.QPAttrMaxDestRDAtomic
+	QPAttrPathMigState     = verbs.QPAttrPathMigState
+	QPAttrCap              = verbs.QPAttrCap
+	QPAttrDestQPN          = verbs.QPAttrDestQPN
 )
 
 // Send WR opcodes (enum ibv_wr_opcode).
 const (
-	WRRDMAWrite         = transport.WRRDMAWrite
-	WRRDMAWriteWithImm  = transport.WRRDMAWriteWithImm
-	WRSend              = transport.WRSend
-	WRSendWithImm       = transport.WRSendWithImm
-	WRRDMARead          = transport.WRRDMARead
-	WRAtomicCmpAndSwp   = transport.WRAtomicCmpAndSwp
-	WRAtomicFetchAndAdd = transport.WRAtomicFetchAndAdd
-	WRLocalInv          = transport.WRLocalInv
-	WRBindMW            = transport.WRBindMW
-	WRSendWithInv       = transport.WRSendWithInv
-	WRFlush             = transport.WRFlush
-	WRAtomicWrite       = transport.WRAtomicWrite
+	WRRDMAWrite         = verbs.WRRDMAWrite
+	WRRDMAWriteWithImm  = verbs.WRRDMAWriteWithImm
+	WRSend              = verbs.WRSend
+	WRSendWithImm       = verbs.WRSendWithImm
+	WRRDMARead          = verbs.WRRDMARead
+	WRAtomicCmpAndSwp   = verbs.WRAtomicCmpAndSwp
+	WRAtomicFetchAndAdd = verbs.WRAtomicFetchAndAdd
+	WRLocalInv          = verbs.WRLocalInv
+	WRBindMW            = verbs.WRBindMW
+	WRSendWithInv       = verbs.WRSendWithInv
+	WRFlush             = verbs.WRFlush
+	WRAtomicWrite       = verbs.WRAtomicWrite
 )
 
 // Send flags (enum ibv_send_flags).
 const (
-	SendFence     = transport.SendFence
-	SendSignaled  = transport.SendSignaled
-	SendSolicited = transport.SendSolicited
-	SendInline    = transport.SendInline
+	SendFence     = verbs.SendFence
+	SendSignaled  = verbs.SendSignaled
+	SendSolicited = verbs.SendSolicited
+	SendInline    = verbs.SendInline
 )
 
 // Async event types (enum ibv_event_type).
 const (
-	EventCQErr            = transport.EventCQErr
-	EventQPFatal          = transport.EventQPFatal
-	EventQPReqErr         = transport.EventQPReqErr
-	EventQPAccessErr      = transport.EventQPAccessErr
-	EventCommEst          = transport.EventCommEst
-	EventSQDrained        = transport.EventSQDrained
-	EventDeviceFatal      = transport.EventDeviceFatal
-	EventPortActive       = transport.EventPortActive
-	EventPortErr          = transport.EventPortErr
-	EventSRQErr           = transport.EventSRQErr
-	EventSRQLimitReached  = transport.EventSRQLimitReached
-	EventQPLastWQEReached = transport.EventQPLastWQEReached
+	EventCQErr            = verbs.EventCQErr
+	EventQPFatal          = verbs.EventQPFatal
+	EventQPReqErr         = verbs.EventQPReqErr
+	EventQPAccessErr      = verbs.EventQPAccessErr
+	EventCommEst          = verbs.EventCommEst
+	EventSQDrained        = verbs.EventSQDrained
+	EventDeviceFatal      = verbs.EventDeviceFatal
+	EventPortActive       = verbs.EventPortActive
+	EventPortErr          = verbs.EventPortErr
+	EventSRQErr           = verbs.EventSRQErr
+	EventSRQLimitReached  = verbs.EventSRQLimitReached
+	EventQPLastWQEReached = verbs.EventQPLastWQEReached
 )

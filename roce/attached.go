@@ -56,8 +56,7 @@ func dial(addr netip.Addr, o *options) (*attach.Session, error) {
 func openAttached(addr netip.Addr, s *attach.Session, o *options) (*Device, error) {
 	g := s.Grant()
 	cfg := o.linkCfg
-	cfg.NoGSO = cfg.NoGSO || o.noGSO
-	cfg.NoGRO = cfg.NoGRO || o.noGRO || g.Flags&attach.FlagGRO == 0
+	cfg.NoGRO = cfg.NoGRO || g.Flags&attach.FlagGRO == 0
 	u, err := link.FromFile(s.Socket(), cfg)
 	if err != nil {
 		s.Close()
@@ -67,7 +66,6 @@ func openAttached(addr netip.Addr, s *attach.Session, o *options) (*Device, erro
 	if o.mtu == 0 {
 		o.mtu = MTU(g.MTU)
 	}
-	o.noGRO = cfg.NoGRO
 	o.firstQPN, o.lastQPN = g.First, g.Last
 	d, err := newDevice(addr, al, o)
 	if err != nil {
@@ -125,7 +123,7 @@ func (d *Device) uncharge(kind attach.Kind) {
 
 // report is the device as roced shows it (attach.Report, JSON).
 func (d *Device) report() []byte {
-	r := attach.Report{Stats: d.stats.Snapshot(), Queues: attach.Queues(d.QueueOccupancy()),
+	r := attach.Report{Stats: d.eng.Stats().Snapshot(), Queues: attach.Queues(d.QueueOccupancy()),
 		PDs: int(d.nPD.Load()), MRs: int(d.nMR.Load())}
 	if d.alink != nil {
 		r.Misrouted = d.alink.Misrouted()

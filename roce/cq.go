@@ -54,7 +54,6 @@ func (c *CQ) Handle() uint32 { return c.id }
 // CQE returns the number of completions the CQ can hold (ibv_cq.cqe).
 func (c *CQ) CQE() int { return c.q.Cap() }
 
-// Len returns the number of completions waiting to be polled.
 func (c *CQ) Len() int { return c.q.Len() }
 
 // Poll is ibv_poll_cq: it copies up to len(wc) completions, oldest first, and returns
@@ -66,10 +65,10 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 	if c.dev.closed.Load() {
 		return 0, closedErr("ibv_poll_cq", c.obj)
 	}
-	n, err := c.q.Poll(engineWCs(wc))
-	if n == 0 && err == nil && c.dev.rtc && c.dev.eng.Poll() > 0 {
+	n, err := c.q.Poll(wc)
+	if n == 0 && err == nil && c.dev.eng.Poll() > 0 {
 		// Run to completion: the poller receives what is queued itself.
-		n, err = c.q.Poll(engineWCs(wc))
+		n, err = c.q.Poll(wc)
 	}
 	if err != nil {
 		return n, wrapErr("ibv_poll_cq", c.obj, -1, err)

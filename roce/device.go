@@ -40,8 +40,6 @@ type options struct {
 	limits   Limits
 	eventBuf int
 	linkCfg  link.Config
-	noGSO    bool
-	noGRO    bool
 	readers  int
 	rtc      bool
 	cc       *dcqcn.Config
@@ -87,22 +85,15 @@ func WithEventBuffer(n int) Option { return func(o *options) { o.eventBuf = n } 
 // with Enabled false turns it off: no ECT, no CNPs, no pacing, as rxe.
 func WithCongestionControl(c dcqcn.Config) Option { return func(o *options) { o.cc = &c } }
 
-// WithLinkConfig tunes the UDP socket Open binds (batch size, socket buffers).
+// WithLinkConfig tunes the UDP socket Open binds: batch size, socket buffers,
+// and whether it uses UDP GSO and GRO (link.Config.NoGSO, NoGRO), which the
+// engine learns from the link (link.Offloads), as it does from a link given
+// with WithLink or OpenLink. With GSO the engine hands each run of
+// equal-size packets of one UDP flow to the socket as one train: one trip
+// through the kernel for up to 64 packets. With GRO it reads a run of
+// datagrams of one flow as one message and splits it, every packet still
+// checked on its own.
 func WithLinkConfig(c link.Config) Option { return func(o *options) { o.linkCfg = c } }
-
-// WithGSO turns segment trains on (the default) or off. On, the engine hands
-// each run of equal-size packets of one UDP flow (source port and destination)
-// to the link as one train, which a UDP socket sends as a UDP GSO
-// super-datagram: one trip through the kernel for up to 64 packets. Off, every packet is a datagram of
-// its own, and the socket Open binds never uses UDP_SEGMENT.
-func WithGSO(on bool) Option { return func(o *options) { o.noGSO = !on } }
-
-// WithGRO turns UDP GRO on the receive side on (the default) or off. On, the
-// engine reads with buffers that hold a whole coalesced train, so the kernel
-// hands a run of datagrams of one flow up as one message, which the engine
-// splits (every packet still checked on its own). Off, every datagram
-// arrives on its own.
-func WithGRO(on bool) Option { return func(o *options) { o.noGRO = !on } }
 
 // WithRunToCompletion turns run-to-completion on or off (the default is
 // off). On, the goroutine that has the work does it when the QP's engine
@@ -124,7 +115,6 @@ func WithReaders(n int) Option { return func(o *options) { o.readers = n } }
 // it. All methods are safe for concurrent use.
 type Device struct {
 	addr   netip.Addr
-	cc     dcqcn.Config // normalized
 	lport  uint16
 	guid   uint64
 	gids   []GID
@@ -137,11 +127,9 @@ type Device struct {
 	eng   *transport.Engine
 	sess  *attach.Session // roced's grant, when attached
 	alink *attach.Link    // the block's socket, when attached
-	stats *transport.Stats
 	mem   *memory
 
 	closed   atomic.Bool
-	rtc      bool          // run-to-completion: an empty CQ.Poll receives (Engine.Poll)
 	done     chan struct{} // closed by Close, so CQ.Wait never outlives the device
 	portDown atomic.Bool   // PORT_ERR seen (the link died): QueryPort says DOWN
 
@@ -191,8 +179,6 @@ func Open(addr netip.Addr, opts ...Option) (*Device, error) {
 			return openAttached(addr, s, &o)
 		}
 		cfg := o.linkCfg
-		cfg.NoGSO = cfg.NoGSO || o.noGSO
-		cfg.NoGRO = cfg.NoGRO || o.noGRO
 		if o.readers > 0 {
 			cfg.Readers = o.readers
 		}
@@ -243,9 +229,7 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		lport:  l.LocalAddr().Port(),
 		guid:   NodeGUID(addr),
 		limits: lim,
-		stats:  new(transport.Stats),
 		done:   make(chan struct{}),
-		rtc:    o.rtc,
 		qps:    make(map[uint32]*QP),
 		cqs:    make(map[*cq.Queue]*CQ),
 		srqs:   make(map[*srq.Queue]*SRQ),
@@ -283,14 +267,9 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		l = t
 	}
 	d.lnk = l
-	d.cc = congestionControl(addr, o.cc)
-	if err := d.cc.Normalize(); err != nil {
-		return nil, wrapErr("ibv_open_device", "", -1, err)
-	}
 	eng, err := transport.NewEngine(transport.Config{
 		Link:            l,
 		Memory:          d.mem,
-		Stats:           d.stats,
 		Shards:          o.shards,
 		OnEvent:         d.onEngineEvent,
 		LocalAddr:       addr,
@@ -300,10 +279,8 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 		MaxRDAtomic:     lim.MaxQPInitRdAtom,
 		MaxDestRDAtomic: lim.MaxQPRdAtom,
 		PortMTU:         active,
-		NoGSO:           o.noGSO,
-		NoGRO:           o.noGRO,
 		RunToCompletion: o.rtc,
-		CC:              d.cc,
+		CC:              congestionControl(addr, o.cc),
 		FirstQPN:        o.firstQPN,
 		LastQPN:         o.lastQPN,
 	})
@@ -391,9 +368,8 @@ func activeMTU(addr netip.Addr) MTU {
 
 // CongestionControl returns the device's congestion control, its defaults
 // filled in (the line rate it found for the interface, for one).
-func (d *Device) CongestionControl() dcqcn.Config { return d.cc }
+func (d *Device) CongestionControl() dcqcn.Config { return d.eng.Config().CC }
 
-// Addr returns the local IP address of the device.
 func (d *Device) Addr() netip.Addr { return d.addr }
 
 // LocalAddr returns the address and UDP port the device is bound to.
@@ -458,7 +434,7 @@ func (d *Device) QueryPKey(index int) (uint16, error) {
 }
 
 // Stats returns a snapshot of the engine's wire counters.
-func (d *Device) Stats() transport.StatsSnapshot { return d.stats.Snapshot() }
+func (d *Device) Stats() Stats { return d.eng.Stats().Snapshot() }
 
 // DroppedEvents returns how many async events were dropped because the Events channel
 // was full.
@@ -511,10 +487,5 @@ func (d *Device) QPs() []QPInfo {
 	if d.closed.Load() {
 		return nil
 	}
-	in := d.eng.QPs()
-	out := make([]QPInfo, len(in))
-	for i := range in {
-		out[i] = QPInfo(in[i])
-	}
-	return out
+	return d.eng.QPs()
 }

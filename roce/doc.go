@@ -2,16 +2,17 @@
 // libibverbs (device, PD, MR, AH, CQ, SRQ, QP, async events) over a user-space RoCEv2
 // engine that speaks UDP port 4791. It is what most programs import.
 //
-// roce is a facade. The objects' machinery lives below it: cq holds completion
-// queues, srq holds receive queues, transport runs the QPs on the wire, and
-// transport/link moves datagrams. The structs a program fills in and reads (WC, SGE,
-// RecvWR, SendWR, QPAttr, QPCap, AddressVector, SRQAttr, QPInfo) are declared here,
-// with a doc comment on every field, as twins of the forms those packages store:
-// same fields, same layout, so PostSend, PostRecv and Poll hand them down without a
-// copy. The enumerations (QPState, WROpcode, WCStatus, ...) and Error are the lower
-// packages' types under roce's names, so one import is enough. roce itself owns registration (PD, MR keys and the lkey/rkey registry the
-// engine resolves through transport.Memory), address handles, reference counts
-// between objects, device attributes, the GID table, and async event delivery.
+// roce is a facade over the library's core (internal/core): cq holds completion
+// queues, srq receive queues, transport runs the QPs on the wire, and package link
+// moves datagrams. The values a program fills in and reads (WC, SGE, RecvWR,
+// SendWR, QPAttr, QPCap, AddressVector, SRQAttr, QPInfo, Stats) and the
+// enumerations (QPState, WROpcode, WCStatus, ...) are declared once, in
+// internal/core/verbs, and named here by aliases: `go doc ./internal/core/verbs
+// SendWR` shows a struct's fields, and PostSend, PostRecv and Poll hand the values
+// to the engine as they are. roce itself owns registration (PD, MR keys and the
+// lkey/rkey registry the engine resolves keys through), address handles, reference
+// counts between objects, device attributes, the GID table, and async event
+// delivery.
 //
 // # Data flow
 //

@@ -90,6 +90,13 @@ func connectRC(t testing.TB, a, b *side, mtu MTU) {
 // connectRCWith is connectRC with the paths a→b and b→a given.
 func connectRCWith(t testing.TB, a, b *side, mtu MTU, avAB, avBA AddressVector) {
 	t.Helper()
+	connectRCTimeout(t, a, b, mtu, avAB, avBA, 14)
+}
+
+// connectRCTimeout is connectRCWith with the QPs' local ACK timeout (4.096 µs
+// × 2^timeout) given.
+func connectRCTimeout(t testing.TB, a, b *side, mtu MTU, avAB, avBA AddressVector, timeout uint8) {
+	t.Helper()
 	for _, p := range []struct {
 		l, r *side
 		av   AddressVector
@@ -102,7 +109,7 @@ func connectRCWith(t testing.TB, a, b *side, mtu MTU, avAB, avBA AddressVector) 
 			QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRDAtomic|QPAttrMinRNRTimer))
 	}
 	for _, l := range []*side{a, b} {
-		noErr(t, l.qp.Modify(&QPAttr{State: QPSRTS, SQPSN: 0x1000 + l.qp.QPN(), Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRDAtomic: 16},
+		noErr(t, l.qp.Modify(&QPAttr{State: QPSRTS, SQPSN: 0x1000 + l.qp.QPN(), Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRDAtomic: 16},
 			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRDAtomic))
 	}
 }

@@ -117,16 +117,12 @@ func (mr *MR) RKey() uint32 { return mr.reg.RKey }
 // in this process, or the iova given to RegMRIOVA.
 func (mr *MR) Addr() uint64 { return mr.reg.Addr }
 
-// Len returns the length of the region in bytes.
 func (mr *MR) Len() int { return len(mr.reg.Buf) }
 
-// Buf returns the registered slice.
 func (mr *MR) Buf() []byte { return mr.reg.Buf }
 
-// Access returns the access flags the MR was registered with.
 func (mr *MR) Access() Access { return mr.reg.Access }
 
-// PD returns the protection domain of the MR.
 func (mr *MR) PD() *PD { return mr.pd }
 
 // String formats the MR as "mr lkey 0x… rkey 0x… len N".

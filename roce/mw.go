@@ -21,7 +21,6 @@ const (
 	MWType2 MWType = 2 // IBV_MW_TYPE_2
 )
 
-// String returns "type 1" or "type 2".
 func (t MWType) String() string { return fmt.Sprintf("type %d", uint8(t)) }
 
 // MW is a memory window (struct ibv_mw): a window onto part of an MR with its own
@@ -74,10 +73,8 @@ func (mw *MW) RKey() uint32 {
 	return mw.w.rkey
 }
 
-// Type returns the window's type.
 func (mw *MW) Type() MWType { return mw.typ }
 
-// PD returns the protection domain of the window.
 func (mw *MW) PD() *PD { return mw.pd }
 
 // String formats the window as "mw type 2 rkey 0x…".

@@ -29,7 +29,6 @@ func (d *Device) AllocPD() (*PD, error) {
 	return &PD{dev: d, id: d.ids.Add(1)}, nil
 }
 
-// Device returns the device the PD was allocated on.
 func (pd *PD) Device() *Device { return pd.dev }
 
 // Handle returns the PD's number (the handle rdma-core prints).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/goroce/goroce/internal/core/attach"
 	"github.com/goroce/goroce/internal/core/transport"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // QPInitAttr holds the creation attributes of a QP (struct ibv_qp_init_attr).
@@ -52,7 +53,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		Type:     attr.Type,
 		SendCQ:   attr.SendCQ.queue(),
 		RecvCQ:   attr.RecvCQ.queue(),
-		Cap:      transport.QPCap(attr.Cap),
+		Cap:      verbs.QPCap(attr.Cap),
 		SQSigAll: attr.SQSigAll,
 		PD:       pd.id,
 	}
@@ -108,13 +109,10 @@ func (d *Device) checkQPInit(op, obj string, pd *PD, a *QPInitAttr) error {
 // QPN returns the QP number, which the peer needs as its DestQPN (or RemoteQPN for UD).
 func (q *QP) QPN() uint32 { return q.qpn }
 
-// Type returns the QP's transport service.
 func (q *QP) Type() QPType { return q.init.Type }
 
-// InitAttr returns the attributes the QP was created with.
 func (q *QP) InitAttr() QPInitAttr { return q.init }
 
-// PD returns the protection domain of the QP.
 func (q *QP) PD() *PD { return q.pd }
 
 // Modify is ibv_modify_qp. It validates everything first and changes nothing on
@@ -138,7 +136,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if err := d.checkQPAttr(op, q.obj, &a, mask); err != nil {
 		return err
 	}
-	return wrapErr(op, q.obj, -1, q.qp.Modify(engineQPAttr(&a), mask))
+	return wrapErr(op, q.obj, -1, q.qp.Modify(&a, mask))
 }
 
 // checkQPAttr checks the attributes that need roce's knowledge: the address vector
@@ -166,7 +164,7 @@ func (q *QP) Query() (QPAttr, error) {
 		return QPAttr{}, closedErr(op, q.obj)
 	}
 	a, _ := q.qp.Query()
-	return *userQPAttr(&a), nil
+	return a, nil
 }
 
 // State returns the QP's current state (Query().State).
@@ -184,7 +182,7 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) {
 	if q.pd.dev.closed.Load() {
 		return 0, closedErr("ibv_post_send", q.obj)
 	}
-	n, err := q.qp.PostSend(engineSendWRs(wrs))
+	n, err := q.qp.PostSend(wrs)
 	if err != nil {
 		return n, wrapErr("ibv_post_send", q.obj, n, err)
 	}
@@ -207,7 +205,7 @@ func (q *QP) PostRecv(wrs []RecvWR) (int, error) {
 		e.Index = 0
 		return 0, e
 	}
-	n, err := q.qp.PostRecv(engineRecvWRs(wrs))
+	n, err := q.qp.PostRecv(wrs)
 	if err != nil {
 		return n, wrapErr(op, q.obj, n, err)
 	}

@@ -42,7 +42,15 @@ func TestRunToCompletionKeepsArrivalOrder(t *testing.T) {
 		recvs  = 64 // newSide's MaxRecvWR
 	)
 	a, b := newSide(t, da, QPTypeRC, size, nil, nil), newSide(t, db, QPTypeRC, size, nil, nil)
-	connectRC(t, a, b, MTU1024)
+	// The local ACK timeout (2^22 × 4.096 µs, 17 s) outlasts the test
+	// (wcTimeout): a resend here can only come from a NAK, that is from
+	// packets out of order. With the usual 67 ms (timeout 14) the receiver's
+	// flat-out poller and the sender share two cores, under -race and with
+	// other work on the host an ACK could wait that long for a core, and the
+	// timer's go-back-N resends counted as duplicates.
+	connectRCTimeout(t, a, b, MTU1024,
+		AddressVector{DGID: db.Addr(), SGIDIndex: uint8(da.GIDIndex()), HopLimit: 64, IsGlobal: true},
+		AddressVector{DGID: da.Addr(), SGIDIndex: uint8(db.GIDIndex()), HopLimit: 64, IsGlobal: true}, 22)
 
 	// The receiver polls its CQ without ever sleeping: every empty poll reads
 	// the link itself (Engine.Poll), beside the reader goroutine.

@@ -4,6 +4,7 @@ import (
 	"syscall"
 
 	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // SRQInitAttr holds the creation attributes of an SRQ (struct ibv_srq_init_attr).
@@ -38,7 +39,7 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 		pd.release()
 		return nil, newErr(op, obj, syscall.ENOMEM, "max_srq %d reached", d.limits.MaxSRQ)
 	}
-	a := srq.Attr(attr.Attr)
+	a := attr.Attr
 	q, err := srq.New(&a, d.srqCaps())
 	if err != nil {
 		d.nSRQ.Add(-1)
@@ -63,7 +64,7 @@ func (d *Device) srqCaps() srq.Caps {
 // (ibv_modify_srq(3)). It may run on the engine shard whose Pop crossed the limit or
 // on the goroutine calling Modify; it only counts and queues an event.
 func (s *SRQ) limitReached() {
-	s.pd.dev.stats.SRQLimitEvents.Add(1)
+	s.pd.dev.eng.Stats().SRQLimitEvents.Add(1)
 	s.pd.dev.emit(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
 }
 
@@ -79,7 +80,7 @@ func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
 	if s.pd.dev.closed.Load() {
 		return 0, closedErr(op, s.obj)
 	}
-	n, err := s.q.PostRecv(engineRecvWRs(wrs))
+	n, err := s.q.PostRecv(wrs)
 	if err != nil {
 		return n, wrapErr(op, s.obj, n, err)
 	}
@@ -98,7 +99,7 @@ func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
 	if attr == nil {
 		return newErr(op, s.obj, syscall.EINVAL, "nil attr")
 	}
-	return wrapErr(op, s.obj, -1, s.q.Modify((*srq.Attr)(attr), mask))
+	return wrapErr(op, s.obj, -1, s.q.Modify((*verbs.SRQAttr)(attr), mask))
 }
 
 // Query is ibv_query_srq: max_wr, max_sge and the armed limit (0 when disarmed).

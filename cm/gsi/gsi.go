@@ -130,6 +130,9 @@ func (g *Link) ReceiveFuncs() []link.ReceiveFunc {
 	return link.WrapReceiveFuncs(link.ReceiveFuncs(g.Link), g.diverted)
 }
 
+// Offloads implements link.Offloader: the wrapped link's.
+func (g *Link) Offloads() link.Offloads { return link.OffloadsOf(g.Link) }
+
 // PollFuncs implements link.Poller when the wrapped link does (nil
 // otherwise): its non-blocking receive paths, QP1 diverted.
 func (g *Link) PollFuncs() []link.ReceiveFunc {

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/goroce/goroce/internal/core/transport"
+	"github.com/goroce/goroce/roce"
 )
 
 // The atomic tests check that the peer executed every atomic exactly once,
@@ -65,7 +65,7 @@ func (s *session) checkAtomicTarget(total int) error {
 		return nil
 	}
 	st := s.dev.Stats()
-	executed := st.RcvdPackets[transport.ClassAtomic] - st.DuplicateRequests - st.OutOfSequence
+	executed := st.RcvdPackets[roce.ClassAtomic] - st.DuplicateRequests - st.OutOfSequence
 	var added uint64
 	n := s.c.numQPs
 	region := s.buf[n*s.bsize : 2*n*s.bsize]

@@ -22,10 +22,6 @@ const (
 	sendWRID = 2
 )
 
-// udGRH is the room ud_pingpong leaves in front of every receive buffer for the GRH a
-// UD receive completion carries (40 bytes, the IPv6 header size, on RoCE too).
-const udGRH = 40
-
 // pageSize is the stride of the stock tools' -c pattern (sysconf(_SC_PAGESIZE) on x86).
 const pageSize = 4096
 
@@ -34,13 +30,7 @@ type session struct {
 	c    *config
 	out  io.Writer
 	dev  *roce.Device
-	pd   *roce.PD
-	mr   *roce.MR
-	buf  []byte // receive slots, then one send buffer per QP; all in mr
-	cq   *roce.CQ
-	srq  *roce.SRQ // srq mode only
-	qps  []*roce.QP
-	ah   *roce.AH // ud only
+	pp   *pingpong.Session // its Buf: receive slots, then one send buffer per QP
 	gidx int
 
 	fill      byte // the byte the buffers start filled with: 0x7b, or 0 for srq
@@ -135,10 +125,6 @@ func (s *session) open() error {
 		return fmt.Errorf("can't read sgid of index %d: %w", s.gidx, err)
 	}
 
-	s.fill = 0x7b
-	if c.mode == "srq" {
-		s.fill = 0 // srq_pingpong clears its buffer; the others fill it with '{'
-	}
 	// The stock tools send from and receive into one buffer. Here every posted
 	// receive WR owns a slot, and a slot is posted again only after this program
 	// is done with it, so the engine never writes a buffer being read: messages
@@ -146,7 +132,7 @@ func (s *session) open() error {
 	// of slots is safe. Every QP has its own send buffer.
 	s.slotLen = c.size
 	if c.mode == "ud" {
-		s.slotLen += udGRH
+		s.slotLen += pingpong.GRH
 	}
 	s.slots = c.rxDepth
 	s.free = make([]int, s.slots)
@@ -157,9 +143,19 @@ func (s *session) open() error {
 	for i := range s.echo {
 		s.echo[i] = make([]byte, c.size)
 	}
-	s.buf = make([]byte, s.slots*s.slotLen+c.numQP*c.size)
-	for i := range s.buf {
-		s.buf[i] = s.fill
+	kind := map[string]pingpong.Kind{"rc": pingpong.RC, "uc": pingpong.UC, "ud": pingpong.UD, "srq": pingpong.SRQ}[c.mode]
+	s.pp, err = pingpong.Open(s.dev, pingpong.Spec{Kind: kind, QPs: c.numQP, Slots: s.slots, SlotLen: s.slotLen,
+		Extra: c.numQP * c.size, SendWR: 1, RecvWR: c.rxDepth, CQE: c.rxDepth + c.numQP})
+	s.Add(s.pp.Close)
+	if err != nil {
+		return fmt.Errorf("couldn't create the verbs objects: %w", err)
+	}
+	s.fill = 0x7b
+	if c.mode == "srq" {
+		s.fill = 0 // srq_pingpong clears its buffer; the others fill it with '{'
+	}
+	for i := range s.pp.Buf {
+		s.pp.Buf[i] = s.fill
 	}
 	if c.validate && c.server != "" {
 		// The stock client's -c pattern: a zero at the start of every page it sends.
@@ -170,49 +166,10 @@ func (s *session) open() error {
 			}
 		}
 	}
-
-	if s.pd, err = s.dev.AllocPD(); err != nil {
-		return err
-	}
-	s.Add(s.pd.Close)
-	if s.mr, err = s.pd.RegMR(s.buf, roce.AccessLocalWrite); err != nil {
-		return err
-	}
-	s.Add(s.mr.Close)
-	if s.cq, err = s.dev.CreateCQ(c.rxDepth + c.numQP); err != nil {
-		return err
-	}
-	s.Add(s.cq.Close)
-	qpType := roce.QPTypeRC
-	switch c.mode {
-	case "uc":
-		qpType = roce.QPTypeUC
-	case "ud":
-		qpType = roce.QPTypeUD
-	case "srq":
-		if s.srq, err = s.pd.CreateSRQ(roce.SRQInitAttr{Attr: roce.SRQAttr{MaxWR: uint32(c.rxDepth), MaxSGE: 1}}); err != nil {
-			return err
-		}
-		s.Add(s.srq.Close)
-	}
 	s.sendFlags = roce.SendSignaled
-	for i := 0; i < c.numQP; i++ {
-		attr := roce.QPInitAttr{Type: qpType, SendCQ: s.cq, RecvCQ: s.cq, SRQ: s.srq,
-			Cap: roce.QPCap{MaxSendWR: 1, MaxSendSGE: 1}}
-		if s.srq == nil {
-			attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = uint32(c.rxDepth), 1
-		}
-		qp, err := s.pd.CreateQP(attr)
-		if err != nil {
-			return fmt.Errorf("couldn't create QP[%d]: %w", i, err)
-		}
-		s.qps = append(s.qps, qp)
-		s.Add(qp.Close)
+	for _, qp := range s.pp.QPs {
 		if got, err := qp.Query(); err == nil && int(got.Cap.MaxInlineData) >= c.size {
 			s.sendFlags |= roce.SendInline
-		}
-		if err := qp.Init(&roce.ConnectAttr{QKey: pingpong.QKey}); err != nil {
-			return fmt.Errorf("QP[%d]: %w", i, err)
 		}
 		s.local = append(s.local, oob.Dest{QPN: qp.QPN(), PSN: rand.Uint32() & 0xffffff, GID: gid})
 	}
@@ -232,9 +189,9 @@ func (s *session) open() error {
 // payload is the message in receive slot i: all of it, or for ud what follows the GRH
 // room.
 func (s *session) payload(slot int) []byte {
-	b := s.buf[slot*s.slotLen : (slot+1)*s.slotLen]
+	b := s.pp.Buf[slot*s.slotLen : (slot+1)*s.slotLen]
 	if s.c.mode == "ud" {
-		return b[udGRH:]
+		return b[pingpong.GRH:]
 	}
 	return b
 }
@@ -243,7 +200,7 @@ func (s *session) payload(slot int) []byte {
 func (s *session) sendOff(qi int) int { return s.slots*s.slotLen + qi*s.c.size }
 
 // sendBuf is QP qi's send buffer.
-func (s *session) sendBuf(qi int) []byte { return s.buf[s.sendOff(qi) : s.sendOff(qi)+s.c.size] }
+func (s *session) sendBuf(qi int) []byte { return s.pp.Buf[s.sendOff(qi) : s.sendOff(qi)+s.c.size] }
 
 // postRecv posts up to n receives into free slots and returns how many were
 // posted. Each WR carries its slot in the bits above the WR kind.
@@ -251,28 +208,22 @@ func (s *session) postRecv(n int) int {
 	wrs := make([]roce.RecvWR, min(n, len(s.free)))
 	for i := range wrs {
 		slot := s.free[i]
-		wrs[i] = roce.RecvWR{WRID: recvWRID | uint64(slot)<<8, SGL: []roce.SGE{{
-			Addr: s.mr.Addr() + uint64(slot*s.slotLen), Length: uint32(s.slotLen), LKey: s.mr.LKey()}}}
+		wrs[i] = roce.RecvWR{WRID: recvWRID | uint64(slot)<<8, SGL: []roce.SGE{s.pp.SGE(slot, 0, s.slotLen)}}
 	}
-	var got int
-	if s.srq != nil {
-		got, _ = s.srq.PostRecv(wrs)
-	} else {
-		got, _ = s.qps[0].PostRecv(wrs)
-	}
+	got, _ := s.pp.PostRecv(0, wrs)
 	s.free = s.free[got:]
 	return got
 }
 
 func (s *session) postSend(qp int) error {
 	wr := roce.SendWR{WRID: sendWRID, Opcode: roce.WRSend, Flags: s.sendFlags,
-		SGL: []roce.SGE{{Addr: s.mr.Addr() + uint64(s.sendOff(qp)), Length: uint32(s.c.size), LKey: s.mr.LKey()}}}
-	if s.ah != nil {
-		wr.AH = s.ah.AV()
+		SGL: []roce.SGE{s.pp.SGE(0, s.sendOff(qp), s.c.size)}}
+	if ah := s.pp.AHs[qp]; ah != nil {
+		wr.AH = ah.AV()
 		wr.RemoteQPN = s.remote[0].QPN
 		wr.RemoteQKey = pingpong.QKey
 	}
-	_, err := s.qps[qp].PostSend([]roce.SendWR{wr})
+	_, err := s.pp.QPs[qp].PostSend([]roce.SendWR{wr})
 	return err
 }
 
@@ -313,7 +264,7 @@ func (s *session) exchange(ctx context.Context, conn net.Conn) error {
 }
 
 func (s *session) printRemote() {
-	for _, d := range s.remote[:len(s.qps)] {
+	for _, d := range s.remote[:len(s.pp.QPs)] {
 		fmt.Fprintf(s.out, "  remote address: %v\n", d)
 	}
 }
@@ -321,25 +272,16 @@ func (s *session) printRemote() {
 // connect moves every QP to RTR and RTS with the attributes the stock tools use.
 func (s *session) connect() error {
 	mtu := roce.MTUFromBytes(s.c.mtu)
-	for i, qp := range s.qps {
+	for i := range s.pp.QPs {
 		r := s.remote[i]
 		if r.QPN == 0 {
-			return fmt.Errorf("remote QP[%d]: the peer sent no address (fewer QPs than our -q %d?)", i, len(s.qps))
+			return fmt.Errorf("remote QP[%d]: the peer sent no address (fewer QPs than our -q %d?)", i, len(s.pp.QPs))
 		}
 		// Only the first record's GID counts (srq_pingpong uses dest->gid for all QPs).
 		r.GID = s.remote[0].GID
-		a := pingpong.ConnectAttr(s.local[i].PSN, r, s.gidx, mtu)
-		if err := qp.Connect(&a); err != nil {
+		if err := s.pp.Connect(i, s.local[i].PSN, r, s.gidx, mtu); err != nil {
 			return fmt.Errorf("QP[%d]: %w", i, err)
 		}
-	}
-	if s.c.mode == "ud" {
-		ah, err := s.pd.CreateAH(pingpong.AV(s.remote[0], s.gidx))
-		if err != nil {
-			return fmt.Errorf("failed to create AH: %w", err)
-		}
-		s.ah = ah
-		s.Add(ah.Close)
 	}
 	return nil
 }
@@ -348,31 +290,31 @@ func (s *session) connect() error {
 // client starts. It ends after iters send and iters receive completions.
 func (s *session) loop(ctx context.Context) error {
 	c := s.c
-	pending := make([]int, len(s.qps))
+	pending := make([]int, len(s.pp.QPs))
 	for i := range pending {
 		pending[i] = recvWRID
 	}
 	if c.server != "" {
-		for i := range s.qps {
+		for i := range s.pp.QPs {
 			if err := s.postSend(i); err != nil {
 				return fmt.Errorf("couldn't post send: %w", err)
 			}
 			pending[i] |= sendWRID
 		}
 	}
-	qpIndex := make(map[uint32]int, len(s.qps))
-	for i, qp := range s.qps {
+	qpIndex := make(map[uint32]int, len(s.pp.QPs))
+	for i, qp := range s.pp.QPs {
 		qpIndex[qp.QPN()] = i
 	}
 	start := time.Now()
 	routs := c.rxDepth
 	refill := 1 // rc/uc/ud refill when at most one receive is left; srq at num_qp
-	if s.srq != nil {
-		refill = len(s.qps)
+	if s.pp.SRQ != nil {
+		refill = len(s.pp.QPs)
 	}
 	wantLen := uint32(c.size)
 	if c.mode == "ud" {
-		wantLen += udGRH
+		wantLen += pingpong.GRH
 	}
 	wc := make([]roce.WC, 16)
 	scnt, rcnt := 0, 0
@@ -382,7 +324,7 @@ func (s *session) loop(ctx context.Context) error {
 		if tail {
 			waitCtx, cancel = context.WithTimeout(ctx, c.lastAckWait)
 		}
-		n, err := s.cq.Wait(waitCtx, wc)
+		n, err := s.pp.CQ.Wait(waitCtx, wc)
 		cancel()
 		if err != nil {
 			if tail && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {

@@ -198,6 +198,7 @@ func TestCMREQFlood(t *testing.T) {
 		if admitted := m["cm_rx"] - m["refused"]; admitted > allowed || admitted < 1 {
 			t.Errorf("%v REQs admitted of %v (cap %d pending at once, for 2 s each: at most %.0f so far)", admitted, m["cm_rx"], maxPending, allowed)
 		}
+		admitted := m["cm_rx"] - m["refused"]
 		waitFor(t, "the pending connections to be withdrawn", func() bool {
 			mfs := p.scrape(t)
 			return value(t, mfs, "roce_cm_pending_connections") == 0 && value(t, mfs, "roce_rping_active_sessions") == 0 &&
@@ -205,6 +206,12 @@ func TestCMREQFlood(t *testing.T) {
 				value(t, mfs, "roce_queue_pairs", "state", "init") == 0 && value(t, mfs, "roce_completion_queues") == 0 &&
 				value(t, mfs, "roce_rping_accept_errors_total") == m["cm_rx"]-m["refused"]
 		})
+		// Each admitted REQ is answered by one REP, and the REQs ask for a
+		// 4.3 s CM response timeout, longer than -cm-pending-timeout: its
+		// retransmission never comes before the connection is withdrawn.
+		if reps := value(t, p.scrape(t), "roce_cm_reps_total"); reps != admitted {
+			t.Errorf("%v REPs sent for %v admitted REQs, want one each", reps, admitted)
+		}
 	}
 	waitFor(t, "goroutines back to their baseline", func() bool {
 		_, _, g := memory(t, p)
@@ -213,7 +220,9 @@ func TestCMREQFlood(t *testing.T) {
 	rss1, heap1, g1 := memory(t, p)
 	t.Logf("RSS %.1f MB before, %.1f / %.1f MB peak in floods 1 / 2, %.1f MB after; Go heap in use %.1f MB before, %.1f / %.1f MB peak, %.1f MB after; goroutines %v before, %v after",
 		rss0/1e6, peaks[0][0]/1e6, peaks[1][0]/1e6, rss1/1e6, heap0/1e6, peaks[0][1]/1e6, peaks[1][1]/1e6, heap1/1e6, g0, g1)
-	if peaks[0][0]-rss0 > 64e6 {
+	// Measured 7-10 MB for 5,000 REQs (64 of them admitted, each with an
+	// rping session's QP, CQ and 64 KiB MR); the margin is the GC's timing.
+	if peaks[0][0]-rss0 > 16e6 {
 		t.Errorf("RSS grew by %.1f MB during the flood", (peaks[0][0]-rss0)/1e6)
 	}
 	if peaks[1][1] > peaks[0][1]+8e6 {

@@ -172,7 +172,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	cmPendingFor := fs.Duration("cm-pending-timeout", defaultCMPendingFor, "withdraw a CM connection (REJ timeout) not established this long after its REQ")
 	drain := fs.Duration("drain-timeout", defaultDrainTimeout, "on SIGINT/SIGTERM, how long to wait for sessions to finish")
 	sourcePorts := fs.Int("source-ports", defaultSourcePorts, "most per-QP UDP source `ports` (rxe's, for ECMP entropy; one socket each) per address; 0 sends all from -port")
-	gso := fs.Bool("gso", true, "send runs of a QP's equal-size packets as UDP GSO segment trains (false: one datagram per packet)")
+	gso := fs.Bool("gso", true, "send runs of one UDP flow's equal-size packets as UDP GSO segment trains (false: one datagram per packet)")
 	gro := fs.Bool("gro", true, "receive with UDP GRO: coalesced datagrams split by the engine (false: one datagram per read slot)")
 	readers := fs.Int("readers", 1, "receive sockets per address (SO_REUSEPORT), each read by its own goroutine; the kernel spreads QPs over them by source port")
 	rtc := fs.Bool("run-to-completion", false, "the goroutine that has the work does it when the engine shard is idle (posts send their own packets, the socket reader runs the receive side), saving hand-offs")

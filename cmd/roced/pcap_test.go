@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -46,7 +47,7 @@ func pcapDecodes(t *testing.T, sourcePorts string) {
 	// (package link): the client sends without GSO trains, whose segments
 	// after the first carry IDs 1, 2, ..., so every ICRC in the capture can be
 	// checked. The daemon's own trains are recorded with their real IDs.
-	dev, err := roce.Open(addrs[1], roce.WithMTU(roce.MTU1024), roce.WithGSO(false))
+	dev, err := roce.Open(addrs[1], roce.WithMTU(roce.MTU1024), roce.WithLinkConfig(link.Config{NoGSO: true}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,8 +42,6 @@ const (
 	// bytes: ibv_srq_pingpong writes its 256 records back to back, ibv_rc_pingpong
 	// writes one and waits for the answer.
 	ppSRQDetect = 250 * time.Millisecond
-	ppQKey      = pingpong.QKey
-	ppGRH       = 40 // UD receive buffers start with a GRH slot
 	// ppMaxExchanges bounds the TCP connections still in their exchange (a
 	// goroutine and a 13 KiB read buffer each; no verbs objects yet).
 	ppMaxExchanges = 256
@@ -253,14 +251,8 @@ type ppSession struct {
 	kind pingpongKind
 	log  *slog.Logger
 
-	pd   *roce.PD
-	cq   *roce.CQ
-	srq  *roce.SRQ
-	qps  []*roce.QP
+	sess *pingpong.Session
 	byQP map[uint32]*ppQP
-	mr   *roce.MR
-	buf  []byte
-	slot int // bytes per slot
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -272,9 +264,8 @@ type ppSession struct {
 
 // ppQP is one QP of a session and where its echoes go.
 type ppQP struct {
-	qp     *roce.QP
+	i      int // in sess.QPs
 	remote oob.Dest
-	ah     *roce.AH // UD only
 }
 
 // WRIDs: the slot index, with the top bit set for sends (an echo sent from a slot).
@@ -327,7 +318,7 @@ func (s *ppSession) run() {
 	st.started[s.kind].Add(1)
 	st.active[s.kind].Add(1)
 	defer st.active[s.kind].Add(-1)
-	s.log.Info("session started", "kind", s.kind.String(), "qps", len(s.qps), "peer", remote[0].String())
+	s.log.Info("session started", "kind", s.kind.String(), "qps", len(s.sess.QPs), "peer", remote[0].String())
 	start := time.Now()
 	end, reason := s.serve()
 	st.ends[s.kind][end].Add(1)
@@ -412,96 +403,49 @@ func (s *ppSession) connect(remote []oob.Dest) ([]oob.Dest, error) {
 	}
 	local := make([]oob.Dest, len(dests))
 	for i, d := range dests {
-		q := s.byQP[s.qps[i].QPN()]
-		q.remote = d
+		s.byQP[s.sess.QPs[i].QPN()].remote = d
 		psn := rand.Uint32() & 0xffffff
-		if err := s.connectQP(q, psn); err != nil {
+		if err := s.sess.Connect(i, psn, d, s.r.dev.GIDIndex(), s.r.cfg.mtu); err != nil {
 			return nil, err
 		}
-		local[i] = oob.Dest{QPN: q.qp.QPN(), PSN: psn, GID: s.r.dev.GID()}
+		local[i] = oob.Dest{QPN: s.sess.QPs[i].QPN(), PSN: psn, GID: s.r.dev.GID()}
 	}
 	return local, nil
 }
 
 // create allocates the session's verbs objects and posts every receive slot.
+// Every slot is either a posted receive or an echo in flight, so nslots
+// completions can be outstanding at once.
 func (s *ppSession) create(nqp int) error {
-	dev := s.r.dev
-	var err error
-	if s.pd, err = dev.AllocPD(); err != nil {
-		return err
-	}
-	s.slot = s.r.cfg.maxSize
-	if s.kind == kindUD {
-		s.slot = s.r.cfg.mtu.Bytes() + ppGRH
-	}
 	nslots := ppSlotsPerQP * nqp
-	s.buf = make([]byte, nslots*s.slot)
-	if s.mr, err = s.pd.RegMR(s.buf, roce.AccessLocalWrite); err != nil {
-		return err
-	}
-	// Every slot is either a posted receive or an echo in flight, so nslots
-	// completions can be outstanding at once.
-	if s.cq, err = dev.CreateCQ(nslots + 1); err != nil {
-		return err
-	}
-	init := roce.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: roce.QPCap{MaxSendWR: ppSlotsPerQP, MaxRecvWR: ppSlotsPerQP, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	spec := pingpong.Spec{Kind: pingpong.RC, QPs: nqp, Slots: nslots, SlotLen: s.r.cfg.maxSize,
+		SendWR: ppSlotsPerQP, RecvWR: ppSlotsPerQP, CQE: nslots + 1}
 	switch s.kind {
-	case kindRC:
-		init.Type = roce.QPTypeRC
 	case kindUD:
-		init.Type = roce.QPTypeUD
+		spec.Kind, spec.SlotLen = pingpong.UD, s.r.cfg.mtu.Bytes()+pingpong.GRH
 	case kindSRQ:
-		init.Type = roce.QPTypeRC
-		if s.srq, err = s.pd.CreateSRQ(roce.SRQInitAttr{Attr: roce.SRQAttr{MaxWR: uint32(nslots), MaxSGE: 1}}); err != nil {
-			return err
-		}
-		init.SRQ = s.srq
-		init.Cap.MaxRecvWR = 0
+		spec.Kind = pingpong.SRQ
+	}
+	var err error
+	s.sess, err = pingpong.Open(s.r.dev, spec)
+	if err != nil {
+		return err
 	}
 	s.byQP = make(map[uint32]*ppQP, nqp)
-	for range nqp {
-		qp, err := s.pd.CreateQP(init)
-		if err != nil {
-			return err
-		}
-		s.qps = append(s.qps, qp)
-		s.byQP[qp.QPN()] = &ppQP{qp: qp}
-		if err := qp.Init(&roce.ConnectAttr{QKey: ppQKey}); err != nil {
-			return err
-		}
+	for i, qp := range s.sess.QPs {
+		s.byQP[qp.QPN()] = &ppQP{i: i}
 	}
 	for i := range nslots {
-		if err := s.postRecv(i, s.qps[i%nqp]); err != nil {
+		if err := s.postRecv(i, i%nqp); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *ppSession) connectQP(q *ppQP, psn uint32) error {
-	a := pingpong.ConnectAttr(psn, q.remote, s.r.dev.GIDIndex(), s.r.cfg.mtu)
-	if err := q.qp.Connect(&a); err != nil || s.kind != kindUD {
-		return err
-	}
-	var err error
-	q.ah, err = s.pd.CreateAH(a.AV)
-	return err
-}
-
-func (s *ppSession) slotSGE(i, off, n int) roce.SGE {
-	return roce.SGE{Addr: s.mr.Addr() + uint64(i*s.slot+off), Length: uint32(n), LKey: s.mr.LKey()}
-}
-
-// postRecv gives slot i back to the receive queue (the SRQ, or qp's own).
-func (s *ppSession) postRecv(i int, qp *roce.QP) error {
-	wr := []roce.RecvWR{{WRID: uint64(i), SGL: []roce.SGE{s.slotSGE(i, 0, s.slot)}}}
-	var err error
-	if s.srq != nil {
-		_, err = s.srq.PostRecv(wr)
-	} else {
-		_, err = qp.PostRecv(wr)
-	}
+// postRecv gives slot i back to the receive queue (the SRQ, or QP qp's own).
+func (s *ppSession) postRecv(i, qp int) error {
+	_, err := s.sess.PostRecv(qp, []roce.RecvWR{{WRID: uint64(i), SGL: []roce.SGE{s.sess.SGE(i, 0, s.sess.SlotLen)}}})
 	return err
 }
 
@@ -515,17 +459,17 @@ func (s *ppSession) serve() (sessionEnd, string) {
 	idle := time.NewTimer(s.r.cfg.idle)
 	defer idle.Stop()
 	for {
-		n, err := s.cq.Poll(wc)
+		n, err := s.sess.CQ.Poll(wc)
 		if err != nil {
 			return endError, "poll: " + err.Error()
 		}
 		if n == 0 {
-			if err := s.cq.ReqNotify(false); err != nil {
+			if err := s.sess.CQ.ReqNotify(false); err != nil {
 				return endError, "notify: " + err.Error()
 			}
-			if n, _ = s.cq.Poll(wc); n == 0 {
+			if n, _ = s.sess.CQ.Poll(wc); n == 0 {
 				select {
-				case <-s.cq.Notify():
+				case <-s.sess.CQ.Notify():
 					continue
 				case <-idle.C:
 					return endIdle, fmt.Sprintf("idle for %v", s.r.cfg.idle)
@@ -561,7 +505,7 @@ func (s *ppSession) complete(wc *roce.WC) string {
 		default:
 		}
 		if wc.Status == roce.WCLocLenErr {
-			return fmt.Sprintf("qp %#x: message larger than the %d-byte receive slot (client -s too big)", wc.QPNum, s.slot)
+			return fmt.Sprintf("qp %#x: message larger than the %d-byte receive slot (client -s too big)", wc.QPNum, s.sess.SlotLen)
 		}
 		return fmt.Sprintf("qp %#x wr %#x: %v", wc.QPNum, wc.WRID, wc.Status)
 	}
@@ -571,7 +515,7 @@ func (s *ppSession) complete(wc *roce.WC) string {
 	}
 	slot := int(wc.WRID &^ wridSend)
 	if wc.WRID&wridSend != 0 {
-		if err := s.postRecv(slot, q.qp); err != nil {
+		if err := s.postRecv(slot, q.i); err != nil {
 			return "post recv: " + err.Error()
 		}
 		return ""
@@ -581,15 +525,15 @@ func (s *ppSession) complete(wc *roce.WC) string {
 	off, length := 0, int(wc.ByteLen)
 	wr := roce.SendWR{WRID: uint64(slot) | wridSend, Opcode: roce.WRSend, Flags: roce.SendSignaled}
 	if s.kind == kindUD {
-		off, length = ppGRH, length-ppGRH
-		wr.AH = q.ah.AV()
+		off, length = pingpong.GRH, length-pingpong.GRH
+		wr.AH = s.sess.AHs[q.i].AV()
 		wr.RemoteQPN = q.remote.QPN
-		wr.RemoteQKey = ppQKey
+		wr.RemoteQKey = pingpong.QKey
 	}
 	if length > 0 {
-		wr.SGL = []roce.SGE{s.slotSGE(slot, off, length)}
+		wr.SGL = []roce.SGE{s.sess.SGE(slot, off, length)}
 	}
-	if _, err := q.qp.PostSend([]roce.SendWR{wr}); err != nil {
+	if _, err := s.sess.QPs[q.i].PostSend([]roce.SendWR{wr}); err != nil {
 		return "post send: " + err.Error()
 	}
 	return ""
@@ -604,38 +548,17 @@ func (s *ppSession) abort() {
 	})
 }
 
-// destroy moves the QPs to ERR and releases every verbs object, in reverse order of
-// creation.
+// destroy moves the QPs to ERR, so the peer's work is flushed, and releases
+// every verbs object.
 func (s *ppSession) destroy() {
 	s.abort()
-	for _, qp := range s.qps {
+	if s.sess == nil {
+		return
+	}
+	for _, qp := range s.sess.QPs {
 		_ = qp.Modify(&roce.QPAttr{State: roce.QPSErr}, roce.QPAttrState)
 	}
-	for _, q := range s.byQP {
-		if q.ah != nil {
-			q.ah.Close()
-		}
-	}
-	for _, qp := range s.qps {
-		if err := qp.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			s.log.Warn("destroying QP", "err", err)
-		}
-	}
-	release := func(what string, close func() error) {
-		if err := close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			s.log.Warn("releasing session resources", "object", what, "err", err)
-		}
-	}
-	if s.srq != nil {
-		release("srq", s.srq.Close)
-	}
-	if s.cq != nil {
-		release("cq", s.cq.Close)
-	}
-	if s.mr != nil {
-		release("mr", s.mr.Close)
-	}
-	if s.pd != nil {
-		release("pd", s.pd.Close)
+	if err := s.sess.Close(); err != nil {
+		s.log.Warn("releasing session resources", "err", err)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/tool/devapi"
+	"github.com/goroce/goroce/internal/tool/pingpong"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )
@@ -52,7 +54,7 @@ func newPPClient(t *testing.T, dev *roce.Device, kind pingpongKind, nqp, size in
 	must(err)
 	slot := size
 	if kind == kindUD {
-		slot += ppGRH
+		slot += pingpong.GRH
 	}
 	// Slot 2i is QP i's receive buffer, slot 2i+1 its send buffer.
 	c.buf = make([]byte, 2*nqp*slot)
@@ -77,7 +79,7 @@ func newPPClient(t *testing.T, dev *roce.Device, kind pingpongKind, nqp, size in
 		attr := roce.QPAttr{State: roce.QPSInit, PortNum: 1}
 		mask := roce.QPAttrState | roce.QPAttrPKeyIndex | roce.QPAttrPort
 		if kind == kindUD {
-			attr.QKey = ppQKey
+			attr.QKey = pingpong.QKey
 			mask |= roce.QPAttrQKey
 		} else {
 			mask |= roce.QPAttrAccessFlags
@@ -94,7 +96,7 @@ func newPPClient(t *testing.T, dev *roce.Device, kind pingpongKind, nqp, size in
 
 func (c *ppClient) slot() int {
 	if c.kind == kindUD {
-		return c.size + ppGRH
+		return c.size + pingpong.GRH
 	}
 	return c.size
 }
@@ -189,7 +191,7 @@ func (c *ppClient) run(iters int) {
 		if c.kind == kindUD {
 			wr.AH = c.ahs[i].AV()
 			wr.RemoteQPN = c.rem[i].QPN
-			wr.RemoteQKey = ppQKey
+			wr.RemoteQKey = pingpong.QKey
 		}
 		if _, err := c.qps[i].PostSend([]roce.SendWR{wr}); err != nil {
 			c.t.Fatal(err)
@@ -223,7 +225,7 @@ func (c *ppClient) run(iters int) {
 				rs := int(w.WRID)
 				got := c.buf[2*rs*c.slot():][:w.ByteLen]
 				if c.kind == kindUD {
-					got = got[ppGRH:]
+					got = got[pingpong.GRH:]
 				}
 				if len(got) != c.size {
 					c.t.Fatalf("qp %d pong %d: %d bytes, want %d", i, rcvd[i], len(got), c.size)
@@ -394,7 +396,7 @@ func TestPingpongExchange(t *testing.T) {
 
 			// /debug/qps lists the session's QPs with the client as the peer.
 			_, body := httpGet(t, "http://"+p.metrics+"/debug/qps")
-			var rows []qpJSON
+			var rows []devapi.QP
 			if err := json.Unmarshal(body, &rows); err != nil {
 				t.Fatalf("/debug/qps: %v: %s", err, body)
 			}

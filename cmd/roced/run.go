@@ -376,7 +376,7 @@ func (d *daemon) openDevice(a netip.Addr) (*served, error) {
 		// A shared address's QP1 is every attached process's CM too.
 		l, s.mads = gsi.Wrap(l)
 	}
-	s.dev, err = roce.OpenLink(l, roce.WithMTU(roce.MTU(mtuCode(cfg.mtu))), roce.WithGSO(cfg.gso), roce.WithGRO(cfg.gro),
+	s.dev, err = roce.OpenLink(l, roce.WithMTU(roce.MTU(mtuCode(cfg.mtu))),
 		roce.WithRunToCompletion(cfg.runToCompletion), roce.WithCongestionControl(cfg.cc))
 	if err != nil {
 		l.Close()

@@ -25,6 +25,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/internal/tool/devapi"
 )
 
 // The soak: scripts/soak.sh runs `go test -tags soak -run TestSoak ./cmd/roced` with
@@ -153,7 +154,7 @@ func (s *soak) diagnose(argv []string) string {
 	}
 	var b strings.Builder
 	if resp, err := http.Get("http://" + s.p.metrics + "/debug/qps"); err == nil {
-		var rows []qpJSON
+		var rows []devapi.QP
 		if json.NewDecoder(resp.Body).Decode(&rows) == nil {
 			for _, r := range rows {
 				if strings.Contains(r.Peer, addr) {
@@ -303,7 +304,7 @@ func (s *soak) liveQPNs() []uint32 {
 		return nil
 	}
 	defer resp.Body.Close()
-	var rows []qpJSON
+	var rows []devapi.QP
 	if json.NewDecoder(resp.Body).Decode(&rows) != nil {
 		return nil
 	}

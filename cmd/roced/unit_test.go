@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/tool/devapi"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/metrics"
 	"github.com/goroce/goroce/roce"
@@ -116,7 +117,7 @@ func TestHealthzReadyz(t *testing.T) {
 		return rec.Code, rec.Body.String()
 	}
 	noDebug := newMux(ep)
-	ep.debug = newDebugMux(func() any { return []qpJSON{} }, log)
+	ep.debug = newDebugMux(func() any { return []devapi.QP{} }, log)
 	mux := newMux(ep)
 	const wedged = "engine shard 1 of 192.0.2.1 has not finished a pass for 7s (deadline 5s)\n"
 	tests := []struct {

@@ -333,6 +333,9 @@ func (l *Lossy) deliver() {
 // ReadBatch reads from the wrapped link and applies DropFn to what arrives.
 func (l *Lossy) ReadBatch(msgs []link.Message) (int, error) { return l.filtered(l.l.ReadBatch, msgs) }
 
+// Offloads implements link.Offloader: the wrapped Link's.
+func (l *Lossy) Offloads() link.Offloads { return link.OffloadsOf(l.l) }
+
 // ReceiveFuncs implements link.Receivers: each of the wrapped Link's receive
 // paths, with DropFn applied.
 func (l *Lossy) ReceiveFuncs() []link.ReceiveFunc {

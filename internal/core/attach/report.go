@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/goroce/goroce/internal/core/transport"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // ReportQPs bounds the QPs a Report lists one by one, so that a report fits
@@ -14,8 +15,8 @@ const ReportQPs = 128
 // the client's device beside its own (metrics, /debug, roce-devinfo).
 type Report struct {
 	Stats      transport.StatsSnapshot `json:"stats"`
-	QPStates   [8]int                  `json:"qp_states"` // QPs by transport.QPState
-	QPs        []transport.QPInfo      `json:"qps"`       // at most ReportQPs
+	QPStates   [8]int                  `json:"qp_states"` // QPs by verbs.QPState
+	QPs        []verbs.QPInfo          `json:"qps"`       // at most ReportQPs
 	QPsOmitted int                     `json:"qps_omitted"`
 	Queues     Queues                  `json:"queues"`
 	PDs        int                     `json:"pds"`

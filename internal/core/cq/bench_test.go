@@ -1,11 +1,12 @@
 package cq
 
+import "github.com/goroce/goroce/internal/core/verbs"
 import "testing"
 
 func TestPushPollDoNotAllocate(t *testing.T) {
 	q := newCQ(t, 16)
-	in := WorkCompletion{WRID: 1, Opcode: OpRecv, ByteLen: 64}
-	out := make([]WorkCompletion, 4)
+	in := verbs.WC{WRID: 1, Opcode: verbs.WCRecv, ByteLen: 64}
+	out := make([]verbs.WC, 4)
 	q.ReqNotify(false)
 	allocs := testing.AllocsPerRun(1000, func() {
 		if err := q.Push(&in, true); err != nil {
@@ -28,8 +29,8 @@ func TestPushPollDoNotAllocate(t *testing.T) {
 // BenchmarkCQPushPoll pushes one completion and polls it back.
 func BenchmarkCQPushPoll(b *testing.B) {
 	q := newCQ(b, 256)
-	in := WorkCompletion{WRID: 1, Opcode: OpRecv, ByteLen: 64}
-	out := make([]WorkCompletion, 16)
+	in := verbs.WC{WRID: 1, Opcode: verbs.WCRecv, ByteLen: 64}
+	out := make([]verbs.WC, 16)
 	b.ReportAllocs()
 	for b.Loop() {
 		q.Push(&in, false)
@@ -40,8 +41,8 @@ func BenchmarkCQPushPoll(b *testing.B) {
 // BenchmarkCQPushPollBatch16 pushes 16 completions, then polls them in one call.
 func BenchmarkCQPushPollBatch16(b *testing.B) {
 	q := newCQ(b, 256)
-	in := WorkCompletion{WRID: 1, Opcode: OpRecv, ByteLen: 64}
-	out := make([]WorkCompletion, 16)
+	in := verbs.WC{WRID: 1, Opcode: verbs.WCRecv, ByteLen: 64}
+	out := make([]verbs.WC, 16)
 	b.ReportAllocs()
 	for b.Loop() {
 		for range 16 {

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // TestConcurrentPushPollResizeNotify pushes from several producers while the
@@ -31,7 +33,7 @@ func TestConcurrentPushPollResizeNotify(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < perProd; i++ {
 				<-credit
-				wc := WorkCompletion{WRID: uint64(p)<<32 | uint64(i), QPNum: uint32(p), ByteLen: uint32(i)}
+				wc := verbs.WC{WRID: uint64(p)<<32 | uint64(i), QPNum: uint32(p), ByteLen: uint32(i)}
 				if err := q.Push(&wc, i%7 == 0); err != nil {
 					t.Errorf("Push: %v", err)
 					return
@@ -62,7 +64,7 @@ func TestConcurrentPushPollResizeNotify(t *testing.T) {
 
 	next := make([]uint32, producers)
 	var got atomic.Int64
-	wc := make([]WorkCompletion, 8)
+	wc := make([]verbs.WC, 8)
 	deadline := time.After(30 * time.Second)
 	for got.Load() < producers*perProd {
 		if err := q.ReqNotify(false); err != nil {

@@ -5,6 +5,8 @@ import (
 	"net"
 	"syscall"
 	"testing"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 func TestCreateCQ_CQERangeIsOneToMaxCQE(t *testing.T) {
@@ -36,7 +38,7 @@ func TestCreateCQ_HoldsAtLeastCQECompletions(t *testing.T) {
 
 func TestPollCQ_NeverBlocksOnEmptyCQ(t *testing.T) {
 	q := newCQ(t, 4)
-	n, err := q.Poll(make([]WorkCompletion, 4))
+	n, err := q.Poll(make([]verbs.WC, 4))
 	if n != 0 || err != nil {
 		t.Fatalf("Poll = %d, %v", n, err)
 	}
@@ -45,7 +47,7 @@ func TestPollCQ_NeverBlocksOnEmptyCQ(t *testing.T) {
 func TestPollCQ_ReturnsOldestFirstUpToLen(t *testing.T) {
 	q := newCQ(t, 8)
 	push(t, q, 1, 2, 3, 4, 5)
-	wc := make([]WorkCompletion, 2)
+	wc := make([]verbs.WC, 2)
 	if n, _ := q.Poll(wc); n != 2 || wc[0].WRID != 1 || wc[1].WRID != 2 {
 		t.Fatalf("first Poll = %d %+v", n, wc)
 	}
@@ -59,14 +61,14 @@ func TestPollCQ_ReturnsOldestFirstUpToLen(t *testing.T) {
 
 func TestPollCQ_CopiesEveryField(t *testing.T) {
 	q := newCQ(t, 2)
-	in := WorkCompletion{WRID: 0xfeedface, Status: RemAccessErr, Opcode: OpRecvRDMAWithImm, VendorErr: 7,
+	in := verbs.WC{WRID: 0xfeedface, Status: verbs.WCRemAccessErr, Opcode: verbs.WCRecvRDMAWithImm, VendorErr: 7,
 		ByteLen: 4096, ImmData: 0x01020304, InvalidatedRKey: 0xabc, QPNum: 0x11, SrcQP: 0x22,
-		Flags: FlagGRH | FlagWithImm, PKeyIndex: 3, SLID: 4, SL: 5, DLIDPathBits: 6}
+		Flags: verbs.WCGRH | verbs.WCWithImm, PKeyIndex: 3, SLID: 4, SL: 5, DLIDPathBits: 6}
 	if err := q.Push(&in, false); err != nil {
 		t.Fatal(err)
 	}
 	in.WRID = 0 // Push copied it
-	out := make([]WorkCompletion, 1)
+	out := make([]verbs.WC, 1)
 	q.Poll(out)
 	in.WRID = 0xfeedface
 	if out[0] != in {
@@ -77,7 +79,7 @@ func TestPollCQ_CopiesEveryField(t *testing.T) {
 func TestOverrun_LosesOnlyTheCompletionThatDoesNotFit(t *testing.T) {
 	q := newCQ(t, 3)
 	push(t, q, 1, 2, 3)
-	err := q.Push(&WorkCompletion{WRID: 4}, false)
+	err := q.Push(&verbs.WC{WRID: 4}, false)
 	if !errors.Is(err, ErrOverrun) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("overrun Push = %v, want ErrOverrun/ENOSPC", err)
 	}
@@ -92,18 +94,18 @@ func TestOverrun_PutsCQInErrorStateOnce(t *testing.T) {
 	if q.Err() != nil {
 		t.Fatal("Err before overrun")
 	}
-	first := q.Push(&WorkCompletion{WRID: 2}, false)
+	first := q.Push(&verbs.WC{WRID: 2}, false)
 	if !errors.Is(q.Err(), ErrOverrun) || q.Err() != first {
 		t.Fatalf("Err() = %v after overrun %v", q.Err(), first)
 	}
 	// Later pushes fail too, but without ErrOverrun: CQ_ERR is raised once.
 	pollIDs(t, q)
-	later := q.Push(&WorkCompletion{WRID: 3}, false)
+	later := q.Push(&verbs.WC{WRID: 3}, false)
 	wantErrno(t, later, syscall.EIO)
 	if errors.Is(later, ErrOverrun) {
 		t.Fatal("second failing Push reported a new overrun")
 	}
-	n, err := q.Poll(make([]WorkCompletion, 1))
+	n, err := q.Poll(make([]verbs.WC, 1))
 	if n != 0 || !errors.Is(err, ErrOverrun) {
 		t.Fatalf("Poll of drained errored CQ = %d, %v", n, err)
 	}
@@ -118,7 +120,7 @@ func TestOverrun_PutsCQInErrorStateOnce(t *testing.T) {
 func TestOverrun_WakesTheCompletionChannel(t *testing.T) {
 	q := newCQ(t, 1)
 	push(t, q, 1)
-	q.Push(&WorkCompletion{WRID: 2}, false)
+	q.Push(&verbs.WC{WRID: 2}, false)
 	if !notified(q) {
 		t.Fatal("overrun did not wake a consumer waiting on Notify")
 	}
@@ -151,11 +153,11 @@ func TestReqNotifyCQ_SolicitedOnlyIgnoresUnsolicitedSuccess(t *testing.T) {
 	if err := q.ReqNotify(true); err != nil {
 		t.Fatal(err)
 	}
-	q.Push(&WorkCompletion{WRID: 1}, false)
+	q.Push(&verbs.WC{WRID: 1}, false)
 	if notified(q) {
 		t.Fatal("event for an unsolicited successful completion")
 	}
-	q.Push(&WorkCompletion{WRID: 2}, true)
+	q.Push(&verbs.WC{WRID: 2}, true)
 	if !notified(q) {
 		t.Fatal("no event for a solicited completion")
 	}
@@ -166,7 +168,7 @@ func TestReqNotifyCQ_SolicitedOnlyFiresOnErrorCompletion(t *testing.T) {
 	if err := q.ReqNotify(true); err != nil {
 		t.Fatal(err)
 	}
-	q.Push(&WorkCompletion{WRID: 1, Status: WRFlushErr}, false)
+	q.Push(&verbs.WC{WRID: 1, Status: verbs.WCWRFlushErr}, false)
 	if !notified(q) {
 		t.Fatal("no event for an unsuccessful completion")
 	}
@@ -176,7 +178,7 @@ func TestReqNotifyCQ_SolicitedOnlyDoesNotNarrowNextArm(t *testing.T) {
 	q := newCQ(t, 8)
 	q.ReqNotify(false)
 	q.ReqNotify(true)
-	q.Push(&WorkCompletion{WRID: 1}, false)
+	q.Push(&verbs.WC{WRID: 1}, false)
 	if !notified(q) {
 		t.Fatal("solicited-only request narrowed an armed next-completion request")
 	}
@@ -212,12 +214,12 @@ func TestDestroyCQ_ThenEveryVerbFailsWithErrClosed(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, perr := q.Poll(make([]WorkCompletion, 1))
+	_, perr := q.Poll(make([]verbs.WC, 1))
 	_, rerr := q.Resize(8, testMaxCQE)
 	for name, err := range map[string]error{
 		"Poll":      perr,
 		"Resize":    rerr,
-		"Push":      q.Push(&WorkCompletion{}, false),
+		"Push":      q.Push(&verbs.WC{}, false),
 		"ReqNotify": q.ReqNotify(false),
 		"Close":     q.Close(),
 	} {
@@ -237,51 +239,10 @@ func TestDetach_WithoutAttachPanics(t *testing.T) {
 	q.Detach()
 }
 
-func TestStatus_StringIsIbvWcStatusStr(t *testing.T) {
-	for s, want := range map[Status]string{
-		Success:        "success",
-		LocLenErr:      "local length error",
-		WRFlushErr:     "Work Request Flushed Error",
-		MWBindErr:      "memory management operation error",
-		RemAbortErr:    "aborted error",
-		RemAccessErr:   "remote access error",
-		RetryExcErr:    "transport retry counter exceeded",
-		RNRRetryExcErr: "RNR retry counter exceeded",
-		GeneralErr:     "general error",
-		GeneralErr + 1: "unknown",
-	} {
-		if got := s.String(); got != want {
-			t.Errorf("Status(%d).String() = %q, want %q", s, got, want)
-		}
-	}
-	if GeneralErr != 21 || WRFlushErr != 5 || RNRRetryExcErr != 13 {
-		t.Fatal("Status values drifted from ibv_wc_status")
-	}
-	for s := Success; s <= GeneralErr; s++ {
-		if s.String() == "" || s.String() == "unknown" {
-			t.Errorf("Status(%d) has no text", s)
-		}
-	}
-}
-
-func TestOpcode_ValuesAndRecvBit(t *testing.T) {
-	if OpRecv != 128 || OpRecvRDMAWithImm != 129 || OpLocalInv != 6 {
-		t.Fatal("Opcode values drifted from ibv_wc_opcode")
-	}
-	for _, o := range []Opcode{OpSend, OpRDMAWrite, OpRDMARead, OpCompSwap, OpFetchAdd, OpBindMW, OpLocalInv} {
-		if o.IsRecv() {
-			t.Errorf("%v is not a receive opcode", o)
-		}
-	}
-	if !OpRecv.IsRecv() || !OpRecvRDMAWithImm.IsRecv() || OpRecv.String() != "RECV" || Opcode(77).String() != "Opcode(77)" {
-		t.Fatal("receive opcodes")
-	}
-}
-
 // TestErrno is the table of every errno each verb returns.
 func TestErrno(t *testing.T) {
-	full := func(q *Queue) { q.Push(&WorkCompletion{}, false); q.Push(&WorkCompletion{}, false) }
-	overrun := func(q *Queue) { full(q); q.Push(&WorkCompletion{}, false) }
+	full := func(q *Queue) { q.Push(&verbs.WC{}, false); q.Push(&verbs.WC{}, false) }
+	overrun := func(q *Queue) { full(q); q.Push(&verbs.WC{}, false) }
 	closed := func(q *Queue) { q.Close() }
 	for _, tc := range []struct {
 		name  string
@@ -298,22 +259,22 @@ func TestErrno(t *testing.T) {
 		{"ibv_resize_cq/destroyed", closed, func(q *Queue) error { _, err := q.Resize(8, 8); return err }, syscall.EINVAL},
 		{"ibv_resize_cq/ok", full, func(q *Queue) error { _, err := q.Resize(2, 8); return err }, 0},
 		{"ibv_poll_cq/error state drained", overrun, func(q *Queue) error {
-			q.Poll(make([]WorkCompletion, 2))
-			_, err := q.Poll(make([]WorkCompletion, 2))
+			q.Poll(make([]verbs.WC, 2))
+			_, err := q.Poll(make([]verbs.WC, 2))
 			return err
 		}, syscall.ENOSPC},
-		{"ibv_poll_cq/destroyed", closed, func(q *Queue) error { _, err := q.Poll(make([]WorkCompletion, 1)); return err }, syscall.EINVAL},
-		{"ibv_poll_cq/ok", full, func(q *Queue) error { _, err := q.Poll(make([]WorkCompletion, 1)); return err }, 0},
+		{"ibv_poll_cq/destroyed", closed, func(q *Queue) error { _, err := q.Poll(make([]verbs.WC, 1)); return err }, syscall.EINVAL},
+		{"ibv_poll_cq/ok", full, func(q *Queue) error { _, err := q.Poll(make([]verbs.WC, 1)); return err }, 0},
 		{"ibv_req_notify_cq/error state", overrun, func(q *Queue) error { return q.ReqNotify(true) }, syscall.EIO},
 		{"ibv_req_notify_cq/destroyed", closed, func(q *Queue) error { return q.ReqNotify(true) }, syscall.EINVAL},
 		{"ibv_req_notify_cq/ok", nil, func(q *Queue) error { return q.ReqNotify(true) }, 0},
 		{"ibv_destroy_cq/attached", func(q *Queue) { q.Attach() }, (*Queue).Close, syscall.EBUSY},
 		{"ibv_destroy_cq/twice", closed, (*Queue).Close, syscall.EINVAL},
 		{"ibv_destroy_cq/error state", overrun, (*Queue).Close, 0},
-		{"push/full", full, func(q *Queue) error { return q.Push(&WorkCompletion{}, false) }, syscall.ENOSPC},
-		{"push/error state", overrun, func(q *Queue) error { return q.Push(&WorkCompletion{}, false) }, syscall.EIO},
+		{"push/full", full, func(q *Queue) error { return q.Push(&verbs.WC{}, false) }, syscall.ENOSPC},
+		{"push/error state", overrun, func(q *Queue) error { return q.Push(&verbs.WC{}, false) }, syscall.EIO},
 		{"push/nil", nil, func(q *Queue) error { return q.Push(nil, false) }, syscall.EINVAL},
-		{"push/destroyed", closed, func(q *Queue) error { return q.Push(&WorkCompletion{}, false) }, syscall.EINVAL},
+		{"push/destroyed", closed, func(q *Queue) error { return q.Push(&verbs.WC{}, false) }, syscall.EINVAL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q, err := New(2, 8)

@@ -14,7 +14,7 @@
 //	(*Queue).Attach/Detach  ibv_create_qp /     counts the QPs using the CQ
 //	                        ibv_destroy_qp
 //	(*Queue).Push(wc, se)   (device side)       rxe_cq_post: the engine posting a completion
-//	Status.String()         ibv_wc_status_str
+//	verbs.WCStatus.String() ibv_wc_status_str
 //
 // Errors: every verb returns the verbs' one error type (roce.Error, defined in
 // internal/core/verbserr), whose cause is a syscall.Errno, so

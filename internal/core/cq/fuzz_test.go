@@ -3,6 +3,8 @@ package cq
 import (
 	"errors"
 	"testing"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // FuzzQueueOps drives a CQ with a byte-coded sequence of Push, Poll, Resize
@@ -30,14 +32,14 @@ func FuzzQueueOps(f *testing.F) {
 		armed := 0 // 0 none, 1 solicited, 2 next
 		overran := false
 		next := uint64(0)
-		out := make([]WorkCompletion, 8)
+		out := make([]verbs.WC, 8)
 		for i := 0; i < len(ops); i++ {
 			op, arg := ops[i]&3, int(ops[i]>>2)
 			switch op {
 			case 0: // push; arg bit 0 = solicited, bit 1 = error status
-				wc := WorkCompletion{WRID: next}
+				wc := verbs.WC{WRID: next}
 				if arg&2 != 0 {
-					wc.Status = RemOpErr
+					wc.Status = verbs.WCRemOpErr
 				}
 				err := q.Push(&wc, arg&1 != 0)
 				switch {
@@ -57,7 +59,7 @@ func FuzzQueueOps(f *testing.F) {
 						t.Fatalf("push: %v", err)
 					}
 					model = append(model, next)
-					fire := armed == 2 || (armed == 1 && (arg&1 != 0 || wc.Status != Success))
+					fire := armed == 2 || (armed == 1 && (arg&1 != 0 || wc.Status != verbs.WCSuccess))
 					if got := notified(q); got != fire {
 						t.Fatalf("push %d: event %v, want %v", next, got, fire)
 					}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"syscall"
 	"testing"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 const testMaxCQE = 1024
@@ -20,7 +22,7 @@ func newCQ(t testing.TB, cqe int) *Queue {
 func push(t testing.TB, q *Queue, ids ...uint64) {
 	t.Helper()
 	for _, id := range ids {
-		if err := q.Push(&WorkCompletion{WRID: id, Opcode: OpRecv, ByteLen: uint32(id)}, false); err != nil {
+		if err := q.Push(&verbs.WC{WRID: id, Opcode: verbs.WCRecv, ByteLen: uint32(id)}, false); err != nil {
 			t.Fatalf("Push(%d): %v", id, err)
 		}
 	}
@@ -29,7 +31,7 @@ func push(t testing.TB, q *Queue, ids ...uint64) {
 func pollIDs(t testing.TB, q *Queue) []uint64 {
 	t.Helper()
 	var ids []uint64
-	wc := make([]WorkCompletion, 3)
+	wc := make([]verbs.WC, 3)
 	for {
 		n, err := q.Poll(wc)
 		if n == 0 && errors.Is(err, ErrOverrun) {

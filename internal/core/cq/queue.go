@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"syscall"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // notifyState is what ReqNotify armed.
@@ -27,9 +29,9 @@ type Queue struct {
 
 	mu sync.Mutex
 	// mu guards: ring, head, count, armed, err, attached, closed.
-	ring     []WorkCompletion // len(ring) is the capacity; never grows implicitly
-	head     int              // index of the oldest completion
-	count    int              // completions held
+	ring     []verbs.WC // len(ring) is the capacity; never grows implicitly
+	head     int        // index of the oldest completion
+	count    int        // completions held
 	armed    notifyState
 	err      error // non-nil once the CQ has overrun (error state)
 	attached int   // QPs using the CQ as send or receive CQ
@@ -46,7 +48,7 @@ func New(cqe, maxCQE int) (*Queue, error) {
 	}
 	return &Queue{
 		notify: make(chan struct{}, 1),
-		ring:   make([]WorkCompletion, cqe),
+		ring:   make([]verbs.WC, cqe),
 	}, nil
 }
 
@@ -70,7 +72,7 @@ func checkCQE(op string, cqe, maxCQE int) error {
 // Notify() so a waiting consumer wakes up. The caller raises CQ_ERR and moves
 // the QPs feeding the CQ to the error state. Once in the error state, every
 // Push fails with EIO.
-func (q *Queue) Push(wc *WorkCompletion, solicited bool) error {
+func (q *Queue) Push(wc *verbs.WC, solicited bool) error {
 	if wc == nil {
 		return newError("push", syscall.EINVAL, "nil work completion")
 	}
@@ -100,7 +102,7 @@ func (q *Queue) Push(wc *WorkCompletion, solicited bool) error {
 		q.armed = notifyNone
 		q.signalLocked()
 	case notifySolicited:
-		if solicited || wc.Status != Success {
+		if solicited || wc.Status != verbs.WCSuccess {
 			q.armed = notifyNone
 			q.signalLocked()
 		}
@@ -123,7 +125,7 @@ func (q *Queue) signalLocked() {
 // wc and returns how many. It never blocks. Completions held when the CQ
 // overran are still delivered; once they are drained, Poll of an errored CQ
 // returns (0, Err()) like a negative ibv_poll_cq return.
-func (q *Queue) Poll(wc []WorkCompletion) (int, error) {
+func (q *Queue) Poll(wc []verbs.WC) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -207,7 +209,7 @@ func (q *Queue) Resize(cqe, maxCQE int) (int, error) {
 	if cqe == len(q.ring) {
 		return cqe, nil
 	}
-	ring := make([]WorkCompletion, cqe)
+	ring := make([]verbs.WC, cqe)
 	for k := 0; k < q.count; k++ {
 		j := q.head + k
 		if j >= len(q.ring) {

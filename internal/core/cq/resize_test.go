@@ -4,6 +4,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // Tests named after the rules of ibv_resize_cq() (Dotan Barak's page).
@@ -23,7 +25,7 @@ func TestResizeCQ_WorksWhenEmpty(t *testing.T) {
 func TestResizeCQ_KeepsUnpolledCompletionsInOrder(t *testing.T) {
 	q := newCQ(t, 4)
 	push(t, q, 1, 2, 3)
-	wc := make([]WorkCompletion, 2)
+	wc := make([]verbs.WC, 2)
 	q.Poll(wc) // head moves so the ring wraps below
 	push(t, q, 4, 5, 6)
 	for _, size := range []int{16, 4, 5} { // grow, shrink, grow
@@ -105,7 +107,7 @@ func TestResizeCQ_TooSmallForWhatMayEnterLeadsToOverrun(t *testing.T) {
 		t.Fatal(err)
 	}
 	push(t, q, 2)
-	wantErrno(t, q.Push(&WorkCompletion{WRID: 3}, false), syscall.ENOSPC)
+	wantErrno(t, q.Push(&verbs.WC{WRID: 3}, false), syscall.ENOSPC)
 	if q.Err() == nil {
 		t.Fatal("no overrun after resizing too small")
 	}

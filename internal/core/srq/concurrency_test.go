@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // TestConcurrentPostPopModify posts, takes, resizes, arms and queries from
@@ -30,12 +32,12 @@ func TestConcurrentPostPopModify(t *testing.T) {
 		postWG.Add(1)
 		go func(p int) {
 			defer postWG.Done()
-			batch := make([]RecvWR, 0, 4)
+			batch := make([]verbs.RecvWR, 0, 4)
 			for i := 0; i < perPost; {
 				batch = batch[:0]
 				for k := 0; k < 4 && i+k < perPost; k++ {
 					id := uint64(p*perPost + i + k)
-					batch = append(batch, RecvWR{WRID: id, SGL: []SGE{{Addr: id, Length: 1}}})
+					batch = append(batch, verbs.RecvWR{WRID: id, SGL: []verbs.SGE{{Addr: id, Length: 1}}})
 				}
 				n, _ := q.PostRecv(batch) // ENOMEM when full: retry the rest
 				i += n
@@ -47,7 +49,7 @@ func TestConcurrentPostPopModify(t *testing.T) {
 	}
 	consume := func() {
 		defer wg.Done()
-		var dst RecvWR
+		var dst verbs.RecvWR
 		for {
 			if q.Pop(&dst) {
 				if len(dst.SGL) != 1 || dst.SGL[0].Addr != dst.WRID {
@@ -79,11 +81,11 @@ func TestConcurrentPostPopModify(t *testing.T) {
 				return
 			default:
 			}
-			a := Attr{MaxWR: sizes[i%len(sizes)], Limit: uint32(i % 8)}
-			if q.Modify(&a, AttrMaxWR|AttrLimit) == nil { // EINVAL below outstanding is fine
+			a := verbs.SRQAttr{MaxWR: sizes[i%len(sizes)], Limit: uint32(i % 8)}
+			if q.Modify(&a, verbs.SRQMaxWR|verbs.SRQLimit) == nil { // EINVAL below outstanding is fine
 				resizes.Add(1)
 			}
-			if q.Modify(&Attr{Limit: uint32(i % 5)}, AttrLimit) == nil {
+			if q.Modify(&verbs.SRQAttr{Limit: uint32(i % 5)}, verbs.SRQLimit) == nil {
 				arms.Add(1)
 			}
 			if a, err := q.Query(); err != nil || a.MaxSGE != 2 {

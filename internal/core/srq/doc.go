@@ -7,7 +7,7 @@
 //
 //	New(attr, caps)          ibv_create_srq     max_wr, max_sge in [1..device max]; actual values written back
 //	(*Queue).PostRecv(wrs)   ibv_post_srq_recv  (n, err): err.Index is bad_wr; also ibv_post_recv on a QP's RQ
-//	(*Queue).Modify(a, m)    ibv_modify_srq     AttrMaxWR (IBV_SRQ_MAX_WR), AttrLimit (IBV_SRQ_LIMIT)
+//	(*Queue).Modify(a, m)    ibv_modify_srq     verbs.SRQMaxWR, verbs.SRQLimit
 //	(*Queue).Query()         ibv_query_srq      max_wr, max_sge, srq_limit
 //	(*Queue).Close()         ibv_destroy_srq    EBUSY while QPs are attached
 //	(*Queue).SetLimitHandler IBV_EVENT_SRQ_LIMIT_REACHED  one-shot; disarmed until armed again
@@ -25,7 +25,7 @@
 //	        outstanding or the armed limit; unknown mask bits; num_sge above
 //	        max_sge on post; also (with net.ErrClosed) any use after Close
 //	ENOMEM  PostRecv on a full queue
-//	ENOSYS  Modify with AttrMaxWR when Caps.Resize is false
+//	ENOSYS  Modify with SRQMaxWR when Caps.Resize is false
 //	EBUSY   Close while QPs are attached
 //	EIO     PostRecv, Modify, Query after SetError (SRQ_ERR). The pages only
 //	        say these verbs fail; EIO is what a device in catastrophic error

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"syscall"
 	"testing"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // FuzzQueueOps drives a queue with a byte-coded sequence of PostRecv, Pop,
@@ -15,7 +17,7 @@ func FuzzQueueOps(f *testing.F) {
 	f.Add(byte(8), byte(3), []byte{0x0c, 0x08, 0x12, 0x07, 0x01, 0x01, 0x01, 0x01, 0x02})
 	f.Fuzz(func(t *testing.T, maxWR, maxSGE byte, ops []byte) {
 		caps := Caps{MaxWR: 32, MaxSGE: 4, Resize: true}
-		q, err := New(&Attr{MaxWR: uint32(maxWR), MaxSGE: uint32(maxSGE)}, caps)
+		q, err := New(&verbs.SRQAttr{MaxWR: uint32(maxWR), MaxSGE: uint32(maxSGE)}, caps)
 		if maxWR < 1 || uint32(maxWR) > caps.MaxWR || maxSGE < 1 || uint32(maxSGE) > caps.MaxSGE {
 			if !errors.Is(err, syscall.EINVAL) {
 				t.Fatalf("New(%d, %d) = %v, want EINVAL", maxWR, maxSGE, err)
@@ -27,7 +29,7 @@ func FuzzQueueOps(f *testing.F) {
 		}
 		events := 0
 		q.SetLimitHandler(func() { events++ })
-		var model []RecvWR
+		var model []verbs.RecvWR
 		capacity, limit, wantEvents := int(maxWR), 0, 0
 		crossed := func() {
 			if limit > 0 && len(model) < limit {
@@ -36,12 +38,12 @@ func FuzzQueueOps(f *testing.F) {
 			}
 		}
 		next := uint64(0)
-		var dst RecvWR
+		var dst verbs.RecvWR
 		for _, b := range ops {
 			op, arg := b&3, int(b>>2)
 			switch op {
 			case 0: // post arg%3+1 WRs with arg%6 SGEs each
-				wrs := make([]RecvWR, arg%3+1)
+				wrs := make([]verbs.RecvWR, arg%3+1)
 				for i := range wrs {
 					wrs[i] = wr(next+uint64(i), arg%6)
 				}
@@ -77,8 +79,8 @@ func FuzzQueueOps(f *testing.F) {
 					crossed()
 				}
 			case 2: // resize to arg
-				a := Attr{MaxWR: uint32(arg)}
-				err := q.Modify(&a, AttrMaxWR)
+				a := verbs.SRQAttr{MaxWR: uint32(arg)}
+				err := q.Modify(&a, verbs.SRQMaxWR)
 				ok := arg >= 1 && arg <= int(caps.MaxWR) && arg >= len(model) && arg >= limit
 				if (err == nil) != ok {
 					t.Fatalf("resize %d (held %d, limit %d): %v", arg, len(model), limit, err)
@@ -87,7 +89,7 @@ func FuzzQueueOps(f *testing.F) {
 					capacity = int(a.MaxWR)
 				}
 			case 3: // arm with arg
-				err := q.Modify(&Attr{Limit: uint32(arg)}, AttrLimit)
+				err := q.Modify(&verbs.SRQAttr{Limit: uint32(arg)}, verbs.SRQLimit)
 				if (err == nil) != (arg <= capacity) {
 					t.Fatalf("arm %d with max_wr %d: %v", arg, capacity, err)
 				}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"syscall"
 	"testing"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // testCaps are the device limits most tests run against.
@@ -11,7 +13,7 @@ var testCaps = Caps{MaxWR: 64, MaxSGE: 4, Resize: true}
 
 func newQueue(t testing.TB, maxWR, maxSGE uint32, caps Caps) *Queue {
 	t.Helper()
-	q, err := New(&Attr{MaxWR: maxWR, MaxSGE: maxSGE}, caps)
+	q, err := New(&verbs.SRQAttr{MaxWR: maxWR, MaxSGE: maxSGE}, caps)
 	if err != nil {
 		t.Fatalf("New(%d, %d): %v", maxWR, maxSGE, err)
 	}
@@ -19,10 +21,10 @@ func newQueue(t testing.TB, maxWR, maxSGE uint32, caps Caps) *Queue {
 }
 
 // wr builds a receive WR with nsge SGEs whose addresses encode its id.
-func wr(id uint64, nsge int) RecvWR {
-	w := RecvWR{WRID: id}
+func wr(id uint64, nsge int) verbs.RecvWR {
+	w := verbs.RecvWR{WRID: id}
 	for i := 0; i < nsge; i++ {
-		w.SGL = append(w.SGL, SGE{Addr: id<<8 | uint64(i), Length: 64, LKey: uint32(id)})
+		w.SGL = append(w.SGL, verbs.SGE{Addr: id<<8 | uint64(i), Length: 64, LKey: uint32(id)})
 	}
 	return w
 }
@@ -31,7 +33,7 @@ func wr(id uint64, nsge int) RecvWR {
 func post(t testing.TB, q *Queue, ids ...uint64) {
 	t.Helper()
 	for _, id := range ids {
-		if _, err := q.PostRecv([]RecvWR{wr(id, 1)}); err != nil {
+		if _, err := q.PostRecv([]verbs.RecvWR{wr(id, 1)}); err != nil {
 			t.Fatalf("PostRecv(%d): %v", id, err)
 		}
 	}
@@ -41,7 +43,7 @@ func post(t testing.TB, q *Queue, ids ...uint64) {
 func popIDs(t testing.TB, q *Queue, n int) []uint64 {
 	t.Helper()
 	var ids []uint64
-	var dst RecvWR
+	var dst verbs.RecvWR
 	for i := 0; i < n; i++ {
 		if !q.Pop(&dst) {
 			t.Fatalf("Pop %d of %d: queue empty", i, n)
@@ -54,7 +56,7 @@ func popIDs(t testing.TB, q *Queue, n int) []uint64 {
 // drainIDs pops everything and returns the ids in order.
 func drainIDs(q *Queue) []uint64 {
 	var ids []uint64
-	var dst RecvWR
+	var dst verbs.RecvWR
 	for q.Pop(&dst) {
 		ids = append(ids, dst.WRID)
 	}
@@ -78,7 +80,7 @@ func wantErrno(t testing.TB, err error, want syscall.Errno) {
 	}
 }
 
-func mustQuery(t testing.TB, q *Queue) Attr {
+func mustQuery(t testing.TB, q *Queue) verbs.SRQAttr {
 	t.Helper()
 	a, err := q.Query()
 	if err != nil {

@@ -3,6 +3,8 @@ package srq
 import (
 	"sync"
 	"testing"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // Tests named after the SRQ limit rules: ibv_modify_srq(3) ("drops below
@@ -12,7 +14,7 @@ func TestSRQLimit_EventWhenOutstandingDropsBelowLimit(t *testing.T) {
 	q := newQueue(t, 16, 1, testCaps)
 	post(t, q, seq(1, 6)...)
 	fired := limitCounter(q)
-	if err := q.Modify(&Attr{Limit: 4}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 4}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	popIDs(t, q, 2) // 4 outstanding: not below 4
@@ -29,7 +31,7 @@ func TestSRQLimit_EventIsOneShotThenDisarmed(t *testing.T) {
 	q := newQueue(t, 16, 1, testCaps)
 	post(t, q, seq(1, 8)...)
 	fired := limitCounter(q)
-	if err := q.Modify(&Attr{Limit: 6}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 6}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	drainIDs(q)
@@ -48,7 +50,7 @@ func TestSRQLimit_RearmingRaisesTheEventAgain(t *testing.T) {
 	fired := limitCounter(q)
 	for round := 1; round <= 3; round++ {
 		post(t, q, seq(uint64(round*100), 5)...)
-		if err := q.Modify(&Attr{Limit: 2}, AttrLimit); err != nil {
+		if err := q.Modify(&verbs.SRQAttr{Limit: 2}, verbs.SRQLimit); err != nil {
 			t.Fatal(err)
 		}
 		drainIDs(q)
@@ -69,14 +71,14 @@ func TestSRQLimit_SuggestedProcedure(t *testing.T) {
 			post(t, q, next)
 			next++
 		}
-		if err := q.Modify(&Attr{Limit: 3}, AttrLimit); err != nil {
+		if err := q.Modify(&verbs.SRQAttr{Limit: 3}, verbs.SRQLimit); err != nil {
 			t.Fatal(err)
 		}
 	}
 	q.SetLimitHandler(func() { events++ })
 	postMore()
 	var got []uint64
-	var dst RecvWR
+	var dst verbs.RecvWR
 	for len(got) < 50 {
 		seen := events
 		if !q.Pop(&dst) {
@@ -103,7 +105,7 @@ func TestSRQLimit_ArmWithOrWithoutAttachedQPs(t *testing.T) {
 		}
 		post(t, q, seq(1, 4)...)
 		fired := limitCounter(q)
-		if err := q.Modify(&Attr{Limit: 2}, AttrLimit); err != nil {
+		if err := q.Modify(&verbs.SRQAttr{Limit: 2}, verbs.SRQLimit); err != nil {
 			t.Fatalf("%d QPs attached: %v", attached, err)
 		}
 		popIDs(t, q, 3)
@@ -120,10 +122,10 @@ func TestSRQLimit_HandlerRunsOutsideTheLock(t *testing.T) {
 	q.SetLimitHandler(func() {
 		// Calling back into the queue would deadlock if the lock were held.
 		post(t, q, 99)
-		_ = q.Modify(&Attr{Limit: 1}, AttrLimit)
+		_ = q.Modify(&verbs.SRQAttr{Limit: 1}, verbs.SRQLimit)
 		reentered = true
 	})
-	if err := q.Modify(&Attr{Limit: 3}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 3}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	popIDs(t, q, 2)
@@ -138,7 +140,7 @@ func TestSRQLimit_ConcurrentTakesRaiseTheEventOnce(t *testing.T) {
 	var mu sync.Mutex
 	var events int
 	q.SetLimitHandler(func() { mu.Lock(); events++; mu.Unlock() })
-	if err := q.Modify(&Attr{Limit: 40}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 40}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -146,7 +148,7 @@ func TestSRQLimit_ConcurrentTakesRaiseTheEventOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var dst RecvWR
+			var dst verbs.RecvWR
 			for q.Pop(&dst) {
 			}
 		}()
@@ -160,7 +162,7 @@ func TestSRQLimit_ConcurrentTakesRaiseTheEventOnce(t *testing.T) {
 func TestSRQLimit_CrossingWithoutHandlerStillDisarms(t *testing.T) {
 	q := newQueue(t, 16, 1, testCaps)
 	post(t, q, seq(1, 4)...)
-	if err := q.Modify(&Attr{Limit: 2}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 2}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	popIDs(t, q, 3)

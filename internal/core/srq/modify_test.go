@@ -3,6 +3,8 @@ package srq
 import (
 	"syscall"
 	"testing"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // Tests named after the rules of ibv_modify_srq(3) and its companion page
@@ -21,8 +23,8 @@ func TestModifySRQ_MaxWRRangeIsOneToDeviceMax(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := newQueue(t, 8, 1, testCaps)
-			a := Attr{MaxWR: tc.maxWR}
-			err := q.Modify(&a, AttrMaxWR)
+			a := verbs.SRQAttr{MaxWR: tc.maxWR}
+			err := q.Modify(&a, verbs.SRQMaxWR)
 			if tc.ok {
 				if err != nil {
 					t.Fatalf("Modify(max_wr=%d): %v", tc.maxWR, err)
@@ -46,7 +48,7 @@ func TestModifySRQ_LimitRangeIsZeroToMaxWR(t *testing.T) {
 		ok    bool
 	}{{0, true}, {1, true}, {8, true}, {9, false}, {1 << 31, false}} {
 		q := newQueue(t, 8, 1, testCaps)
-		err := q.Modify(&Attr{Limit: tc.limit}, AttrLimit)
+		err := q.Modify(&verbs.SRQAttr{Limit: tc.limit}, verbs.SRQLimit)
 		if tc.ok && err != nil {
 			t.Errorf("limit %d: %v", tc.limit, err)
 		}
@@ -59,11 +61,11 @@ func TestModifySRQ_LimitRangeIsZeroToMaxWR(t *testing.T) {
 func TestModifySRQ_LimitAboveMaxWRIsEINVAL_NothingChanges(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
 	post(t, q, 1, 2, 3)
-	if err := q.Modify(&Attr{Limit: 2}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 2}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	before := mustQuery(t, q)
-	err := q.Modify(&Attr{Limit: 9}, AttrLimit)
+	err := q.Modify(&verbs.SRQAttr{Limit: 9}, verbs.SRQLimit)
 	wantErrno(t, err, syscall.EINVAL)
 	if after := mustQuery(t, q); after != before {
 		t.Fatalf("attrs changed: %+v -> %+v", before, after)
@@ -75,13 +77,13 @@ func TestModifySRQ_LimitAboveMaxWRIsEINVAL_NothingChanges(t *testing.T) {
 
 func TestModifySRQ_LimitIsCheckedAgainstNewMaxWRWhenBothAreSet(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
-	wantErrno(t, q.Modify(&Attr{MaxWR: 4, Limit: 5}, AttrMaxWR|AttrLimit), syscall.EINVAL)
+	wantErrno(t, q.Modify(&verbs.SRQAttr{MaxWR: 4, Limit: 5}, verbs.SRQMaxWR|verbs.SRQLimit), syscall.EINVAL)
 	if a := mustQuery(t, q); a.MaxWR != 8 {
 		t.Fatalf("max_wr changed to %d", a.MaxWR)
 	}
 	// 12 is above the old max_wr 8 but within the new 16.
 	fired := limitCounter(q)
-	if err := q.Modify(&Attr{MaxWR: 16, Limit: 12}, AttrMaxWR|AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{MaxWR: 16, Limit: 12}, verbs.SRQMaxWR|verbs.SRQLimit); err != nil {
 		t.Fatalf("limit 12 with new max_wr 16: %v", err)
 	}
 	if a := mustQuery(t, q); a.MaxWR != 16 || *fired != 1 {
@@ -93,21 +95,21 @@ func TestModifySRQ_MaskZeroChangesNothing(t *testing.T) {
 	q := newQueue(t, 8, 2, testCaps)
 	post(t, q, 1, 2)
 	before := mustQuery(t, q)
-	a := Attr{MaxWR: 1, MaxSGE: 9, Limit: 7}
+	a := verbs.SRQAttr{MaxWR: 1, MaxSGE: 9, Limit: 7}
 	if err := q.Modify(&a, 0); err != nil {
 		t.Fatalf("Modify(mask 0): %v", err)
 	}
 	if after := mustQuery(t, q); after != before || q.Len() != 2 {
 		t.Fatalf("mask 0 changed the SRQ: %+v -> %+v, len %d", before, after, q.Len())
 	}
-	if a != (Attr{MaxWR: 1, MaxSGE: 9, Limit: 7}) {
+	if a != (verbs.SRQAttr{MaxWR: 1, MaxSGE: 9, Limit: 7}) {
 		t.Fatalf("mask 0 wrote attr: %+v", a)
 	}
 }
 
 func TestModifySRQ_UnknownMaskBitIsEINVAL(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
-	wantErrno(t, q.Modify(&Attr{Limit: 1}, AttrLimit|4), syscall.EINVAL)
+	wantErrno(t, q.Modify(&verbs.SRQAttr{Limit: 1}, verbs.SRQLimit|4), syscall.EINVAL)
 	if mustQuery(t, q).Limit != 0 {
 		t.Fatal("limit armed despite invalid mask")
 	}
@@ -116,8 +118,8 @@ func TestModifySRQ_UnknownMaskBitIsEINVAL(t *testing.T) {
 func TestModifySRQ_MaskBitsCanBeCombined(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
 	post(t, q, seq(1, 6)...)
-	a := Attr{MaxWR: 32, Limit: 3}
-	if err := q.Modify(&a, AttrMaxWR|AttrLimit); err != nil {
+	a := verbs.SRQAttr{MaxWR: 32, Limit: 3}
+	if err := q.Modify(&a, verbs.SRQMaxWR|verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustQuery(t, q); got.MaxWR != 32 || got.Limit != 3 {
@@ -127,20 +129,20 @@ func TestModifySRQ_MaskBitsCanBeCombined(t *testing.T) {
 
 func TestModifySRQ_ResizeWithoutDeviceSupportIsENOSYS(t *testing.T) {
 	q := newQueue(t, 8, 1, Caps{MaxWR: 64, MaxSGE: 4, Resize: false})
-	wantErrno(t, q.Modify(&Attr{MaxWR: 16}, AttrMaxWR), syscall.ENOSYS)
+	wantErrno(t, q.Modify(&verbs.SRQAttr{MaxWR: 16}, verbs.SRQMaxWR), syscall.ENOSYS)
 	if mustQuery(t, q).MaxWR != 8 {
 		t.Fatal("max_wr changed")
 	}
 	// Setting only the limit needs no resize support.
-	if err := q.Modify(&Attr{Limit: 4}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 4}, verbs.SRQLimit); err != nil {
 		t.Fatalf("limit without resize support: %v", err)
 	}
 }
 
 func TestModifySRQ_ResizeWritesActualAttrsBack(t *testing.T) {
 	q := newQueue(t, 8, 3, testCaps)
-	a := Attr{MaxWR: 20, MaxSGE: 0}
-	if err := q.Modify(&a, AttrMaxWR); err != nil {
+	a := verbs.SRQAttr{MaxWR: 20, MaxSGE: 0}
+	if err := q.Modify(&a, verbs.SRQMaxWR); err != nil {
 		t.Fatal(err)
 	}
 	got := mustQuery(t, q)
@@ -152,8 +154,8 @@ func TestModifySRQ_ResizeWritesActualAttrsBack(t *testing.T) {
 func TestModifySRQ_MaxSGEIsIgnored(t *testing.T) {
 	// ibv_modify_srq(3): max_sge is "irrelevant for ibv_modify_srq".
 	q := newQueue(t, 8, 2, testCaps)
-	a := Attr{MaxWR: 8, MaxSGE: testCaps.MaxSGE + 10}
-	if err := q.Modify(&a, AttrMaxWR); err != nil {
+	a := verbs.SRQAttr{MaxWR: 8, MaxSGE: testCaps.MaxSGE + 10}
+	if err := q.Modify(&a, verbs.SRQMaxWR); err != nil {
 		t.Fatal(err)
 	}
 	if mustQuery(t, q).MaxSGE != 2 {
@@ -164,11 +166,11 @@ func TestModifySRQ_MaxSGEIsIgnored(t *testing.T) {
 func TestModifySRQ_ResizeBelowOutstandingIsEINVAL(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
 	post(t, q, seq(1, 5)...)
-	wantErrno(t, q.Modify(&Attr{MaxWR: 4}, AttrMaxWR), syscall.EINVAL)
+	wantErrno(t, q.Modify(&verbs.SRQAttr{MaxWR: 4}, verbs.SRQMaxWR), syscall.EINVAL)
 	if a := mustQuery(t, q); a.MaxWR != 8 || q.Len() != 5 {
 		t.Fatalf("after failed resize: %+v len %d", a, q.Len())
 	}
-	if err := q.Modify(&Attr{MaxWR: 5}, AttrMaxWR); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{MaxWR: 5}, verbs.SRQMaxWR); err != nil {
 		t.Fatalf("resize to exactly the outstanding count: %v", err)
 	}
 }
@@ -176,30 +178,30 @@ func TestModifySRQ_ResizeBelowOutstandingIsEINVAL(t *testing.T) {
 func TestModifySRQ_ResizeBelowArmedLimitIsEINVAL(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
 	post(t, q, seq(1, 6)...)
-	if err := q.Modify(&Attr{Limit: 6}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 6}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
-	wantErrno(t, q.Modify(&Attr{MaxWR: 5}, AttrMaxWR), syscall.EINVAL)
+	wantErrno(t, q.Modify(&verbs.SRQAttr{MaxWR: 5}, verbs.SRQMaxWR), syscall.EINVAL)
 }
 
 func TestModifySRQ_ResizeKeepsOutstandingWRsInOrder(t *testing.T) {
 	q := newQueue(t, 4, 2, testCaps)
 	post(t, q, 1, 2, 3, 4)
 	popIDs(t, q, 2) // move head off slot 0 so the ring wraps
-	if _, err := q.PostRecv([]RecvWR{wr(5, 2), wr(6, 2)}); err != nil {
+	if _, err := q.PostRecv([]verbs.RecvWR{wr(5, 2), wr(6, 2)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []uint32{16, 4} { // grow, then shrink back
-		if err := q.Modify(&Attr{MaxWR: n}, AttrMaxWR); err != nil {
+		if err := q.Modify(&verbs.SRQAttr{MaxWR: n}, verbs.SRQMaxWR); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var got []RecvWR
-	var dst RecvWR
+	var got []verbs.RecvWR
+	var dst verbs.RecvWR
 	for q.Pop(&dst) {
-		got = append(got, RecvWR{WRID: dst.WRID, SGL: append([]SGE(nil), dst.SGL...)})
+		got = append(got, verbs.RecvWR{WRID: dst.WRID, SGL: append([]verbs.SGE(nil), dst.SGL...)})
 	}
-	want := []RecvWR{wr(3, 1), wr(4, 1), wr(5, 2), wr(6, 2)}
+	want := []verbs.RecvWR{wr(3, 1), wr(4, 1), wr(5, 2), wr(6, 2)}
 	if len(got) != len(want) {
 		t.Fatalf("got %d WRs, want %d", len(got), len(want))
 	}
@@ -218,10 +220,10 @@ func TestModifySRQ_ResizeKeepsOutstandingWRsInOrder(t *testing.T) {
 func TestModifySRQ_ResizeGrowsRoomForMorePosts(t *testing.T) {
 	q := newQueue(t, 2, 1, testCaps)
 	post(t, q, 1, 2)
-	if _, err := q.PostRecv([]RecvWR{wr(3, 1)}); err == nil {
+	if _, err := q.PostRecv([]verbs.RecvWR{wr(3, 1)}); err == nil {
 		t.Fatal("third post into max_wr 2 succeeded")
 	}
-	if err := q.Modify(&Attr{MaxWR: 3}, AttrMaxWR); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{MaxWR: 3}, verbs.SRQMaxWR); err != nil {
 		t.Fatal(err)
 	}
 	post(t, q, 3)
@@ -234,22 +236,22 @@ func TestModifySRQ_AnyInvalidAttributeChangesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		caps Caps
-		attr Attr
-		mask AttrMask
+		attr verbs.SRQAttr
+		mask verbs.SRQAttrMask
 		want syscall.Errno
 	}{
-		{"valid limit, max_wr zero", testCaps, Attr{MaxWR: 0, Limit: 1}, AttrMaxWR | AttrLimit, syscall.EINVAL},
-		{"valid limit, max_wr above device", testCaps, Attr{MaxWR: 65, Limit: 1}, AttrMaxWR | AttrLimit, syscall.EINVAL},
-		{"valid limit, max_wr below outstanding", testCaps, Attr{MaxWR: 2, Limit: 1}, AttrMaxWR | AttrLimit, syscall.EINVAL},
-		{"valid max_wr, limit above it", testCaps, Attr{MaxWR: 16, Limit: 17}, AttrMaxWR | AttrLimit, syscall.EINVAL},
-		{"valid limit, resize unsupported", Caps{MaxWR: 64, MaxSGE: 4}, Attr{MaxWR: 16, Limit: 1}, AttrMaxWR | AttrLimit, syscall.ENOSYS},
-		{"valid both, unknown bit", testCaps, Attr{MaxWR: 16, Limit: 1}, AttrMaxWR | AttrLimit | 8, syscall.EINVAL},
+		{"valid limit, max_wr zero", testCaps, verbs.SRQAttr{MaxWR: 0, Limit: 1}, verbs.SRQMaxWR | verbs.SRQLimit, syscall.EINVAL},
+		{"valid limit, max_wr above device", testCaps, verbs.SRQAttr{MaxWR: 65, Limit: 1}, verbs.SRQMaxWR | verbs.SRQLimit, syscall.EINVAL},
+		{"valid limit, max_wr below outstanding", testCaps, verbs.SRQAttr{MaxWR: 2, Limit: 1}, verbs.SRQMaxWR | verbs.SRQLimit, syscall.EINVAL},
+		{"valid max_wr, limit above it", testCaps, verbs.SRQAttr{MaxWR: 16, Limit: 17}, verbs.SRQMaxWR | verbs.SRQLimit, syscall.EINVAL},
+		{"valid limit, resize unsupported", Caps{MaxWR: 64, MaxSGE: 4}, verbs.SRQAttr{MaxWR: 16, Limit: 1}, verbs.SRQMaxWR | verbs.SRQLimit, syscall.ENOSYS},
+		{"valid both, unknown bit", testCaps, verbs.SRQAttr{MaxWR: 16, Limit: 1}, verbs.SRQMaxWR | verbs.SRQLimit | 8, syscall.EINVAL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := newQueue(t, 8, 1, tc.caps)
 			post(t, q, 1, 2, 3)
 			fired := limitCounter(q)
-			if err := q.Modify(&Attr{Limit: 2}, AttrLimit); err != nil {
+			if err := q.Modify(&verbs.SRQAttr{Limit: 2}, verbs.SRQLimit); err != nil {
 				t.Fatal(err)
 			}
 			before := mustQuery(t, q)
@@ -275,10 +277,10 @@ func TestModifySRQ_ArmedLimitCanBeChanged(t *testing.T) {
 	q := newQueue(t, 16, 1, testCaps)
 	post(t, q, seq(1, 10)...)
 	fired := limitCounter(q)
-	if err := q.Modify(&Attr{Limit: 3}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 3}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Modify(&Attr{Limit: 8}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 8}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustQuery(t, q).Limit; got != 8 {
@@ -298,7 +300,7 @@ func TestModifySRQ_LimitAboveOutstandingRaisesEventImmediately(t *testing.T) {
 	q := newQueue(t, 16, 1, testCaps)
 	post(t, q, 1, 2, 3)
 	fired := limitCounter(q)
-	if err := q.Modify(&Attr{Limit: 4}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 4}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	if *fired != 1 {
@@ -312,7 +314,7 @@ func TestModifySRQ_LimitAboveOutstandingRaisesEventImmediately(t *testing.T) {
 func TestModifySRQ_LimitOnEmptySRQRaisesEventImmediately(t *testing.T) {
 	q := newQueue(t, 16, 1, testCaps)
 	fired := limitCounter(q)
-	if err := q.Modify(&Attr{Limit: 1}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 1}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	if *fired != 1 {
@@ -324,7 +326,7 @@ func TestModifySRQ_LimitEqualToOutstandingWaitsForNextTake(t *testing.T) {
 	q := newQueue(t, 16, 1, testCaps)
 	post(t, q, 1, 2, 3)
 	fired := limitCounter(q)
-	if err := q.Modify(&Attr{Limit: 3}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 3}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	if *fired != 0 {
@@ -340,10 +342,10 @@ func TestModifySRQ_LimitZeroDisarms(t *testing.T) {
 	q := newQueue(t, 16, 1, testCaps)
 	post(t, q, seq(1, 5)...)
 	fired := limitCounter(q)
-	if err := q.Modify(&Attr{Limit: 3}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 3}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Modify(&Attr{Limit: 0}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 0}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	drainIDs(q)
@@ -355,7 +357,7 @@ func TestModifySRQ_LimitZeroDisarms(t *testing.T) {
 func TestModifySRQ_LimitZeroNeverRaisesEventEvenWhenEmpty(t *testing.T) {
 	q := newQueue(t, 16, 1, testCaps)
 	fired := limitCounter(q)
-	if err := q.Modify(&Attr{Limit: 0}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 0}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	post(t, q, 1)

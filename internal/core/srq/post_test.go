@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/internal/core/verbserr"
 )
 
@@ -15,7 +16,7 @@ import (
 func TestPostSRQRecv_AppendsToTailInOrder(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
 	post(t, q, 1, 2)
-	if n, err := q.PostRecv([]RecvWR{wr(3, 1), wr(4, 1), wr(5, 1)}); n != 3 || err != nil {
+	if n, err := q.PostRecv([]verbs.RecvWR{wr(3, 1), wr(4, 1), wr(5, 1)}); n != 3 || err != nil {
 		t.Fatalf("PostRecv = %d, %v", n, err)
 	}
 	if got := drainIDs(q); !equalIDs(got, []uint64{1, 2, 3, 4, 5}) {
@@ -25,7 +26,7 @@ func TestPostSRQRecv_AppendsToTailInOrder(t *testing.T) {
 
 func TestPostSRQRecv_StopsAtFirstBadWRAndNamesIt(t *testing.T) {
 	q := newQueue(t, 8, 2, testCaps)
-	wrs := []RecvWR{wr(1, 1), wr(2, 2), wr(3, 3), wr(4, 1)} // wr 2 has 3 SGEs > max_sge 2
+	wrs := []verbs.RecvWR{wr(1, 1), wr(2, 2), wr(3, 3), wr(4, 1)} // wr 2 has 3 SGEs > max_sge 2
 	n, err := q.PostRecv(wrs)
 	if n != 2 {
 		t.Fatalf("posted %d, want 2", n)
@@ -42,7 +43,7 @@ func TestPostSRQRecv_StopsAtFirstBadWRAndNamesIt(t *testing.T) {
 
 func TestPostSRQRecv_FullQueueIsENOMEM(t *testing.T) {
 	q := newQueue(t, 3, 1, testCaps)
-	n, err := q.PostRecv([]RecvWR{wr(1, 1), wr(2, 1), wr(3, 1), wr(4, 1), wr(5, 1)})
+	n, err := q.PostRecv([]verbs.RecvWR{wr(1, 1), wr(2, 1), wr(3, 1), wr(4, 1), wr(5, 1)})
 	if n != 3 {
 		t.Fatalf("posted %d, want 3", n)
 	}
@@ -57,7 +58,7 @@ func TestPostSRQRecv_FullQueueIsENOMEM(t *testing.T) {
 }
 
 func TestPostSRQRecv_MaxOutstandingIsTheMaxWRGivenAtCreation(t *testing.T) {
-	a := Attr{MaxWR: 5, MaxSGE: 1}
+	a := verbs.SRQAttr{MaxWR: 5, MaxSGE: 1}
 	q, err := New(&a, testCaps)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ func TestPostSRQRecv_MaxOutstandingIsTheMaxWRGivenAtCreation(t *testing.T) {
 	for i := uint32(0); i < a.MaxWR; i++ {
 		post(t, q, uint64(i))
 	}
-	_, err = q.PostRecv([]RecvWR{wr(9, 1)})
+	_, err = q.PostRecv([]verbs.RecvWR{wr(9, 1)})
 	wantErrno(t, err, syscall.ENOMEM)
 	popIDs(t, q, 1)
 	post(t, q, 9) // a take frees room for one
@@ -73,7 +74,7 @@ func TestPostSRQRecv_MaxOutstandingIsTheMaxWRGivenAtCreation(t *testing.T) {
 
 func TestPostSRQRecv_TooManySGEsIsEINVAL(t *testing.T) {
 	q := newQueue(t, 8, 2, testCaps)
-	n, err := q.PostRecv([]RecvWR{wr(1, 3)})
+	n, err := q.PostRecv([]verbs.RecvWR{wr(1, 3)})
 	if n != 0 {
 		t.Fatalf("posted %d", n)
 	}
@@ -86,11 +87,11 @@ func TestPostSRQRecv_TooManySGEsIsEINVAL(t *testing.T) {
 func TestPostSRQRecv_NumSGEUpToMaxSGEIsAccepted(t *testing.T) {
 	q := newQueue(t, 8, 4, testCaps)
 	for n := 0; n <= 4; n++ {
-		if _, err := q.PostRecv([]RecvWR{wr(uint64(n), n)}); err != nil {
+		if _, err := q.PostRecv([]verbs.RecvWR{wr(uint64(n), n)}); err != nil {
 			t.Fatalf("num_sge %d with max_sge 4: %v", n, err)
 		}
 	}
-	var dst RecvWR
+	var dst verbs.RecvWR
 	for n := 0; n <= 4; n++ {
 		if !q.Pop(&dst) || len(dst.SGL) != n {
 			t.Fatalf("WR %d came back with %d SGEs", n, len(dst.SGL))
@@ -124,8 +125,8 @@ func TestPostSRQRecv_WorksWithAndWithoutAttachedQPs(t *testing.T) {
 
 func TestPostSRQRecv_CallerMayReuseWRAndSGL(t *testing.T) {
 	q := newQueue(t, 8, 2, testCaps)
-	sgl := []SGE{{Addr: 0x1000, Length: 10, LKey: 7}, {Addr: 0x2000, Length: 20, LKey: 7}}
-	wrs := []RecvWR{{WRID: 1, SGL: sgl}}
+	sgl := []verbs.SGE{{Addr: 0x1000, Length: 10, LKey: 7}, {Addr: 0x2000, Length: 20, LKey: 7}}
+	wrs := []verbs.RecvWR{{WRID: 1, SGL: sgl}}
 	post1 := func() {
 		if _, err := q.PostRecv(wrs); err != nil {
 			t.Fatal(err)
@@ -135,7 +136,7 @@ func TestPostSRQRecv_CallerMayReuseWRAndSGL(t *testing.T) {
 	wrs[0].WRID = 2
 	sgl[0].Addr, sgl[1].Length = 0xdead, 99
 	post1()
-	var dst RecvWR
+	var dst verbs.RecvWR
 	q.Pop(&dst)
 	if dst.WRID != 1 || dst.SGL[0].Addr != 0x1000 || dst.SGL[1].Length != 20 {
 		t.Fatalf("first WR changed by caller reuse: %+v", dst)
@@ -156,25 +157,25 @@ func TestPostSRQRecv_WRIDIsOpaque(t *testing.T) {
 }
 
 func TestSGE_LengthZeroMeans2Pow31Bytes(t *testing.T) {
-	if got := (SGE{Length: 0}).Size(); got != 1<<31 {
+	if got := (verbs.SGE{Length: 0}).Size(); got != 1<<31 {
 		t.Fatalf("Size of length 0 = %d, want 2^31", got)
 	}
-	if got := (SGE{Length: 1}).Size(); got != 1 {
+	if got := (verbs.SGE{Length: 1}).Size(); got != 1 {
 		t.Fatalf("Size of length 1 = %d", got)
 	}
-	if got := (SGE{Length: math.MaxUint32}).Size(); got != math.MaxUint32 {
+	if got := (verbs.SGE{Length: math.MaxUint32}).Size(); got != math.MaxUint32 {
 		t.Fatalf("Size of length max = %d", got)
 	}
 }
 
 func TestRecvWR_NoSGEMeansZeroByteMessage(t *testing.T) {
-	if got := (&RecvWR{WRID: 1}).Size(); got != 0 {
+	if got := (&verbs.RecvWR{WRID: 1}).Size(); got != 0 {
 		t.Fatalf("Size = %d, want 0", got)
 	}
 }
 
 func TestRecvWR_MaxMessageIsSumOfSGELengths(t *testing.T) {
-	w := RecvWR{SGL: []SGE{{Length: 100}, {Length: 0}, {Length: 28}}}
+	w := verbs.RecvWR{SGL: []verbs.SGE{{Length: 100}, {Length: 0}, {Length: 28}}}
 	if got, want := w.Size(), uint64(128+1<<31); got != want {
 		t.Fatalf("Size = %d, want %d", got, want)
 	}
@@ -182,10 +183,10 @@ func TestRecvWR_MaxMessageIsSumOfSGELengths(t *testing.T) {
 
 func TestPostSRQRecv_ZeroLengthSGEIsPostedUnchanged(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
-	if _, err := q.PostRecv([]RecvWR{{WRID: 1, SGL: []SGE{{Addr: 5, Length: 0, LKey: 3}}}}); err != nil {
+	if _, err := q.PostRecv([]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{{Addr: 5, Length: 0, LKey: 3}}}}); err != nil {
 		t.Fatal(err)
 	}
-	var dst RecvWR
+	var dst verbs.RecvWR
 	q.Pop(&dst)
 	if dst.SGL[0].Length != 0 || dst.SGL[0].Size() != 1<<31 {
 		t.Fatalf("SGE = %+v", dst.SGL[0])
@@ -205,7 +206,7 @@ func TestPop_TakesFromHeadAtomically(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var dst RecvWR
+			var dst verbs.RecvWR
 			last := int64(-1)
 			for q.Pop(&dst) {
 				if int64(dst.WRID) <= last || dst.SGL[0].Addr != dst.WRID<<8 {
@@ -231,7 +232,7 @@ func TestPop_TakesFromHeadAtomically(t *testing.T) {
 
 func TestPop_EmptyQueueReturnsFalse(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
-	var dst RecvWR
+	var dst verbs.RecvWR
 	if q.Pop(&dst) {
 		t.Fatal("Pop on empty queue returned true")
 	}
@@ -240,7 +241,7 @@ func TestPop_EmptyQueueReturnsFalse(t *testing.T) {
 func TestPop_ReusesDestinationSGL(t *testing.T) {
 	q := newQueue(t, 8, 2, testCaps)
 	post(t, q, 1, 2)
-	dst := RecvWR{SGL: make([]SGE, 0, 2)}
+	dst := verbs.RecvWR{SGL: make([]verbs.SGE, 0, 2)}
 	q.Pop(&dst)
 	p := &dst.SGL[:1][0]
 	q.Pop(&dst)
@@ -251,11 +252,11 @@ func TestPop_ReusesDestinationSGL(t *testing.T) {
 
 func TestPostSRQRecv_SGEsMayComeFromDifferentMRs(t *testing.T) {
 	q := newQueue(t, 8, 3, testCaps)
-	in := RecvWR{WRID: 1, SGL: []SGE{{Addr: 0x10, Length: 8, LKey: 0xaaaa}, {Addr: 0x9000, Length: 16, LKey: 0xbbbb}, {Addr: 0x10, Length: 8, LKey: 0xcccc}}}
-	if _, err := q.PostRecv([]RecvWR{in}); err != nil {
+	in := verbs.RecvWR{WRID: 1, SGL: []verbs.SGE{{Addr: 0x10, Length: 8, LKey: 0xaaaa}, {Addr: 0x9000, Length: 16, LKey: 0xbbbb}, {Addr: 0x10, Length: 8, LKey: 0xcccc}}}
+	if _, err := q.PostRecv([]verbs.RecvWR{in}); err != nil {
 		t.Fatal(err)
 	}
-	var dst RecvWR
+	var dst verbs.RecvWR
 	q.Pop(&dst)
 	for i := range in.SGL {
 		if dst.SGL[i] != in.SGL[i] {

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/internal/core/verbserr"
 )
 
@@ -16,10 +17,10 @@ import (
 func TestQuerySRQ_ReturnsMaxWRMaxSGEAndLimit(t *testing.T) {
 	q := newQueue(t, 12, 3, testCaps)
 	post(t, q, seq(1, 10)...)
-	if err := q.Modify(&Attr{Limit: 5}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 5}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := mustQuery(t, q), (Attr{MaxWR: 12, MaxSGE: 3, Limit: 5}); got != want {
+	if got, want := mustQuery(t, q), (verbs.SRQAttr{MaxWR: 12, MaxSGE: 3, Limit: 5}); got != want {
 		t.Fatalf("Query = %+v, want %+v", got, want)
 	}
 }
@@ -38,7 +39,7 @@ func TestCreateSRQ_AttributeRanges(t *testing.T) {
 		{"max_sge above device", 4, testCaps.MaxSGE + 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := Attr{MaxWR: tc.maxWR, MaxSGE: tc.maxSGE}
+			a := verbs.SRQAttr{MaxWR: tc.maxWR, MaxSGE: tc.maxSGE}
 			q, err := New(&a, testCaps)
 			if !tc.ok {
 				wantErrno(t, err, syscall.EINVAL)
@@ -66,7 +67,7 @@ func TestCreateSRQ_NilAttrIsEINVAL(t *testing.T) {
 }
 
 func TestCreateSRQ_LimitIsIgnoredAndStartsDisarmed(t *testing.T) {
-	a := Attr{MaxWR: 8, MaxSGE: 1, Limit: 5}
+	a := verbs.SRQAttr{MaxWR: 8, MaxSGE: 1, Limit: 5}
 	q, err := New(&a, testCaps)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func TestSRQError_EveryVerbButDestroyFails(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
 	post(t, q, 1, 2)
 	q.SetError()
-	_, err := q.PostRecv([]RecvWR{wr(3, 1)})
+	_, err := q.PostRecv([]verbs.RecvWR{wr(3, 1)})
 	wantErrno(t, err, syscall.EIO)
 	var e *verbserr.Error
 	if !errors.As(err, &e) || e.Index != 0 {
@@ -91,8 +92,8 @@ func TestSRQError_EveryVerbButDestroyFails(t *testing.T) {
 	}
 	_, err = q.Query()
 	wantErrno(t, err, syscall.EIO)
-	wantErrno(t, q.Modify(&Attr{Limit: 1}, AttrLimit), syscall.EIO)
-	wantErrno(t, q.Modify(&Attr{MaxWR: 16}, AttrMaxWR), syscall.EIO)
+	wantErrno(t, q.Modify(&verbs.SRQAttr{Limit: 1}, verbs.SRQLimit), syscall.EIO)
+	wantErrno(t, q.Modify(&verbs.SRQAttr{MaxWR: 16}, verbs.SRQMaxWR), syscall.EIO)
 	if err := q.Close(); err != nil {
 		t.Fatalf("destroy in error state: %v", err)
 	}
@@ -102,7 +103,7 @@ func TestSRQError_NoWRIsFetched(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
 	post(t, q, 1, 2)
 	q.SetError()
-	var dst RecvWR
+	var dst verbs.RecvWR
 	if q.Pop(&dst) {
 		t.Fatal("Pop fetched a WR from an SRQ in the error state")
 	}
@@ -112,12 +113,12 @@ func TestSRQError_ArmedLimitNoLongerFires(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
 	post(t, q, 1, 2, 3)
 	fired := limitCounter(q)
-	if err := q.Modify(&Attr{Limit: 2}, AttrLimit); err != nil {
+	if err := q.Modify(&verbs.SRQAttr{Limit: 2}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	q.SetError()
 	q.Flush(nil)
-	var dst RecvWR
+	var dst verbs.RecvWR
 	q.Pop(&dst)
 	if *fired != 0 {
 		t.Fatal("limit event from an SRQ in the error state")
@@ -147,19 +148,19 @@ func TestDestroySRQ_ThenEveryVerbFailsWithErrClosed(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, perr := q.PostRecv([]RecvWR{wr(1, 1)})
+	_, perr := q.PostRecv([]verbs.RecvWR{wr(1, 1)})
 	_, qerr := q.Query()
 	for name, err := range map[string]error{
 		"PostRecv": perr,
 		"Query":    qerr,
-		"Modify":   q.Modify(&Attr{Limit: 1}, AttrLimit),
+		"Modify":   q.Modify(&verbs.SRQAttr{Limit: 1}, verbs.SRQLimit),
 		"Close":    q.Close(),
 	} {
 		if !errors.Is(err, net.ErrClosed) || !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("%s after destroy: %v, want EINVAL and net.ErrClosed", name, err)
 		}
 	}
-	var dst RecvWR
+	var dst verbs.RecvWR
 	if q.Pop(&dst) || q.Len() != 0 || q.Flush(nil) != 0 {
 		t.Fatal("destroyed queue still hands out WRs")
 	}
@@ -179,11 +180,11 @@ func TestFlush_RemovesEveryWRInOrder(t *testing.T) {
 	q := newQueue(t, 4, 2, testCaps)
 	post(t, q, 1, 2, 3)
 	popIDs(t, q, 2)
-	if _, err := q.PostRecv([]RecvWR{wr(4, 2), wr(5, 0), wr(6, 1)}); err != nil {
+	if _, err := q.PostRecv([]verbs.RecvWR{wr(4, 2), wr(5, 0), wr(6, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	var got []uint64
-	n := q.Flush(func(w *RecvWR) {
+	n := q.Flush(func(w *verbs.RecvWR) {
 		if len(w.SGL) > 0 && w.SGL[0].Addr != w.WRID<<8 {
 			t.Errorf("WR %d has SGE %+v", w.WRID, w.SGL[0])
 		}
@@ -197,12 +198,12 @@ func TestFlush_RemovesEveryWRInOrder(t *testing.T) {
 
 func TestError_MessageNamesVerbObjectAndIndex(t *testing.T) {
 	q := newQueue(t, 1, 1, testCaps)
-	_, err := q.PostRecv([]RecvWR{wr(1, 1), wr(2, 1)})
+	_, err := q.PostRecv([]verbs.RecvWR{wr(1, 1), wr(2, 1)})
 	want := "srq: ibv_post_srq_recv srq wr[1]: cannot allocate memory: queue full (max_wr 1)"
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v, want %q", err, want)
 	}
-	err = q.Modify(&Attr{Limit: 2}, AttrLimit)
+	err = q.Modify(&verbs.SRQAttr{Limit: 2}, verbs.SRQLimit)
 	if err == nil || !strings.HasPrefix(err.Error(), "srq: ibv_modify_srq srq: invalid argument: srq_limit 2 above max_wr 1") {
 		t.Fatalf("err = %v", err)
 	}
@@ -212,7 +213,7 @@ func TestFlush_CallbackMayCallBackIntoTheQueue(t *testing.T) {
 	q := newQueue(t, 8, 1, testCaps)
 	post(t, q, 1, 2, 3)
 	var got []uint64
-	n := q.Flush(func(w *RecvWR) {
+	n := q.Flush(func(w *verbs.RecvWR) {
 		got = append(got, w.WRID)
 		if w.WRID == 1 {
 			post(t, q, 4) // posted during the flush: stays queued

@@ -4,25 +4,12 @@ import (
 	"fmt"
 	"sync"
 	"syscall"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// Attr holds the attributes of a receive queue (struct ibv_srq_attr).
-type Attr struct {
-	MaxWR  uint32 // most WRs outstanding at once
-	MaxSGE uint32 // most SGEs per WR
-	Limit  uint32 // armed limit; 0 means disarmed (no SRQ_LIMIT_REACHED)
-}
-
-// AttrMask selects the attributes Modify changes (enum ibv_srq_attr_mask).
-type AttrMask uint32
-
-// Attribute mask bits with their libibverbs values.
-const (
-	AttrMaxWR AttrMask = 1 << 0 // IBV_SRQ_MAX_WR: resize to Attr.MaxWR
-	AttrLimit AttrMask = 1 << 1 // IBV_SRQ_LIMIT: arm with Attr.Limit
-
-	attrAll = AttrMaxWR | AttrLimit
-)
+// attrAll is every SRQ attribute mask bit Modify knows.
+const attrAll = verbs.SRQMaxWR | verbs.SRQLimit
 
 // Caps are the device limits a queue is checked against (dev_cap.max_srq_wr,
 // dev_cap.max_srq_sge, IBV_DEVICE_SRQ_RESIZE in device_cap_flags).
@@ -49,8 +36,8 @@ type Queue struct {
 	mu sync.Mutex
 	// mu guards: slots, sges, maxSGE, head, count, limit, onLimit, failed,
 	// attached, closed.
-	slots    []slot // len(slots) is max_wr; never grows implicitly
-	sges     []SGE  // len(slots)*maxSGE
+	slots    []slot      // len(slots) is max_wr; never grows implicitly
+	sges     []verbs.SGE // len(slots)*maxSGE
 	maxSGE   uint32
 	head     int // index of the oldest WR
 	count    int // WRs outstanding
@@ -66,7 +53,7 @@ type Queue struct {
 // EINVAL. attr.Limit is ignored, as ibv_create_srq(3) says: a new queue is
 // disarmed. The actual MaxWR and MaxSGE (equal to the requested ones) are
 // written back into attr.
-func New(attr *Attr, caps Caps) (*Queue, error) {
+func New(attr *verbs.SRQAttr, caps Caps) (*Queue, error) {
 	const op = "ibv_create_srq"
 	if attr == nil {
 		return nil, newError(op, syscall.EINVAL, "nil attr")
@@ -80,7 +67,7 @@ func New(attr *Attr, caps Caps) (*Queue, error) {
 	q := &Queue{
 		caps:   caps,
 		slots:  make([]slot, attr.MaxWR),
-		sges:   make([]SGE, int(attr.MaxWR)*int(attr.MaxSGE)),
+		sges:   make([]verbs.SGE, int(attr.MaxWR)*int(attr.MaxSGE)),
 		maxSGE: attr.MaxSGE,
 	}
 	return q, nil
@@ -100,7 +87,7 @@ func checkMaxWR(op string, maxWR uint32, caps Caps) error {
 // names the bad one (the Go form of bad_wr): the WRs before it stay posted,
 // it and the ones after it are not posted. The WRs and their SGE lists are
 // copied, so the caller may reuse them as soon as PostRecv returns.
-func (q *Queue) PostRecv(wrs []RecvWR) (int, error) {
+func (q *Queue) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	const op = "ibv_post_srq_recv"
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -143,7 +130,7 @@ func (q *Queue) PostRecv(wrs []RecvWR) (int, error) {
 // allocate. It returns false when the queue is empty, in the error state or
 // destroyed. When the take leaves fewer WRs than an armed limit, the queue
 // disarms and calls the limit handler once, after releasing its lock.
-func (q *Queue) Pop(dst *RecvWR) bool {
+func (q *Queue) Pop(dst *verbs.RecvWR) bool {
 	q.mu.Lock()
 	if q.closed || q.failed || q.count == 0 {
 		q.mu.Unlock()
@@ -188,18 +175,18 @@ func (q *Queue) SetLimitHandler(fn func()) {
 	q.mu.Unlock()
 }
 
-// Modify is ibv_modify_srq. With AttrMaxWR it resizes the queue to
+// Modify is ibv_modify_srq. With SRQMaxWR it resizes the queue to
 // attr.MaxWR, keeping the outstanding WRs in order: ENOSYS when the device
 // does not advertise SRQ resize, EINVAL when attr.MaxWR is 0, above
 // caps.MaxWR, below the WRs outstanding or below the armed limit; the actual
 // MaxWR and MaxSGE are written back into attr (attr.MaxSGE is ignored on
-// input: max_sge cannot change, ibv_modify_srq(3)). With AttrLimit it arms
+// input: max_sge cannot change, ibv_modify_srq(3)). With SRQLimit it arms
 // the limit with attr.Limit in [0..max_wr] (the new max_wr when both bits
 // are set), else EINVAL; 0 disarms. Arming above the number of WRs
 // outstanding raises the limit event at once (and disarms again). If any
 // attribute is invalid, or the mask has unknown bits (EINVAL), nothing
 // changes. A mask of 0 is a successful no-op.
-func (q *Queue) Modify(attr *Attr, mask AttrMask) error {
+func (q *Queue) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 	const op = "ibv_modify_srq"
 	if attr == nil {
 		return newError(op, syscall.EINVAL, "nil attr")
@@ -219,7 +206,7 @@ func (q *Queue) Modify(attr *Attr, mask AttrMask) error {
 // modifyLocked validates every attribute, then applies them all. It returns
 // the limit handler to call once the lock is released, if the new limit is
 // already crossed.
-func (q *Queue) modifyLocked(attr *Attr, mask AttrMask) (func(), error) {
+func (q *Queue) modifyLocked(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) (func(), error) {
 	const op = "ibv_modify_srq"
 	if q.closed {
 		return nil, closedError(op)
@@ -229,7 +216,7 @@ func (q *Queue) modifyLocked(attr *Attr, mask AttrMask) (func(), error) {
 	}
 	// Validate everything before changing anything.
 	maxWR := uint32(len(q.slots))
-	if mask&AttrMaxWR != 0 {
+	if mask&verbs.SRQMaxWR != 0 {
 		if !q.caps.Resize {
 			return nil, newError(op, syscall.ENOSYS, "device does not support SRQ resize")
 		}
@@ -239,20 +226,20 @@ func (q *Queue) modifyLocked(attr *Attr, mask AttrMask) (func(), error) {
 		if attr.MaxWR < uint32(q.count) {
 			return nil, newError(op, syscall.EINVAL, fmt.Sprintf("max_wr %d below %d WRs outstanding", attr.MaxWR, q.count))
 		}
-		if mask&AttrLimit == 0 && attr.MaxWR < q.limit {
+		if mask&verbs.SRQLimit == 0 && attr.MaxWR < q.limit {
 			return nil, newError(op, syscall.EINVAL, fmt.Sprintf("max_wr %d below armed limit %d", attr.MaxWR, q.limit))
 		}
 		maxWR = attr.MaxWR
 	}
-	if mask&AttrLimit != 0 && attr.Limit > maxWR {
+	if mask&verbs.SRQLimit != 0 && attr.Limit > maxWR {
 		return nil, newError(op, syscall.EINVAL, fmt.Sprintf("srq_limit %d above max_wr %d", attr.Limit, maxWR))
 	}
 	// Apply.
-	if mask&AttrMaxWR != 0 {
+	if mask&verbs.SRQMaxWR != 0 {
 		q.resizeLocked(int(maxWR))
 		attr.MaxWR, attr.MaxSGE = maxWR, q.maxSGE
 	}
-	if mask&AttrLimit != 0 {
+	if mask&verbs.SRQLimit != 0 {
 		q.limit = attr.Limit
 		// Arming above the outstanding count raises the event at once.
 		return q.crossedLocked(), nil
@@ -267,7 +254,7 @@ func (q *Queue) resizeLocked(n int) {
 	}
 	stride := int(q.maxSGE)
 	slots := make([]slot, n)
-	sges := make([]SGE, n*stride)
+	sges := make([]verbs.SGE, n*stride)
 	for k := 0; k < q.count; k++ {
 		j := q.head + k
 		if j >= len(q.slots) {
@@ -281,17 +268,17 @@ func (q *Queue) resizeLocked(n int) {
 
 // Query is ibv_query_srq: it returns max_wr, max_sge and the armed limit (0
 // when disarmed, including after the limit event fired).
-func (q *Queue) Query() (Attr, error) {
+func (q *Queue) Query() (verbs.SRQAttr, error) {
 	const op = "ibv_query_srq"
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return Attr{}, closedError(op)
+		return verbs.SRQAttr{}, closedError(op)
 	}
 	if q.failed {
-		return Attr{}, errorStateError(op)
+		return verbs.SRQAttr{}, errorStateError(op)
 	}
-	return Attr{MaxWR: uint32(len(q.slots)), MaxSGE: q.maxSGE, Limit: q.limit}, nil
+	return verbs.SRQAttr{MaxWR: uint32(len(q.slots)), MaxSGE: q.maxSGE, Limit: q.limit}, nil
 }
 
 // SetError puts the queue in the error state (IBV_EVENT_SRQ_ERR; the caller
@@ -312,14 +299,14 @@ func (q *Queue) SetError() {
 // completions or call back into the queue; the *RecvWR it gets is reused
 // after fn returns. WRs posted during the flush stay queued. Flush works in
 // the error state and never raises the limit event.
-func (q *Queue) Flush(fn func(wr *RecvWR)) int {
+func (q *Queue) Flush(fn func(wr *verbs.RecvWR)) int {
 	q.mu.Lock()
 	n := q.count
 	if q.closed {
 		n = 0
 	}
 	q.mu.Unlock()
-	var wr RecvWR
+	var wr verbs.RecvWR
 	done := 0
 	for ; done < n; done++ {
 		q.mu.Lock()

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
@@ -43,17 +43,17 @@ func TestRecvCompletionAfterAck(t *testing.T) {
 	defer b.close(t)
 	qa, qb := rcPair(t, a, b, rcOpts{})
 	const n = 200
-	src := a.mem.reg(1, pattern(8, 1), AccessLocalWrite)
-	dst := b.mem.reg(1, make([]byte, 8*n), AccessLocalWrite)
+	src := a.mem.reg(1, pattern(8, 1), verbs.AccessLocalWrite)
+	dst := b.mem.reg(1, make([]byte, 8*n), verbs.AccessLocalWrite)
 	for i := 0; i < n; i++ {
-		if _, err := qb.PostRecv([]srq.RecvWR{{WRID: uint64(i), SGL: []srq.SGE{dst.sge(8*i, 8)}}}); err != nil {
+		if _, err := qb.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{dst.sge(8*i, 8)}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	first := bth.PSN(0x123400 + qa.QPN())
 	go func() {
 		for i := 0; i < n; i++ {
-			if _, err := qa.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 8)}}}); err != nil {
+			if _, err := qa.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 8)}}}); err != nil {
 				t.Error(err)
 				return
 			}
@@ -62,7 +62,7 @@ func TestRecvCompletionAfterAck(t *testing.T) {
 			}
 		}
 	}()
-	buf := make([]cq.WorkCompletion, 16)
+	buf := make([]verbs.WC, 16)
 	got := 0
 	deadline := time.Now().Add(10 * time.Second)
 	for got < n {
@@ -120,13 +120,13 @@ func TestAckCoalescing(t *testing.T) {
 	defer a.close(t)
 	defer b.close(t)
 	qa, qb := rcPair(t, a, b, rcOpts{})
-	src := a.mem.reg(1, pattern(8, 1), AccessLocalWrite)
-	dst := b.mem.reg(1, make([]byte, 8*n), AccessLocalWrite)
-	var rwr []srq.RecvWR
-	var swr []SendWR
+	src := a.mem.reg(1, pattern(8, 1), verbs.AccessLocalWrite)
+	dst := b.mem.reg(1, make([]byte, 8*n), verbs.AccessLocalWrite)
+	var rwr []verbs.RecvWR
+	var swr []verbs.SendWR
 	for i := 0; i < n; i++ {
-		rwr = append(rwr, srq.RecvWR{WRID: uint64(i), SGL: []srq.SGE{dst.sge(8*i, 8)}})
-		swr = append(swr, SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 8)}})
+		rwr = append(rwr, verbs.RecvWR{WRID: uint64(i), SGL: []verbs.SGE{dst.sge(8*i, 8)}})
+		swr = append(swr, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 8)}})
 	}
 	if _, err := qb.PostRecv(rwr); err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestAckCoalescing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, wc := range waitWC(t, a.scq, n, 5*time.Second) {
-		if wc.Status != cq.Success || wc.WRID != uint64(i) {
+		if wc.Status != verbs.WCSuccess || wc.WRID != uint64(i) {
 			t.Fatalf("send completion %d: %s", i, wcString(wc))
 		}
 	}

@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
@@ -17,14 +17,14 @@ func TestReceiveToCQENoAlloc(t *testing.T) {
 	}
 	n := newNode(t, &nullLink{done: make(chan struct{})}, 1)
 	defer n.close(t)
-	q := n.createQP(t, QPTypeRC, rcOpts{recvWR: 4})
+	q := n.createQP(t, verbs.QPTypeRC, rcOpts{recvWR: 4})
 	connect(t, q, addrB.Addr(), 0x77, rcOpts{})
-	rb := n.mem.reg(1, make([]byte, 1024), AccessLocalWrite)
-	wrs := []srq.RecvWR{{WRID: 1, SGL: []srq.SGE{rb.sge(0, 1024)}}}
+	rb := n.mem.reg(1, make([]byte, 1024), verbs.AccessLocalWrite)
+	wrs := []verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{rb.sge(0, 1024)}}}
 	buf := link.GetBuffer()
 	payload := pattern(512, 1)
 	env := bth.Envelope{Src: addrB.Addr(), Dst: addrA.Addr(), DF: true, SrcPort: addrB.Port(), DstPort: addrA.Port()}
-	wc := make([]cq.WorkCompletion, 4)
+	wc := make([]verbs.WC, 4)
 	psn := q.resp.psn
 	var l int
 	build := func() {
@@ -38,8 +38,8 @@ func TestReceiveToCQENoAlloc(t *testing.T) {
 		q.rq.PostRecv(wrs)
 		build()
 		it := rxItem{buf: buf, n: l, src: addrB, local: addrA.Addr(), qp: q}
-		q.receive(n.e.clock.Now(), &it)
-		if k, _ := n.rcq.Poll(wc); k != 1 || wc[0].Status != cq.Success {
+		q.receive(n.e.cfg.Clock.Now(), &it)
+		if k, _ := n.rcq.Poll(wc); k != 1 || wc[0].Status != verbs.WCSuccess {
 			t.Fatalf("poll %d %v", k, wc[0].Status)
 		}
 	}
@@ -56,14 +56,14 @@ func TestStepNoAlloc(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under -race")
 	}
-	w := newWire(t, QPTypeRC, rcOpts{recvWR: 4, sendWR: 4})
-	rb := w.mem.reg(1, make([]byte, 1024), AccessLocalWrite)
-	sb := w.mem.reg(1, pattern(512, 2), AccessLocalWrite)
-	recv := []srq.RecvWR{{WRID: 1, SGL: []srq.SGE{rb.sge(0, 1024)}}}
-	send := []SendWR{{WRID: 2, Opcode: WRSend, SGL: []srq.SGE{sb.sge(0, 512)}}}
+	w := newWire(t, verbs.QPTypeRC, rcOpts{recvWR: 4, sendWR: 4})
+	rb := w.mem.reg(1, make([]byte, 1024), verbs.AccessLocalWrite)
+	sb := w.mem.reg(1, pattern(512, 2), verbs.AccessLocalWrite)
+	recv := []verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{rb.sge(0, 1024)}}}
+	send := []verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 512)}}}
 	payload := pattern(512, 1)
 	rpsn, spsn := wireRQPSN, wireSQPSN
-	wc := make([]cq.WorkCompletion, 4)
+	wc := make([]verbs.WC, 4)
 	s := w.q.sh
 	step := func() {
 		w.q.rq.PostRecv(recv)
@@ -85,7 +85,7 @@ func TestStepNoAlloc(t *testing.T) {
 		s.enqueue(ack)
 		s.step()
 		s.drainWC()
-		if k, _ := w.rcq.Poll(wc); k != 1 || wc[0].Status != cq.Success {
+		if k, _ := w.rcq.Poll(wc); k != 1 || wc[0].Status != verbs.WCSuccess {
 			t.Fatalf("poll %d %v", k, wc[0].Status)
 		}
 	}

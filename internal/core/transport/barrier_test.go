@@ -5,7 +5,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
 
@@ -20,19 +20,19 @@ func TestBarrierWaitsForStep(t *testing.T) {
 		release, entered := make(chan struct{}), make(chan struct{})
 		b := newNode(t, lb, 2, func(c *Config) {
 			c.OnEvent = func(ev Event) {
-				if ev.Type == EventCommEst {
+				if ev.Type == verbs.EventCommEst {
 					close(entered)
 					<-release
 				}
 			}
 		})
 		defer a.close(t)
-		qa := a.createQP(t, QPTypeRC, rcOpts{})
-		qb := b.createQP(t, QPTypeRC, rcOpts{})
+		qa := a.createQP(t, verbs.QPTypeRC, rcOpts{})
+		qb := b.createQP(t, verbs.QPTypeRC, rcOpts{})
 		connect(t, qa, b.addr, qb.QPN(), rcOpts{})
 		connect(t, qb, a.addr, qa.QPN(), rcOpts{skipRTS: true})
-		buf := a.mem.reg(1, make([]byte, 8), AccessLocalWrite)
-		if _, err := qa.PostSend([]SendWR{{WRID: 1, Opcode: WRSend, SGL: []srq.SGE{buf.sge(0, 8)}}}); err != nil {
+		buf := a.mem.reg(1, make([]byte, 8), verbs.AccessLocalWrite)
+		if _, err := qa.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{buf.sge(0, 8)}}}); err != nil {
 			t.Fatal(err)
 		}
 		<-entered

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // TestCheckQPInit: the engine is the one layer that checks ibv_create_qp's type
@@ -16,12 +17,12 @@ func TestCheckQPInit(t *testing.T) {
 		c.MaxQPWR, c.MaxSGE, c.MaxInline = 16, 4, 64
 	})
 	defer n.close(t)
-	s, err := srq.New(&srq.Attr{MaxWR: 4, MaxSGE: 1}, srq.Caps{MaxWR: 4, MaxSGE: 1})
+	s, err := srq.New(&verbs.SRQAttr{MaxWR: 4, MaxSGE: 1}, srq.Caps{MaxWR: 4, MaxSGE: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := QPInitAttr{Type: QPTypeRC, SendCQ: n.scq, RecvCQ: n.rcq,
-		Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}}
+	ok := QPInitAttr{Type: verbs.QPTypeRC, SendCQ: n.scq, RecvCQ: n.rcq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}}
 	cases := []struct {
 		name   string
 		mod    func(a *QPInitAttr)
@@ -80,12 +81,12 @@ func TestCheckQPInit(t *testing.T) {
 func TestModifyChecksRDAtomicAgainstTheDevice(t *testing.T) {
 	n := newNode(t, &nullLink{done: make(chan struct{})}, 1, func(c *Config) { c.MaxRDAtomic, c.MaxDestRDAtomic = 2, 3 })
 	defer n.close(t)
-	q := n.createQP(t, QPTypeRC, rcOpts{})
-	if err := q.Modify(&QPAttr{State: QPSInit, PortNum: 1}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags); err != nil {
+	q := n.createQP(t, verbs.QPTypeRC, rcOpts{})
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		t.Fatal(err)
 	}
-	rtr := QPAttr{State: QPSRTR, PathMTU: MTU1024, DestQPN: 0x12, AV: AddressVector{DGID: addrB.Addr()}, MaxDestRDAtomic: 4}
-	rtrMask := QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRDAtomic | QPAttrMinRNRTimer
+	rtr := verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: 0x12, AV: verbs.AddressVector{DGID: addrB.Addr()}, MaxDestRDAtomic: 4}
+	rtrMask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRDAtomic | verbs.QPAttrMinRNRTimer
 	err := q.Modify(&rtr, rtrMask)
 	if err == nil || !errors.Is(err, syscall.EINVAL) || err.Error() != "transport: ibv_modify_qp "+qpObj(q.QPN())+": invalid argument: max_dest_rd_atomic 4 above max_qp_rd_atom 3" {
 		t.Fatalf("max_dest_rd_atomic 4 = %v", err)
@@ -94,8 +95,8 @@ func TestModifyChecksRDAtomicAgainstTheDevice(t *testing.T) {
 	if err := q.Modify(&rtr, rtrMask); err != nil {
 		t.Fatal(err)
 	}
-	rts := QPAttr{State: QPSRTS, MaxRDAtomic: 3}
-	rtsMask := QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRDAtomic
+	rts := verbs.QPAttr{State: verbs.QPSRTS, MaxRDAtomic: 3}
+	rtsMask := verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRDAtomic
 	if err := q.Modify(&rts, rtsMask); err == nil || !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("max_rd_atomic 3 above 2 = %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // qpCC is a QP's congestion control (package dcqcn): the notification
@@ -23,11 +24,11 @@ type qpCC struct {
 
 // initCC gives the QP fresh congestion state: on creation and on RESET.
 func (q *QP) initCC() {
-	if !q.e.cc.Enabled {
+	if !q.e.cfg.CC.Enabled {
 		return
 	}
 	q.cc = new(qpCC)
-	q.cc.rp.Init(&q.e.cc.Params, q.e.cc.LineRate)
+	q.cc.rp.Init(&q.e.cfg.CC.Params, q.e.cfg.CC.LineRate)
 }
 
 // maxPacket bounds the size of the QP's packets: the payload of one path
@@ -40,12 +41,12 @@ func (q *QP) syncCC(now time.Time) {
 	c := q.cc
 	c.rp.Advance(now)
 	if n := c.rp.Cuts(); n != c.cuts {
-		q.e.stats.RateCuts.Add(n - c.cuts)
+		q.e.cfg.Stats.RateCuts.Add(n - c.cuts)
 		c.cuts = n
 	}
 	if r := c.rp.Rate(); r != c.rate {
 		c.rate = r
-		c.pacer.SetRate(now, r, q.e.cc.Burst(r, q.maxPacket()))
+		c.pacer.SetRate(now, r, q.e.cfg.CC.Burst(r, q.maxPacket()))
 	}
 }
 
@@ -99,9 +100,9 @@ func (q *QP) chargeCC(now time.Time, start int) (held bool) {
 // onCNP is a CNP for this QP: a reaction point cut, or nothing (counted)
 // when congestion control is off.
 func (q *QP) onCNP(now time.Time) {
-	q.e.stats.CNPsRcvd.Add(1)
+	q.e.cfg.Stats.CNPsRcvd.Add(1)
 	if q.cc == nil {
-		q.e.stats.CNPsIgnored.Add(1)
+		q.e.cfg.Stats.CNPsIgnored.Add(1)
 		return
 	}
 	q.cc.rp.OnCNP(now)
@@ -112,18 +113,18 @@ func (q *QP) onCNP(now time.Time) {
 // point answers it with a CNP to the QP that sent it, at most one per
 // min_time_between_cnps. A UD sender is the packet's source and DETH SrcQP.
 func (q *QP) onCE(now time.Time, pkt *bth.Packet, src netip.Addr) {
-	q.e.stats.ECNMarked.Add(1)
-	if q.cc == nil || !q.cc.np.OnCE(now, q.e.cc.Params.CNPInterval()) {
+	q.e.cfg.Stats.ECNMarked.Add(1)
+	if q.cc == nil || !q.cc.np.OnCE(now, q.e.cfg.CC.Params.CNPInterval()) {
 		return
 	}
 	f := bth.Fields{Opcode: bth.CNP, BECN: true, PKey: 0xFFFF, DestQP: q.attr.DestQPN}
 	av := q.attr.AV // its path's hop limit and flow label; packetTOS sets cnp_dscp
-	if q.typ == QPTypeUD {
+	if q.typ == verbs.QPTypeUD {
 		f.DestQP = pkt.DETH().SrcQP
-		av = AddressVector{DGID: src}
+		av = verbs.AddressVector{DGID: src}
 	}
 	q.emit(&f, nil, &av)
-	q.e.stats.CNPsSent.Add(1)
+	q.e.cfg.Stats.CNPsSent.Add(1)
 }
 
 // packetTOS is the IPv4 TOS / IPv6 traffic class a packet with opcode op
@@ -133,10 +134,10 @@ func (q *QP) onCE(now time.Time, pkt *bth.Packet, src netip.Addr) {
 // feedback for the reverse direction), and CNPs cnp_dscp with Not-ECT.
 func (e *Engine) packetTOS(op bth.Opcode, tclass uint8) uint8 {
 	switch {
-	case !e.cc.Enabled:
+	case !e.cfg.CC.Enabled:
 		return tclass
 	case op == bth.CNP:
-		return e.cc.Params.CNPTOS()
+		return e.cfg.CC.Params.CNPTOS()
 	case op.IsAck():
 		return dcqcn.DataTOS(tclass, false) &^ dcqcn.CE
 	}

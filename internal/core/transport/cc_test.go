@@ -6,7 +6,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/dcqcn"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // ccOn is congestion control on a 10 Gb/s port with a pacing bucket of two
@@ -21,8 +21,8 @@ func ccOn() dcqcn.Config {
 // sendCE delivers a SEND ONLY with AckReq at psn offset i carrying tos, to a
 // QP with a receive WR posted, and returns what the QP emitted.
 func sendCE(w *wire, i int, tos uint8) []bth.Packet {
-	rb := w.mem.reg(1, make([]byte, 64), AccessLocalWrite)
-	w.recv(srq.RecvWR{WRID: uint64(i), SGL: []srq.SGE{rb.sge(0, 64)}})
+	rb := w.mem.reg(1, make([]byte, 64), verbs.AccessLocalWrite)
+	w.recv(verbs.RecvWR{WRID: uint64(i), SGL: []verbs.SGE{rb.sge(0, 64)}})
 	it := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: wireRQPSN.Add(i), AckReq: true}, filled(8, 1))
 	it.tos = tos
 	return w.deliver(it)
@@ -44,10 +44,10 @@ func TestCCTrafficClass(t *testing.T) {
 		{"on, ECN bits of the traffic class replaced", ccOn(), 0x6B, 0x6A, 0x68},
 	}
 	for _, tt := range tests {
-		w := newWire(t, QPTypeRC, rcOpts{cc: tt.cc})
+		w := newWire(t, verbs.QPTypeRC, rcOpts{cc: tt.cc})
 		w.q.attr.AV.TrafficClass = tt.tclass // as ibv_modify_qp would have set it at RTR
-		mr := w.mem.reg(1, make([]byte, 64), AccessLocalWrite)
-		w.post(SendWR{WRID: 1, Opcode: WRSend, SGL: []srq.SGE{mr.sge(0, 8)}})
+		mr := w.mem.reg(1, make([]byte, 64), verbs.AccessLocalWrite)
+		w.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{mr.sge(0, 8)}})
 		if got := w.step(); len(got) != 1 || w.tos[0] != tt.data {
 			t.Errorf("%s: SEND TOS %#x, want %#x", tt.name, w.tos, tt.data)
 		}
@@ -62,7 +62,7 @@ func TestCCTrafficClass(t *testing.T) {
 // DestQP = the peer QP, PSN 0, cnp_dscp, Not-ECT), at most one per
 // min_time_between_cnps.
 func TestCCNotificationPoint(t *testing.T) {
-	w := newWire(t, QPTypeRC, rcOpts{cc: ccOn()})
+	w := newWire(t, verbs.QPTypeRC, rcOpts{cc: ccOn()})
 	cnps := func(got []bth.Packet) (n int) {
 		for i, p := range got {
 			if p.Opcode() == bth.CNP {
@@ -91,17 +91,17 @@ func TestCCNotificationPoint(t *testing.T) {
 			t.Errorf("packet %d (TOS %#x): %d CNPs, want %d", i, s.tos, got, s.cnp)
 		}
 	}
-	st := w.e.stats.Snapshot()
+	st := w.e.cfg.Stats.Snapshot()
 	if st.ECNMarked != 4 || st.CNPsSent != 2 || st.SentPackets[ClassCNP] != 0 {
 		// SentPackets counts at flush, which a wire never runs.
 		t.Errorf("ECNMarked %d CNPsSent %d", st.ECNMarked, st.CNPsSent)
 	}
 
-	off := newWire(t, QPTypeRC, rcOpts{})
+	off := newWire(t, verbs.QPTypeRC, rcOpts{})
 	if got := sendCE(off, 0, dcqcn.CE); len(got) != 1 || got[0].Opcode() != bth.RCAck {
 		t.Errorf("congestion control off: emitted %s", pktsString(got))
 	}
-	if st := off.e.stats.Snapshot(); st.ECNMarked != 1 || st.CNPsSent != 0 {
+	if st := off.e.cfg.Stats.Snapshot(); st.ECNMarked != 1 || st.CNPsSent != 0 {
 		t.Errorf("off: ECNMarked %d CNPsSent %d", st.ECNMarked, st.CNPsSent)
 	}
 }
@@ -109,9 +109,9 @@ func TestCCNotificationPoint(t *testing.T) {
 // TestCCNotificationPointUD: a UD QP answers the datagram's sender, the DETH
 // source QP at the source address.
 func TestCCNotificationPointUD(t *testing.T) {
-	w := newWire(t, QPTypeUD, rcOpts{cc: ccOn()})
-	rb := w.mem.reg(1, make([]byte, 128), AccessLocalWrite)
-	w.recv(srq.RecvWR{WRID: 1, SGL: []srq.SGE{rb.sge(0, 128)}})
+	w := newWire(t, verbs.QPTypeUD, rcOpts{cc: ccOn()})
+	rb := w.mem.reg(1, make([]byte, 128), verbs.AccessLocalWrite)
+	w.recv(verbs.RecvWR{WRID: 1, SGL: []verbs.SGE{rb.sge(0, 128)}})
 	it := w.packet(bth.Fields{Opcode: bth.UDSendOnly, DETH: bth.DETH{QKey: wireQKey, SrcQP: 0x99}}, filled(8, 1))
 	it.tos = dcqcn.CE
 	got := w.deliver(it)
@@ -125,8 +125,8 @@ func TestCCNotificationPointUD(t *testing.T) {
 func TestCCReactionPoint(t *testing.T) {
 	cc := ccOn()
 	cc.Params.RPGByteReset = 0 // no byte counter increase: the rate holds for the test's 100 µs
-	w := newWire(t, QPTypeRC, rcOpts{cc: cc, mtu: MTU1024, sendWR: 64})
-	mr := w.mem.reg(1, make([]byte, 1<<20), AccessLocalWrite)
+	w := newWire(t, verbs.QPTypeRC, rcOpts{cc: cc, mtu: verbs.MTU1024, sendWR: 64})
+	mr := w.mem.reg(1, make([]byte, 1<<20), verbs.AccessLocalWrite)
 	cnp := w.packet(bth.Fields{Opcode: bth.CNP, BECN: true}, nil)
 	if got := w.deliver(cnp); len(got) != 0 {
 		t.Fatalf("a CNP was answered: %s", pktsString(got))
@@ -138,7 +138,7 @@ func TestCCReactionPoint(t *testing.T) {
 	// A 1 MiB WRITE is 1024 packets of 1024 bytes; at about 5 Gb/s the
 	// pacer (a two-packet bucket) lets two packets leave at once, then
 	// one per 1.7 µs.
-	w.post(SendWR{WRID: 1, Opcode: WRRDMAWrite, RemoteAddr: 0x5000, RKey: 9, SGL: []srq.SGE{mr.sge(0, 1<<20)}})
+	w.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, RemoteAddr: 0x5000, RKey: 9, SGL: []verbs.SGE{mr.sge(0, 1<<20)}})
 	sent := len(w.step())
 	for i := 0; i < 100; i++ {
 		sent += len(w.advance(time.Microsecond))
@@ -147,16 +147,16 @@ func TestCCReactionPoint(t *testing.T) {
 	if sent < 55 || sent > 64 {
 		t.Errorf("%d packets in 100 µs paced at 5 Gb/s, want about 60", sent)
 	}
-	if st := w.e.stats.Snapshot(); st.CNPsRcvd != 1 || st.RateCuts != 1 || st.CNPsIgnored != 0 {
+	if st := w.e.cfg.Stats.Snapshot(); st.CNPsRcvd != 1 || st.RateCuts != 1 || st.CNPsIgnored != 0 {
 		t.Errorf("CNPsRcvd %d RateCuts %d CNPsIgnored %d", st.CNPsRcvd, st.RateCuts, st.CNPsIgnored)
 	}
 	if d := w.q.nextDeadline(); d.IsZero() || d.Sub(w.clock.now) > 2*time.Microsecond {
 		t.Errorf("paced QP's next deadline %v from now, want the pacer's wake-up", d.Sub(w.clock.now))
 	}
 
-	off := newWire(t, QPTypeRC, rcOpts{})
+	off := newWire(t, verbs.QPTypeRC, rcOpts{})
 	off.deliver(off.packet(bth.Fields{Opcode: bth.CNP, BECN: true}, nil))
-	if st := off.e.stats.Snapshot(); st.CNPsRcvd != 1 || st.CNPsIgnored != 1 || st.RateCuts != 0 || off.q.cc != nil {
+	if st := off.e.cfg.Stats.Snapshot(); st.CNPsRcvd != 1 || st.CNPsIgnored != 1 || st.RateCuts != 0 || off.q.cc != nil {
 		t.Errorf("off: CNPsRcvd %d CNPsIgnored %d RateCuts %d", st.CNPsRcvd, st.CNPsIgnored, st.RateCuts)
 	}
 }

@@ -5,19 +5,19 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // completer retires send WQEs from ACKs, NAKs, read responses and atomic
-// ACKs, and drives retries (rxe_comp.c). Owner shard only.
+// ACKs, and drives retries (rxe_comp.c). Its position in the send queue is
+// the head end of the QP's send window. Owner shard only.
 type completer struct {
-	psn      bth.PSN // oldest PSN not yet acknowledged
-	idx      uint64  // absolute index of the oldest WQE not completed (= sq.head)
-	retryCnt uint8   // retries left; 7 = infinite
-	rnrRetry uint8   // RNR retries left; 7 = infinite
+	q        *QP
+	retryCnt uint8 // retries left; 7 = infinite
+	rnrRetry uint8 // RNR retries left; 7 = infinite
 	rtoAt    time.Time
 	rnrAt    time.Time
-	gapPSN   bth.PSN // comp.psn for which a read-response gap already triggered a retry
+	gapPSN   bth.PSN // the head PSN for which a read-response gap already triggered a retry
 	gapSet   bool
 	// retrying: a go-back-N retry (or an RNR wait) was started and nothing
 	// has been acknowledged since (rxe comp.started_retry). Until then a
@@ -33,12 +33,24 @@ type completer struct {
 	reserved bool
 }
 
+// ackResult is what the completer made of a response so far, as respErr is
+// for the responder: the handlers of retireAcked's rest take it and return
+// it, and onResponse finishes with afterProgress unless a handler acted.
+type ackResult uint8
+
+const (
+	ackNothing  ackResult = iota // nothing newly acknowledged
+	ackProgress                  // the head PSN moved or WQEs completed
+	ackActed                     // a retry, an RNR wait or a failure: the timers are set
+)
+
 // head returns the oldest started, uncompleted WQE, or nil.
-func (q *QP) head() *sendWQE {
-	if q.comp.idx > q.req.idx || q.comp.idx >= q.sq.loadTail() {
+func (c *completer) head() *sendWQE {
+	q := c.q
+	if q.win.head > q.win.next || q.win.head >= q.sq.loadTail() {
 		return nil
 	}
-	w := q.sq.slot(q.comp.idx)
+	w := q.sq.slot(q.win.head)
 	if w.state == wqePosted || w.state == wqeDone {
 		return nil
 	}
@@ -48,62 +60,52 @@ func (q *QP) head() *sendWQE {
 // complete retires the WQE at the head, posting a completion when the WR
 // is signaled, the QP signals all WRs, or the status is an error (IBA
 // 10.7.3.1, rxe do_complete).
-func (q *QP) complete(now time.Time, w *sendWQE, status cq.Status) {
+func (c *completer) complete(now time.Time, w *sendWQE, status verbs.WCStatus) {
+	q := c.q
 	// Everything needed from the slot is read first, and the slot is retired
 	// before the completion becomes visible: once a user has polled a
 	// completion, its send-queue slots must already be free for PostSend, as
 	// with libibverbs (a PostSend right after Poll must not see ENOMEM).
-	signal := status != cq.Success || w.wr.Flags&SendSignaled != 0 || q.init.SQSigAll
-	wc := cq.WorkCompletion{WRID: w.wr.WRID, Status: status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
-	if status == cq.Success {
+	signal := status != verbs.WCSuccess || w.wr.Flags&verbs.SendSignaled != 0 || q.init.SQSigAll
+	wc := verbs.WC{WRID: w.wr.WRID, Status: status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
+	ok := status == verbs.WCSuccess
+	if ok {
 		wc.ByteLen = w.length
 	}
-	if status == cq.Success && q.typ == QPTypeRC && !w.sentAt.IsZero() {
-		q.e.stats.ObserveLatency(now.Sub(w.sentAt))
+	if ok && q.typ == verbs.QPTypeRC && !w.sentAt.IsZero() {
+		q.e.cfg.Stats.ObserveLatency(now.Sub(w.sentAt))
 	}
 	local := w.isLocalOp()
-	if status == cq.Success && q.typ == QPTypeRC && !local && w.lastPSN.Add(1).After(q.comp.psn) {
+	if ok && q.typ == verbs.QPTypeRC && !local {
 		// Everything up to the WQE's last PSN is acknowledged (rxe
 		// do_complete/COMPST_UPDATE_COMP): a later rewind must restart
 		// after it, never inside it or before it.
-		q.comp.psn = w.lastPSN.Add(1)
+		q.win.ack(w.lastPSN.Add(1))
 	}
 	w.state = wqeDone
-	q.comp.idx++
-	if q.req.idx < q.comp.idx {
-		// The requester had started w again after a rewind (a timeout probe
-		// stops it after the first WQE's packet), and the answer to w's
-		// first transmission completed it. The requester moves on with the
-		// completer: the next WQE starts at the next PSN, never at one of
-		// w's, or its packets would carry another WQE's PSNs and the peer's
-		// responder would take them for w's duplicates.
-		q.req.idx = q.comp.idx
-		q.req.off = 0
-		if q.req.psn.Before(q.comp.psn) {
-			q.req.psn = q.comp.psn
-		}
-	}
+	q.win.retireHead()
 	q.sq.retire()
 	if signal {
 		q.pushWC(q.init.SendCQ, &wc, false)
 	}
-	if status == cq.Success && !local {
-		q.completeLocalOps(now) // local operations waiting behind w
+	if ok && !local {
+		c.completeLocalOps(now) // local operations waiting behind w
 	}
 }
 
 // completeSent completes UD/UC WQEs once sent: nothing acknowledges them.
-func (q *QP) completeSent(now time.Time) {
-	for q.comp.idx < q.req.idx {
-		w := q.sq.slot(q.comp.idx)
+func (c *completer) completeSent(now time.Time) {
+	q := c.q
+	for q.win.head < q.win.next {
+		w := q.sq.slot(q.win.head)
 		if w.state != wqePending {
 			return
 		}
 		if w.isLocalOp() {
-			q.completeLocalOps(now)
+			c.completeLocalOps(now)
 			continue
 		}
-		q.complete(now, w, cq.Success)
+		c.complete(now, w, verbs.WCSuccess)
 	}
 }
 
@@ -111,203 +113,213 @@ func (q *QP) completeSent(now time.Time) {
 // rest. An RC QP moves to ERR. A UD or UC QP moves to SQE (IBA 10.3.1.8):
 // only its send queue has failed, so receives go on, and ibv_modify_qp back
 // to RTS resumes sending.
-func (q *QP) failWQE(now time.Time, w *sendWQE, status cq.Status) {
+func (c *completer) failWQE(now time.Time, w *sendWQE, status verbs.WCStatus) {
+	q := c.q
 	if w == nil {
-		w = q.head()
+		w = c.head()
 	}
-	if w != nil && w.state != wqeDone && w == q.sq.slot(q.comp.idx) {
-		q.complete(now, w, status)
+	if w != nil && w.state != wqeDone && w == q.sq.slot(q.win.head) {
+		c.complete(now, w, status)
 	}
-	if q.typ != QPTypeRC && q.attr.State != QPSErr {
-		q.setState(QPSSQE)
+	if q.typ != verbs.QPTypeRC && q.attr.State != verbs.QPSErr {
+		q.setState(verbs.QPSSQE)
 		q.flushSQ(now)
 		return
 	}
 	q.toError(now)
 }
 
-func (q *QP) resetRetries() {
-	q.comp.retryCnt = q.attr.RetryCnt
-	q.comp.rnrRetry = q.attr.RNRRetry
-	q.comp.retrying = false
-	q.comp.backoff = 0
-	q.comp.reserved = false
-	q.req.probing = false
+// resetRetries gives the QP its retries back after progress: retry_cnt and
+// rnr_retry, no retry under way, no backoff, no probe.
+func (c *completer) resetRetries() {
+	c.progressed()
+	c.rnrRetry = c.q.attr.RNRRetry
+	c.q.win.probing = false
+}
+
+// progressed is what any acknowledgement resets: retry_cnt, the retry under
+// way, the backoff and the token reserved.
+func (c *completer) progressed() {
+	c.retryCnt = c.q.attr.RetryCnt
+	c.gapSet = false
+	c.retrying = false
+	c.backoff = 0
+	c.reserved = false
 }
 
 // retryPending reports that a retry is already asked for or under way: the
 // requester has yet to rewind, waits on the RNR timer, or rewound and
 // nothing was acknowledged since.
-func (q *QP) retryPending() bool {
-	return q.req.needRetry || !q.comp.rnrAt.IsZero() || q.comp.retrying
+func (c *completer) retryPending() bool {
+	return c.q.win.needRetry || c.rnrWaiting() || c.retrying
 }
 
+// rnrWaiting reports whether the requester waits for the peer's RNR timer
+// before it goes back.
+func (c *completer) rnrWaiting() bool { return !c.rnrAt.IsZero() }
+
 // retry is rxe's COMPST_ERROR_RETRY: spend one retry (7 = infinite) and ask
-// the requester to go back to comp.psn, or fail with RETRY_EXC_ERR. A NAK
+// the requester to go back to the head PSN, or fail with RETRY_EXC_ERR. A NAK
 // or implicit NAK (timeout false) while a retry is pending is ignored, as
 // rxe does with started_retry: it costs nothing and restarts nothing.
-func (q *QP) retry(now time.Time, timeout bool) {
-	if !timeout && q.retryPending() {
+func (c *completer) retry(now time.Time, timeout bool) {
+	if !timeout && c.retryPending() {
 		return
 	}
-	if !spendRetry(&q.comp.retryCnt) {
-		q.e.stats.RetryExceeded.Add(1)
-		q.failWQE(now, nil, cq.RetryExcErr)
+	if !spendRetry(&c.retryCnt) {
+		c.q.e.cfg.Stats.RetryExceeded.Add(1)
+		c.failWQE(now, nil, verbs.WCRetryExcErr)
 		return
 	}
-	if q.head() != nil {
-		q.req.needRetry = true
-		q.comp.retrying = true
+	if c.head() != nil {
+		c.q.win.needRetry = true
+		c.retrying = true
 	}
 }
 
 // onResponse is the completer for one inbound response packet (rxe
 // rxe_completer): retire what it acknowledges, then act on its kind.
-func (q *QP) onResponse(now time.Time, pkt *bth.Packet) {
+func (c *completer) onResponse(now time.Time, pkt *bth.Packet) {
+	q := c.q
 	switch q.attr.State {
-	case QPSRTS, QPSSQD, QPSSQE:
+	case verbs.QPSRTS, verbs.QPSSQD, verbs.QPSSQE:
 	default:
 		return
 	}
-	if !pkt.PSN().Before(q.req.maxPSN) {
-		// A response to a PSN never sent is a ghost: the old incarnation of a
-		// QPN (a process that exited, its peer still resending to the same
-		// address and QPN) or a forged packet. Acting on it would retire WQEs
-		// whose packets may never have arrived.
-		q.e.stats.GhostResponses.Add(1)
+	if q.win.ghost(pkt.PSN()) {
+		// A response to a PSN never sent: the old incarnation of a QPN (a
+		// process that exited, its peer still resending to the same address
+		// and QPN) or a forged packet. Acting on it would retire WQEs whose
+		// packets may never have arrived.
+		q.e.cfg.Stats.GhostResponses.Add(1)
 		return
 	}
-	progress, ok := q.retireAcked(now, pkt)
-	if !ok {
+	res := c.retireAcked(now, pkt)
+	if res == ackActed {
 		return
 	}
-	w := q.head()
+	w := c.head()
 	switch op := pkt.Opcode(); {
 	case op.IsAck():
-		ok = q.onAck(now, pkt, w, progress)
+		res = c.onAck(now, pkt, w, res)
 	case op.IsAtomicAck():
-		progress, ok = q.onAtomicAck(now, pkt, w, progress)
+		res = c.onAtomicAck(now, pkt, w, res)
 	case op.IsReadResponse():
-		progress, ok = q.onReadResponse(now, pkt, w, progress)
+		res = c.onReadResponse(now, pkt, w, res)
 	}
-	if ok {
-		q.afterProgress(now, progress)
+	if res != ackActed {
+		c.afterProgress(now, res)
 	}
 }
 
 // retireAcked completes the WQEs pkt acknowledges and moves the oldest
 // unacknowledged PSN. Everything before pkt's PSN is implicitly
 // acknowledged; a positive ACK also acknowledges its PSN itself (coalesced,
-// cumulative ACKs). progress reports that something was acknowledged; ok is
-// false when a READ or atomic whose response was lost started a retry and
-// the packet needs nothing more.
-func (q *QP) retireAcked(now time.Time, pkt *bth.Packet) (progress, ok bool) {
+// cumulative ACKs). It has acted when a READ or atomic whose response was
+// lost started a retry.
+func (c *completer) retireAcked(now time.Time, pkt *bth.Packet) ackResult {
+	q := c.q
+	res := ackNothing
 	p := pkt.PSN()
 	through := p.Add(-1)
 	if pkt.Opcode().IsAck() && pkt.AETH().IsACK() {
 		through = p
 	}
 	for {
-		w := q.head()
+		w := c.head()
 		if w == nil || w.state != wqePending || w.lastPSN.After(through) {
 			break
 		}
 		if w.isReadOrAtomic() {
 			// Its response was lost but later requests were answered: read
-			// again (rxe: COMPST_ERROR_RETRY). complete moved comp.psn past
-			// the WQEs just acknowledged, so the requester goes back to this
-			// READ/atomic's own first PSN. The progress is accounted first:
-			// it ends any earlier retry, and this one starts afresh.
-			q.afterProgress(now, progress)
-			q.retry(now, false)
-			return progress, false
+			// again (rxe: COMPST_ERROR_RETRY). complete moved the head PSN
+			// past the WQEs just acknowledged, so the requester goes back to
+			// this READ/atomic's own first PSN. The progress is accounted
+			// first: it ends any earlier retry, and this one starts afresh.
+			c.afterProgress(now, res)
+			c.retry(now, false)
+			return ackActed
 		}
-		q.complete(now, w, cq.Success)
-		progress = true
+		c.complete(now, w, verbs.WCSuccess)
+		res = ackProgress
 	}
-	// The expected PSN moves past everything acknowledged, but never into a READ
-	// or atomic at the head: only its own responses may advance it there. A READ
-	// response that implicitly acknowledges the WRITE before it (no separate ACK,
-	// as rxe coalesces) must still find comp.psn at the READ's first PSN. Nor does
-	// it move past the last PSN of a WQE the requester is still (re)sending,
-	// which only an ACK after its last packet completes (rxe completes only
-	// pending WQEs): after a timeout probe, the peer may acknowledge a whole
-	// message of which only the first packet went out again. And nothing
-	// acknowledges a PSN never sent.
-	w := q.head()
-	next := through.Add(1)
+	if q.win.ack(q.win.clampSent(c.ackedTo(through.Add(1)))) {
+		res = ackProgress
+	}
+	return res
+}
+
+// ackedTo is how far the head PSN may move when everything before next is
+// acknowledged. Never into a READ or atomic at the head: only its own
+// responses may advance it there (a READ response that implicitly
+// acknowledges the WRITE before it must still find the head PSN at the
+// READ's first PSN). Nor past the last PSN of a WQE the requester is still
+// (re)sending, which only an ACK after its last packet completes: after a
+// timeout probe, the peer may acknowledge a whole message of which only the
+// first packet went out again. And with nothing started outstanding (the
+// head WQE was rewound and is to be sent again), an answer to its earlier
+// transmission moves nothing, as rxe ignores responses while its head WQE is
+// posted.
+func (c *completer) ackedTo(next bth.PSN) bth.PSN {
+	w := c.head()
 	switch {
 	case w == nil:
-		// Nothing started is outstanding: the oldest WQE, if any, was
-		// rewound and is to be sent again (or the queue is empty and every
-		// PSN acknowledged). An answer to its earlier transmission moves
-		// nothing: comp.psn stays at the WQE's first PSN until it is sent
-		// and answered, as rxe ignores responses while its head WQE is
-		// posted.
-		next = q.comp.psn
+		return c.q.win.headPSN
 	case w.isReadOrAtomic() && next.After(w.firstPSN):
-		next = w.firstPSN
+		return w.firstPSN
 	case w.state != wqePending && next.After(w.lastPSN):
-		next = w.lastPSN
+		return w.lastPSN
 	}
-	if next.After(q.req.maxPSN) {
-		next = q.req.maxPSN
-	}
-	if next.After(q.comp.psn) {
-		q.comp.psn = next
-		progress = true
-	}
-	return progress, true
+	return next
 }
 
 // onAck handles an ACKNOWLEDGE: a positive ACK has done its work in
 // retireAcked; an RNR NAK for the oldest unacknowledged PSN waits the RNR
 // timer and goes back N (spending an RNR retry, 7: infinite); a PSN
 // sequence NAK goes back N; any other NAK fails the WQE (class C at the
-// peer). A NAK for another PSN is stale. ok is false when the QP's timers
-// were set here (RNR) or it failed.
-func (q *QP) onAck(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (ok bool) {
+// peer). A NAK for another PSN is stale.
+func (c *completer) onAck(now time.Time, pkt *bth.Packet, w *sendWQE, res ackResult) ackResult {
+	q := c.q
 	aeth := pkt.AETH()
 	if aeth.IsACK() {
-		return true
+		return res
 	}
 	if aeth.IsRNRNAK() {
-		q.e.stats.NAKsRcvd[NAKRNR].Add(1)
+		q.e.cfg.Stats.NAKsRcvd[NAKRNR].Add(1)
 	} else if code := aeth.NAKCode(); aeth.IsNAK() && code <= bth.NAKInvalidRDRequest {
-		q.e.stats.NAKsRcvd[NAKKind(code)].Add(1)
+		q.e.cfg.Stats.NAKsRcvd[NAKKind(code)].Add(1)
 	}
-	if pkt.PSN() != q.comp.psn || w == nil {
-		return true // stale
+	if pkt.PSN() != q.win.headPSN || w == nil {
+		return res // stale
 	}
 	switch {
 	case aeth.IsRNRNAK():
-		q.onRNR(now, w, aeth, progress)
-		return false
+		c.onRNR(now, w, aeth, res)
 	case !aeth.IsNAK():
-		return true
+		return res
 	case aeth.NAKCode() == bth.NAKPSNSeqErr:
 		// What the NAK acknowledged ends any earlier retry first, so the one
 		// it starts stands: a second NAK before any further progress is its
 		// echo and is ignored (rxe started_retry).
-		q.afterProgress(now, progress)
-		q.retry(now, false)
-		return false
+		c.afterProgress(now, res)
+		c.retry(now, false)
+	default:
+		c.failWQE(now, w, nakStatus(aeth.NAKCode()))
 	}
-	q.failWQE(now, w, nakStatus(aeth.NAKCode()))
-	return false
+	return ackActed
 }
 
 // nakStatus is the completion status of a WQE the peer NAKed with code.
-func nakStatus(code uint8) cq.Status {
+func nakStatus(code uint8) verbs.WCStatus {
 	switch code {
 	case bth.NAKInvalidRequest:
-		return cq.RemInvReqErr
+		return verbs.WCRemInvReqErr
 	case bth.NAKRemoteAccess:
-		return cq.RemAccessErr
+		return verbs.WCRemAccessErr
 	case bth.NAKRemoteOpErr:
-		return cq.RemOpErr
+		return verbs.WCRemOpErr
 	}
-	return cq.RemInvRDReqErr
+	return verbs.WCRemInvRDReqErr
 }
 
 // spendRetry takes one retry from *left (7: infinite) and reports false when
@@ -324,117 +336,120 @@ func spendRetry(left *uint8) bool {
 
 // onRNR waits the peer's RNR timer before going back N, spending an RNR
 // retry (7: infinite), or fails the WQE when none is left.
-func (q *QP) onRNR(now time.Time, w *sendWQE, aeth bth.AETH, progress bool) {
-	if !spendRetry(&q.comp.rnrRetry) {
-		q.e.stats.RNRRetryExceeded.Add(1)
-		q.failWQE(now, w, cq.RNRRetryExcErr)
+func (c *completer) onRNR(now time.Time, w *sendWQE, aeth bth.AETH, res ackResult) {
+	if !spendRetry(&c.rnrRetry) {
+		c.q.e.cfg.Stats.RNRRetryExceeded.Add(1)
+		c.failWQE(now, w, verbs.WCRNRRetryExcErr)
 		return
 	}
-	q.afterProgressNoTimer(progress)
-	q.comp.rnrAt = now.Add(bth.RNRTimerDuration(aeth.RNRTimer()))
-	q.comp.rtoAt = time.Time{}
-	q.req.needRetry = true
-	q.req.probing = false // the peer answers: go back N after the wait
+	if res == ackProgress {
+		c.progressed()
+	}
+	c.rnrAt = now.Add(bth.RNRTimerDuration(aeth.RNRTimer()))
+	c.rtoAt = time.Time{}
+	c.q.win.needRetry = true
+	c.q.win.probing = false // the peer answers: go back N after the wait
 	// The rest of the message is in flight and will draw a PSN
 	// sequence NAK: the echo of this RNR NAK, not a new loss.
-	q.comp.retrying = true
+	c.retrying = true
 }
 
 // onAtomicAck completes the atomic at the head with the original value the
 // peer returned, written into the WQE's buffer. Duplicates and strays are
 // ignored.
-func (q *QP) onAtomicAck(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (bool, bool) {
+func (c *completer) onAtomicAck(now time.Time, pkt *bth.Packet, w *sendWQE, res ackResult) ackResult {
+	q := c.q
 	p := pkt.PSN()
-	if w == nil || !w.isAtomic() || p != q.comp.psn || p != w.firstPSN || w.state != wqePending {
-		return progress, true // duplicate or stray
+	if w == nil || !w.isAtomic() || p != q.win.headPSN || p != w.firstPSN || w.state != wqePending {
+		return res // duplicate or stray
 	}
 	var b [8]byte
 	binary.NativeEndian.PutUint64(b[:], pkt.AtomicAckETH().Orig)
-	if st := q.scatter(w.wr.SGL, 0, b[:]); st != cq.Success {
-		q.failWQE(now, w, cq.LocProtErr)
-		return progress, false
+	if st := q.scatter(w.wr.SGL, 0, b[:]); st != verbs.WCSuccess {
+		c.failWQE(now, w, verbs.WCLocProtErr)
+		return ackActed
 	}
-	q.comp.psn = p.Add(1)
-	q.complete(now, w, cq.Success)
-	return true, true
+	q.win.ack(p.Add(1))
+	c.complete(now, w, verbs.WCSuccess)
+	return ackProgress
 }
 
 // onReadResponse places a READ response for the READ at the head: in PSN
 // order (a gap asks for the rest again at once, instead of waiting for the
 // timer), FIRST and MIDDLE carrying exactly the path MTU and the LAST or
 // ONLY the rest (else BAD_RESP_ERR); the LAST completes the READ.
-func (q *QP) onReadResponse(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (bool, bool) {
-	if w != nil && (w.wr.Opcode == WRFlush || w.wr.Opcode == WRAtomicWrite) {
-		return q.onFlushResponse(now, pkt, w, progress)
+func (c *completer) onReadResponse(now time.Time, pkt *bth.Packet, w *sendWQE, res ackResult) ackResult {
+	q := c.q
+	if w != nil && (w.wr.Opcode == verbs.WRFlush || w.wr.Opcode == verbs.WRAtomicWrite) {
+		return c.onFlushResponse(now, pkt, w, res)
 	}
 	p := pkt.PSN()
-	if w == nil || w.wr.Opcode != WRRDMARead || p.Before(w.firstPSN) || p.After(w.lastPSN) {
-		return progress, true
+	if w == nil || w.wr.Opcode != verbs.WRRDMARead || p.Before(w.firstPSN) || p.After(w.lastPSN) {
+		return res
 	}
-	if p != q.comp.psn {
-		if p.After(q.comp.psn) && (!q.comp.gapSet || q.comp.gapPSN != q.comp.psn) {
-			q.comp.gapSet, q.comp.gapPSN = true, q.comp.psn
-			q.req.needRetry = true
+	if p != q.win.headPSN {
+		if p.After(q.win.headPSN) && (!c.gapSet || c.gapPSN != q.win.headPSN) {
+			c.gapSet, c.gapPSN = true, q.win.headPSN
+			q.win.needRetry = true
 		}
-		return progress, true
+		return res
 	}
 	off := uint32(p.Diff(w.firstPSN)) * q.pmtu
 	data := pkt.Payload()
 	isLast, op := p == w.lastPSN, pkt.Opcode()
 	if isLast != op.Ends() || (isLast && uint32(len(data)) != w.length-off) || (!isLast && uint32(len(data)) != q.pmtu) {
-		q.failWQE(now, w, cq.BadRespErr)
-		return progress, false
+		c.failWQE(now, w, verbs.WCBadRespErr)
+		return ackActed
 	}
-	if st := q.scatter(w.wr.SGL, off, data); st != cq.Success {
-		q.failWQE(now, w, cq.LocProtErr)
-		return progress, false
+	if st := q.scatter(w.wr.SGL, off, data); st != verbs.WCSuccess {
+		c.failWQE(now, w, verbs.WCLocProtErr)
+		return ackActed
 	}
-	q.comp.psn = p.Add(1)
+	q.win.ack(p.Add(1))
 	if isLast {
-		q.complete(now, w, cq.Success)
+		c.complete(now, w, verbs.WCSuccess)
 	}
-	return true, true
+	return ackProgress
 }
 
 // onFlushResponse completes the FLUSH or ATOMIC_WRITE at the head: the
 // responder answers either with an RDMA READ RESPONSE ONLY without payload
 // (rxe send_read_response_ack; rxe_comp.c check_ack). Anything else for its
 // PSN is BAD_RESP_ERR; duplicates and strays are ignored.
-func (q *QP) onFlushResponse(now time.Time, pkt *bth.Packet, w *sendWQE, progress bool) (bool, bool) {
+func (c *completer) onFlushResponse(now time.Time, pkt *bth.Packet, w *sendWQE, res ackResult) ackResult {
+	q := c.q
 	p := pkt.PSN()
-	if p != q.comp.psn || p != w.firstPSN || w.state != wqePending {
-		return progress, true
+	if p != q.win.headPSN || p != w.firstPSN || w.state != wqePending {
+		return res
 	}
 	if pkt.Opcode() != bth.RCReadResponseOnly || len(pkt.Payload()) != 0 {
-		q.failWQE(now, w, cq.BadRespErr)
-		return progress, false
+		c.failWQE(now, w, verbs.WCBadRespErr)
+		return ackActed
 	}
-	q.comp.psn = p.Add(1)
-	q.complete(now, w, cq.Success)
-	return true, true
+	q.win.ack(p.Add(1))
+	c.complete(now, w, verbs.WCSuccess)
+	return ackProgress
 }
 
 // afterProgress resets the retry counters and restarts or stops the
 // retransmission timer after the completer advanced.
-func (q *QP) afterProgress(now time.Time, progress bool) {
-	if !progress || q.attr.State == QPSErr {
+func (c *completer) afterProgress(now time.Time, res ackResult) {
+	q := c.q
+	if res != ackProgress || q.attr.State == verbs.QPSErr {
 		return
 	}
-	q.resetRetries()
-	q.comp.gapSet = false
-	if q.head() != nil && q.rto > 0 {
-		q.comp.rtoAt = now.Add(q.rtoInterval())
+	c.resetRetries()
+	if c.head() != nil && q.rto > 0 {
+		c.rtoAt = now.Add(c.rtoInterval())
 	} else {
-		q.comp.rtoAt = time.Time{}
+		c.rtoAt = time.Time{}
 	}
 }
 
-func (q *QP) afterProgressNoTimer(progress bool) {
-	if progress {
-		q.comp.retryCnt = q.attr.RetryCnt
-		q.comp.gapSet = false
-		q.comp.retrying = false
-		q.comp.backoff = 0
-		q.comp.reserved = false
+// armRTO starts the retransmission timer for a request that asks for an ACK,
+// unless it runs already.
+func (c *completer) armRTO(now time.Time) {
+	if c.q.rto > 0 && c.rtoAt.IsZero() {
+		c.rtoAt = now.Add(c.rtoInterval())
 	}
 }

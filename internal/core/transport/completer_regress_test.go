@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/impair"
 )
@@ -47,22 +47,22 @@ func (r *psnRecorder) get() []bth.PSN {
 // saved resources (C9-105). Sent at the WRITE's PSN it is dropped as a
 // duplicate with no resource, and the WR ends in RETRY_EXC_ERR.
 func TestRCReadAtomicResentAtOwnPSNAfterImplicitNAK(t *testing.T) {
-	for _, op := range []WROpcode{WRRDMARead, WRAtomicFetchAndAdd, WRAtomicCmpAndSwp} {
+	for _, op := range []verbs.WROpcode{verbs.WRRDMARead, verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp} {
 		t.Run(opNames[op], func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) { readAtomicAfterImplicitNAK(t, op) })
 		})
 	}
 }
 
-func readAtomicAfterImplicitNAK(t *testing.T, op WROpcode) {
+func readAtomicAfterImplicitNAK(t *testing.T, op verbs.WROpcode) {
 	var (
 		base     atomic.Uint32 // qa's first PSN: the WRITE's
 		ackDrops atomic.Int32  // ACKs of the WRITE dropped
 		respDrop atomic.Bool   // the READ/atomic response was dropped
 		reqs     psnRecorder   // PSNs of the READ/atomic requests B received
 	)
-	reqOp := map[WROpcode]bth.Opcode{WRRDMARead: bth.RCReadRequest, WRAtomicFetchAndAdd: bth.RCFetchAdd,
-		WRAtomicCmpAndSwp: bth.RCCompareSwap}[op]
+	reqOp := map[verbs.WROpcode]bth.Opcode{verbs.WRRDMARead: bth.RCReadRequest, verbs.WRAtomicFetchAndAdd: bth.RCFetchAdd,
+		verbs.WRAtomicCmpAndSwp: bth.RCCompareSwap}[op]
 	la, lb := link.Pipe(addrA, addrB)
 	lb = impair.NewLossy(lb, impair.LossConfig{DropFn: func(d impair.Dir, b []byte) bool {
 		pkt, err := bth.Parse(b)
@@ -91,35 +91,35 @@ func readAtomicAfterImplicitNAK(t *testing.T, op WROpcode) {
 	base.Store(uint32(first))
 
 	const orig = 0x0123456789abcdef
-	src := a.mem.reg(1, pattern(100, 3), AccessLocalWrite)
-	res := a.mem.reg(1, make([]byte, 64), AccessLocalWrite)
-	remote := b.mem.reg(1, pattern(128, 9), AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
+	src := a.mem.reg(1, pattern(100, 3), verbs.AccessLocalWrite)
+	res := a.mem.reg(1, make([]byte, 64), verbs.AccessLocalWrite)
+	remote := b.mem.reg(1, pattern(128, 9), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 	binary.NativeEndian.PutUint64(remote.Buf[112:], orig)
 	want := bytes.Clone(remote.Buf[:50])
-	rbuf := b.mem.reg(1, make([]byte, 16), AccessLocalWrite)
-	if _, err := qb.PostRecv([]srq.RecvWR{{WRID: 77, SGL: []srq.SGE{rbuf.sge(0, 16)}}}); err != nil {
+	rbuf := b.mem.reg(1, make([]byte, 16), verbs.AccessLocalWrite)
+	if _, err := qb.PostRecv([]verbs.RecvWR{{WRID: 77, SGL: []verbs.SGE{rbuf.sge(0, 16)}}}); err != nil {
 		t.Fatal(err)
 	}
 	qb.Query()
-	mid := SendWR{WRID: 2, Opcode: op, Flags: SendSignaled, RKey: remote.RKey}
+	mid := verbs.SendWR{WRID: 2, Opcode: op, Flags: verbs.SendSignaled, RKey: remote.RKey}
 	switch op {
-	case WRRDMARead:
-		mid.SGL, mid.RemoteAddr = []srq.SGE{res.sge(0, 50)}, remote.Addr
-	case WRAtomicFetchAndAdd:
-		mid.SGL, mid.RemoteAddr, mid.CompareAdd = []srq.SGE{res.sge(0, 8)}, remote.Addr+112, 5
-	case WRAtomicCmpAndSwp:
-		mid.SGL, mid.RemoteAddr, mid.CompareAdd, mid.Swap = []srq.SGE{res.sge(0, 8)}, remote.Addr+112, orig, 0xdeadbeef
+	case verbs.WRRDMARead:
+		mid.SGL, mid.RemoteAddr = []verbs.SGE{res.sge(0, 50)}, remote.Addr
+	case verbs.WRAtomicFetchAndAdd:
+		mid.SGL, mid.RemoteAddr, mid.CompareAdd = []verbs.SGE{res.sge(0, 8)}, remote.Addr+112, 5
+	case verbs.WRAtomicCmpAndSwp:
+		mid.SGL, mid.RemoteAddr, mid.CompareAdd, mid.Swap = []verbs.SGE{res.sge(0, 8)}, remote.Addr+112, orig, 0xdeadbeef
 	}
-	if _, err := qa.PostSend([]SendWR{
-		{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 50)}, RemoteAddr: remote.Addr + 50, RKey: remote.RKey},
+	if _, err := qa.PostSend([]verbs.SendWR{
+		{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 50)}, RemoteAddr: remote.Addr + 50, RKey: remote.RKey},
 		mid,
-		{WRID: 3, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 10)}},
+		{WRID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 10)}},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	wcs := waitWC(t, a.scq, 3, time.Minute)
 	for i, w := range wcs {
-		if w.Status != cq.Success || w.WRID != uint64(i+1) {
+		if w.Status != verbs.WCSuccess || w.WRID != uint64(i+1) {
 			t.Errorf("completion %d: %s, want wr %d success", i, wcString(w), i+1)
 		}
 	}
@@ -136,20 +136,20 @@ func readAtomicAfterImplicitNAK(t *testing.T, op WROpcode) {
 	}
 	qb.Query() // orders b's shard writes before our reads
 	switch op {
-	case WRRDMARead:
+	case verbs.WRRDMARead:
 		if !bytes.Equal(res.Buf[:50], want) {
 			t.Error("READ data differs")
 		}
-	case WRAtomicFetchAndAdd:
+	case verbs.WRAtomicFetchAndAdd:
 		if got := binary.NativeEndian.Uint64(remote.Buf[112:]); got != orig+5 {
 			t.Errorf("FETCH_ADD left %#x, want %#x (applied once)", got, uint64(orig+5))
 		}
-	case WRAtomicCmpAndSwp:
+	case verbs.WRAtomicCmpAndSwp:
 		if got := binary.NativeEndian.Uint64(remote.Buf[112:]); got != 0xdeadbeef {
 			t.Errorf("CMP_SWP left %#x, want swapped", got)
 		}
 	}
-	if op != WRRDMARead {
+	if op != verbs.WRRDMARead {
 		if got := binary.NativeEndian.Uint64(res.Buf); got != orig {
 			t.Errorf("%s returned %#x, want %#x", opNames[op], got, uint64(orig))
 		}
@@ -178,18 +178,18 @@ func TestRCRNRWaitDoesNotSpendRetryCount(t *testing.T) {
 		defer a.close(t)
 		defer b.close(t)
 		qa, qb := rcPair(t, a, b, rcOpts{retry: 2, rnrRetry: 7, minRNR: 1})
-		src := a.mem.reg(1, pattern(3000, 1), AccessLocalWrite)
-		if _, err := qa.PostSend([]SendWR{{WRID: 7, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 3000)}}}); err != nil {
+		src := a.mem.reg(1, pattern(3000, 1), verbs.AccessLocalWrite)
+		if _, err := qa.PostSend([]verbs.SendWR{{WRID: 7, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 3000)}}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(50 * time.Millisecond) // many RNR rounds with no receive posted
-		dst := b.mem.reg(1, make([]byte, 4000), AccessLocalWrite)
-		if _, err := qb.PostRecv([]srq.RecvWR{{WRID: 8, SGL: []srq.SGE{dst.sge(0, 4000)}}}); err != nil {
+		dst := b.mem.reg(1, make([]byte, 4000), verbs.AccessLocalWrite)
+		if _, err := qb.PostRecv([]verbs.RecvWR{{WRID: 8, SGL: []verbs.SGE{dst.sge(0, 4000)}}}); err != nil {
 			t.Fatal(err)
 		}
 		w := waitWC(t, a.scq, 1, 10*time.Second)[0]
 		s := b.e.Stats().Snapshot()
-		if w.Status != cq.Success || w.WRID != 7 {
+		if w.Status != verbs.WCSuccess || w.WRID != 7 {
 			t.Fatalf("send completion %s, want wr 7 success (B sent %d RNR NAKs, %d sequence NAKs)",
 				wcString(w), s.NAKsSent[NAKRNR], s.NAKsSent[NAKPSNSeqErr])
 		}
@@ -199,7 +199,7 @@ func TestRCRNRWaitDoesNotSpendRetryCount(t *testing.T) {
 		}
 		r := waitWC(t, b.rcq, 1, time.Second)[0]
 		qb.Query()
-		if r.Status != cq.Success || r.ByteLen != 3000 || !bytes.Equal(dst.Buf[:3000], src.Buf) {
+		if r.Status != verbs.WCSuccess || r.ByteLen != 3000 || !bytes.Equal(dst.Buf[:3000], src.Buf) {
 			t.Fatalf("recv completion %s or data differs", wcString(r))
 		}
 	})
@@ -208,7 +208,7 @@ func TestRCRNRWaitDoesNotSpendRetryCount(t *testing.T) {
 // pipeWR is one WR of TestRCPipelinedOpsUnderLoss. WR i owns slot i of the
 // local, remote and receive regions, so every byte has one writer.
 type pipeWR struct {
-	op       WROpcode
+	op       verbs.WROpcode
 	size     int
 	signaled bool
 	init     uint64 // atomics: the remote word before
@@ -258,16 +258,16 @@ func pipelinedUnderLoss(t *testing.T, rate float64, seed int64, opts ...func(*Co
 	a, b := pair(t, loss, opts...)
 	defer a.close(t)
 	defer b.close(t)
-	qa, qb := rcPair(t, a, b, rcOpts{mtu: MTU1024, timeout: 10})
+	qa, qb := rcPair(t, a, b, rcOpts{mtu: verbs.MTU1024, timeout: 10})
 
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
-	mix := []WROpcode{WRRDMAWrite, WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRRDMARead, WRSend, WRSendWithImm,
-		WRAtomicFetchAndAdd, WRAtomicFetchAndAdd, WRAtomicCmpAndSwp}
+	mix := []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead, verbs.WRRDMARead, verbs.WRSend, verbs.WRSendWithImm,
+		verbs.WRAtomicFetchAndAdd, verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp}
 	sizes := []int{0, 1, 8, 1023, 1024, 1025, 3000, 4097}
 	wrs := make([]pipeWR, n)
-	local := a.mem.reg(1, make([]byte, n*slot), AccessLocalWrite)
-	remote := b.mem.reg(1, make([]byte, n*slot), AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
-	recv := b.mem.reg(1, make([]byte, n*slot), AccessLocalWrite)
+	local := a.mem.reg(1, make([]byte, n*slot), verbs.AccessLocalWrite)
+	remote := b.mem.reg(1, make([]byte, n*slot), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
+	recv := b.mem.reg(1, make([]byte, n*slot), verbs.AccessLocalWrite)
 	for i := range wrs {
 		w := &wrs[i]
 		w.op = mix[rng.IntN(len(mix))]
@@ -277,11 +277,11 @@ func pipelinedUnderLoss(t *testing.T, rate float64, seed int64, opts ...func(*Co
 		w.signaled = rng.IntN(4) != 0 || i%depth == depth-1
 		src := pattern(w.size, byte(i))
 		switch w.op {
-		case WRAtomicFetchAndAdd, WRAtomicCmpAndSwp:
+		case verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp:
 			w.size = 8
 			w.init = 0x0101010100000000*uint64(i+1) + 0x1234
 			binary.NativeEndian.PutUint64(remote.Buf[i*slot:], w.init)
-		case WRRDMARead:
+		case verbs.WRRDMARead:
 			copy(remote.Buf[i*slot:], src)
 		default:
 			copy(local.Buf[i*slot:], src)
@@ -291,27 +291,27 @@ func pipelinedUnderLoss(t *testing.T, rate float64, seed int64, opts ...func(*Co
 
 	var recvWant []int // WR indices consuming a receive, in order
 	for r := 0; r < rounds; r++ {
-		var sends []SendWR
-		var recvs []srq.RecvWR
+		var sends []verbs.SendWR
+		var recvs []verbs.RecvWR
 		var want []int // signaled WR indices, in order
 		for i := r * depth; i < (r+1)*depth; i++ {
 			w := &wrs[i]
-			wr := SendWR{WRID: uint64(i), Opcode: w.op, Imm: 0xB0000000 | uint32(i),
+			wr := verbs.SendWR{WRID: uint64(i), Opcode: w.op, Imm: 0xB0000000 | uint32(i),
 				RemoteAddr: remote.Addr + uint64(i*slot), RKey: remote.RKey}
 			if w.signaled {
-				wr.Flags = SendSignaled
+				wr.Flags = verbs.SendSignaled
 				want = append(want, i)
 			}
 			if w.size > 0 {
-				wr.SGL = []srq.SGE{local.sge(i*slot, w.size)}
+				wr.SGL = []verbs.SGE{local.sge(i*slot, w.size)}
 			}
 			switch w.op {
-			case WRAtomicFetchAndAdd:
+			case verbs.WRAtomicFetchAndAdd:
 				wr.CompareAdd = uint64(i) + 1
-			case WRAtomicCmpAndSwp:
+			case verbs.WRAtomicCmpAndSwp:
 				wr.CompareAdd, wr.Swap = w.init, ^w.init
-			case WRSend, WRSendWithImm, WRRDMAWriteWithImm:
-				recvs = append(recvs, srq.RecvWR{WRID: uint64(i), SGL: []srq.SGE{recv.sge(i*slot, slot)}})
+			case verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm:
+				recvs = append(recvs, verbs.RecvWR{WRID: uint64(i), SGL: []verbs.SGE{recv.sge(i*slot, slot)}})
 				recvWant = append(recvWant, i)
 			}
 			sends = append(sends, wr)
@@ -326,7 +326,7 @@ func pipelinedUnderLoss(t *testing.T, rate float64, seed int64, opts ...func(*Co
 		}
 		for k, wc := range waitWC(t, a.scq, len(want), 10*time.Minute) {
 			i := want[k]
-			if wc.WRID != uint64(i) || wc.Status != cq.Success || wc.Opcode != wcOpcode(wrs[i].op) {
+			if wc.WRID != uint64(i) || wc.Status != verbs.WCSuccess || wc.Opcode != wcOpcode(wrs[i].op) {
 				t.Fatalf("round %d send completion %d: %s, want wr %d success %v", r, k, wcString(wc), i, wcOpcode(wrs[i].op))
 			}
 		}
@@ -334,14 +334,14 @@ func pipelinedUnderLoss(t *testing.T, rate float64, seed int64, opts ...func(*Co
 	for k, wc := range waitWC(t, b.rcq, len(recvWant), time.Minute) {
 		i := recvWant[k]
 		w := wrs[i]
-		wantOp, wantLen := cq.OpRecv, uint32(w.size)
-		if w.op == WRRDMAWriteWithImm {
-			wantOp, wantLen = cq.OpRecvRDMAWithImm, 0
+		wantOp, wantLen := verbs.WCRecv, uint32(w.size)
+		if w.op == verbs.WRRDMAWriteWithImm {
+			wantOp, wantLen = verbs.WCRecvRDMAWithImm, 0
 		}
-		if wc.WRID != uint64(i) || wc.Status != cq.Success || wc.Opcode != wantOp || (w.op != WRRDMAWriteWithImm && wc.ByteLen != wantLen) {
+		if wc.WRID != uint64(i) || wc.Status != verbs.WCSuccess || wc.Opcode != wantOp || (w.op != verbs.WRRDMAWriteWithImm && wc.ByteLen != wantLen) {
 			t.Fatalf("recv completion %d: %s, want wr %d %v len %d", k, wcString(wc), i, wantOp, wantLen)
 		}
-		if w.op != WRSend && (wc.Flags&cq.FlagWithImm == 0 || wc.ImmData != 0xB0000000|uint32(i)) {
+		if w.op != verbs.WRSend && (wc.Flags&verbs.WCWithImm == 0 || wc.ImmData != 0xB0000000|uint32(i)) {
 			t.Fatalf("recv completion %d (wr %d): imm %#x flags %v", k, i, wc.ImmData, wc.Flags)
 		}
 	}
@@ -363,17 +363,17 @@ func pipelinedUnderLoss(t *testing.T, rate float64, seed int64, opts ...func(*Co
 			}
 		}
 		switch w.op {
-		case WRRDMAWrite, WRRDMAWriteWithImm:
+		case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
 			check("remote", remote.Buf, src)
-		case WRSend, WRSendWithImm:
+		case verbs.WRSend, verbs.WRSendWithImm:
 			check("receive buffer", recv.Buf, src)
-		case WRRDMARead:
+		case verbs.WRRDMARead:
 			check("local", local.Buf, src)
-		case WRAtomicFetchAndAdd, WRAtomicCmpAndSwp:
+		case verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp:
 			var orig, after [8]byte
 			binary.NativeEndian.PutUint64(orig[:], w.init)
 			nv := w.init + uint64(i) + 1 // applied exactly once
-			if w.op == WRAtomicCmpAndSwp {
+			if w.op == verbs.WRAtomicCmpAndSwp {
 				nv = ^w.init
 			}
 			binary.NativeEndian.PutUint64(after[:], nv)

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
@@ -21,9 +22,9 @@ func TestDropCounters(t *testing.T) {
 		b := newNode(t, lb, 2)
 		defer b.close(t)
 		defer la.Close()
-		rc := b.createQP(t, QPTypeRC, rcOpts{})
+		rc := b.createQP(t, verbs.QPTypeRC, rcOpts{})
 		connect(t, rc, addrA.Addr(), 0x99, rcOpts{})
-		stranger := b.createQP(t, QPTypeRC, rcOpts{})
+		stranger := b.createQP(t, verbs.QPTypeRC, rcOpts{})
 		connect(t, stranger, netip.MustParseAddr("10.0.0.9"), 0x99, rcOpts{})
 		ud := udQP(t, b, 5)
 		inject := func(f bth.Fields) {
@@ -52,9 +53,9 @@ func TestDropCounters(t *testing.T) {
 // destroyed before its shard serves it is dropped and counted
 // (DestroyedQPDrops), not lost from the counters.
 func TestDestroyedWhileQueued(t *testing.T) {
-	w := newWire(t, QPTypeRC, rcOpts{})
-	rb := w.mem.reg(1, make([]byte, 64), AccessLocalWrite)
-	w.recv(srq.RecvWR{WRID: 1, SGL: []srq.SGE{rb.sge(0, 64)}})
+	w := newWire(t, verbs.QPTypeRC, rcOpts{})
+	rb := w.mem.reg(1, make([]byte, 64), verbs.AccessLocalWrite)
+	w.recv(verbs.RecvWR{WRID: 1, SGL: []verbs.SGE{rb.sge(0, 64)}})
 	it := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: wireRQPSN, AckReq: true}, filled(8, 1))
 	if !w.q.sh.enqueue(it) {
 		t.Fatal("inbound queue full")

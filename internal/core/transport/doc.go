@@ -48,16 +48,7 @@
 // # Run to completion
 //
 // With Config.RunToCompletion the goroutine that has the work does it when
-// the QP's shard is idle (rtc.go), under the shard's token (the same token
-// the shard goroutine holds for its slices, so a QP never has two writers):
-// PostSend runs the requester and sends; a reader runs the responder and
-// completer for what it read; and Engine.Poll, which roce's CQ.Poll calls on
-// an empty CQ, reads the socket without waiting and runs the receive side on
-// the polling goroutine. A poll-driven slice makes its completions visible
-// at once and holds its ACKs until the poller's next post sends them after
-// its reply (or an empty poll, or 50 µs): the ACK leaves the round trip, in
-// the order rxe uses (complete, then acknowledge). A busy shard gets the
-// work through its goroutine, as in the default mode.
+// the QP's shard is idle, under the shard's token (rtc.go).
 //
 // # Receive flow
 //
@@ -103,38 +94,8 @@
 //
 // # Retransmission
 //
-// A peer that stops answering must not make the engine send without limit:
-// with a fixed timer and whole-window resends, 256 abandoned QPs resending
-// 64-packet windows every 67 ms keep a shard busy for good (363 packets sent
-// per packet the peer sent, in TestSRQStormBounded's setting). Where rxe
-// (rxe_comp.c, rxe_req.c) uses a fixed timer and resends the whole window on
-// every timeout, goroce bounds retransmission three ways (retry.go):
-//
-//   - Backoff: the timer of a QP runs timeout << k after k consecutive
-//     timeouts without progress, k at most 6; any progress (an ACK or
-//     response that moves the oldest unacknowledged PSN) resets k. rxe keeps
-//     the timer fixed. The IBA leaves the local ACK timer's restart to the
-//     implementation; TCP backs off the same way. retry_cnt still counts
-//     timeouts, so a finite retry_cnt fails later than on rxe (retry_cnt 3
-//     after 15 timeouts' worth of time instead of 4); with retry_cnt 7
-//     (infinite) a QP whose peer is gone sends one probe every 64 × timeout.
-//   - Probe: after a timeout the QP resends only its oldest unacknowledged
-//     packet, with AckReq, until an answer arrives; the answer ends probing
-//     and go-back-N resumes from what it acknowledged (ACK-clocked). rxe
-//     resends the whole window (up to 128 packets) per timeout. NAKs and RNR
-//     NAKs, which come from a live peer, still go back N at once.
-//   - Budget: timeouts acted on take a token from a device-wide bucket
-//     (Config.RetryRate per second, default 10000, Config.RetryBurst deep,
-//     default 1000). A timeout without a token reserves the next one and
-//     waits for it, in arrival order; it is counted (RetriesDeferred), never
-//     dropped, and costs no retry. rxe has no such bound.
-//
-// So without answers a QP sends at most one packet per backed-off timeout,
-// and the device at most RetryBurst + RetryRate × t probes in any t. Every
-// packet that is not a probe is a first transmission or is clocked by a
-// packet from the peer. The counters Timeouts, BackedOffTimeouts,
-// RetriesDeferred and TurnsYielded, and QPInfo.Backoff, show the bounds at
-// work.
+// A peer that stops answering cannot make the engine send without limit:
+// retransmission backs off, probes and takes a device-wide budget (retry.go).
 //
 // # Wire behaviour matched to rxe
 //

@@ -2,14 +2,12 @@ package transport
 
 import (
 	"errors"
-	"fmt"
-	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 
-	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
 
@@ -31,22 +29,9 @@ const (
 // set of shard goroutines, each owning the QPs whose QPN hashes to it. See
 // the package documentation for the flows.
 type Engine struct {
-	link      link.Link
-	mem       Memory
-	stats     *Stats
-	clock     Clock
-	onEvent   func(Event)
-	localAddr netip.Addr
-	port      uint16 // UDP port we send from and to (the Link's)
-	maxQPWR   int
-	maxSGE    int
-	maxInline int
-	maxRDAtom [2]int // max_rd_atomic and max_dest_rd_atomic limits
-	portMTU   MTU
-	noGSO     bool         // Config.NoGSO: never hand the Link a train
-	noGRO     bool         // Config.NoGRO: read with MaxDatagram buffers
-	rtc       bool         // Config.RunToCompletion (rtc.go)
-	cc        dcqcn.Config // normalized; Enabled false: off
+	cfg      Config        // normalized: no default left to apply
+	port     uint16        // UDP port we send from and to (the Link's)
+	offloads link.Offloads // what the Link does with trains
 
 	shards  []*shard
 	pollers []*poller    // run-to-completion: the receive paths Poll reads
@@ -84,7 +69,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	// on batches out of the path's order; a Link that cannot wait on a path
 	// without reading it keeps its paths to their goroutines.
 	polls, waits := link.PollFuncs(cfg.Link), link.WaitFuncs(cfg.Link)
-	shared := e.rtc && len(polls) == len(readers) && len(waits) == len(readers)
+	shared := e.cfg.RunToCompletion && len(polls) == len(readers) && len(waits) == len(readers)
 	for i, recv := range readers {
 		r := newReader(e, recv, e.shards[0].batch)
 		if shared {
@@ -100,88 +85,82 @@ func NewEngine(cfg Config) (*Engine, error) {
 
 // newEngine builds an engine without starting its goroutines.
 func newEngine(cfg Config) (*Engine, error) {
-	if cfg.Link == nil || cfg.Memory == nil {
-		return nil, newErr("create_engine", 0, syscall.EINVAL, "Link and Memory are required")
+	if err := cfg.normalize(); err != nil {
+		return nil, err
 	}
 	e := &Engine{
-		link:      cfg.Link,
-		mem:       cfg.Memory,
-		stats:     cfg.Stats,
-		clock:     cfg.Clock,
-		onEvent:   cfg.OnEvent,
-		localAddr: cfg.LocalAddr,
-		maxQPWR:   cfg.MaxQPWR,
-		maxSGE:    cfg.MaxSGE,
-		maxInline: cfg.MaxInline,
-		maxRDAtom: [2]int{cfg.MaxRDAtomic, cfg.MaxDestRDAtomic},
-		portMTU:   cfg.PortMTU,
-		noGSO:     cfg.NoGSO,
-		noGRO:     cfg.NoGRO,
-		rtc:       cfg.RunToCompletion,
-		cc:        cfg.CC,
-		retries:   newRetryBudget(cfg.RetryRate, cfg.RetryBurst),
-		done:      make(chan struct{}),
+		cfg:      cfg,
+		port:     cfg.Link.LocalAddr().Port(),
+		offloads: link.OffloadsOf(cfg.Link),
+		retries:  newRetryBudget(cfg.RetryRate, cfg.RetryBurst),
+		done:     make(chan struct{}),
 	}
-	la := cfg.Link.LocalAddr()
-	e.port = la.Port()
-	if !e.localAddr.IsValid() {
-		e.localAddr = la.Addr()
-	}
-	e.localAddr = e.localAddr.Unmap()
-	if e.stats == nil {
-		e.stats = new(Stats)
-	}
-	if e.clock == nil {
-		e.clock = realClock{}
-	}
-	if e.maxQPWR <= 0 {
-		e.maxQPWR = DefaultMaxQPWR
-	}
-	if err := e.cc.Normalize(); err != nil {
-		return nil, newErr("create_engine", 0, syscall.EINVAL, "congestion control: %v", err)
-	}
-	if e.portMTU == 0 {
-		e.portMTU = MTU1024
-	} else if e.portMTU.Bytes() == 0 {
-		return nil, newErr("create_engine", 0, syscall.EINVAL, "invalid port MTU %d", e.portMTU)
-	}
-	if e.maxSGE <= 0 {
-		e.maxSGE = DefaultMaxSGE
-	}
-	for i, v := range e.maxRDAtom {
-		if v <= 0 {
-			e.maxRDAtom[i] = DefaultRDAtomic
-		}
-	}
-	if e.maxInline < 0 {
-		e.maxInline = 0
-	} else if e.maxInline == 0 {
-		e.maxInline = DefaultMaxInline
-	}
-	n := cfg.Shards
-	if n <= 0 {
-		n = runtime.GOMAXPROCS(0)
-	}
-	lo, hi := uint32(firstQPN), uint32(maxQPN)
-	if cfg.LastQPN != 0 {
-		if cfg.FirstQPN > cfg.LastQPN || cfg.LastQPN > maxQPN {
-			return nil, fmt.Errorf("transport: QPNs %#x-%#x: %w", cfg.FirstQPN, cfg.LastQPN, syscall.EINVAL)
-		}
-		lo, hi = max(cfg.FirstQPN, firstQPN), cfg.LastQPN
-	}
-	e.qps.init(lo, hi)
-	batch := cfg.Link.BatchSize()
-	if batch <= 0 {
-		batch = 1
-	}
-	for i := 0; i < n; i++ {
+	e.qps.init(cfg.FirstQPN, cfg.LastQPN)
+	batch := max(cfg.Link.BatchSize(), 1)
+	for range cfg.Shards {
 		e.shards = append(e.shards, newShard(e, batch))
 	}
 	return e, nil
 }
 
-// Stats returns the engine's counters.
-func (e *Engine) Stats() *Stats { return e.stats }
+// normalize checks c and fills in every default, in the one place they live.
+func (c *Config) normalize() error {
+	if c.Link == nil || c.Memory == nil {
+		return newErr("create_engine", 0, syscall.EINVAL, "Link and Memory are required")
+	}
+	if err := c.CC.Normalize(); err != nil {
+		return newErr("create_engine", 0, syscall.EINVAL, "congestion control: %v", err)
+	}
+	if c.PortMTU == 0 {
+		c.PortMTU = verbs.MTU1024
+	} else if c.PortMTU.Bytes() == 0 {
+		return newErr("create_engine", 0, syscall.EINVAL, "invalid port MTU %d", c.PortMTU)
+	}
+	if !c.LocalAddr.IsValid() {
+		c.LocalAddr = c.Link.LocalAddr().Addr()
+	}
+	c.LocalAddr = c.LocalAddr.Unmap()
+	if c.Stats == nil {
+		c.Stats = new(Stats)
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	switch {
+	case c.LastQPN == 0:
+		c.FirstQPN, c.LastQPN = firstQPN, maxQPN
+	case c.FirstQPN > c.LastQPN || c.LastQPN > maxQPN:
+		return newErr("create_engine", 0, syscall.EINVAL, "QPNs %#x-%#x", c.FirstQPN, c.LastQPN)
+	default:
+		c.FirstQPN = max(c.FirstQPN, firstQPN)
+	}
+	if c.Shards <= 0 {
+		c.Shards = runtime.GOMAXPROCS(0)
+	}
+	orDefault := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	orDefault(&c.MaxQPWR, DefaultMaxQPWR)
+	orDefault(&c.MaxSGE, DefaultMaxSGE)
+	orDefault(&c.MaxRDAtomic, DefaultRDAtomic)
+	orDefault(&c.MaxDestRDAtomic, DefaultRDAtomic)
+	if c.MaxInline == 0 {
+		c.MaxInline = DefaultMaxInline
+	}
+	c.MaxInline = max(c.MaxInline, 0)
+	orDefault(&c.RetryBurst, defaultRetryBurst)
+	if c.RetryRate == 0 {
+		c.RetryRate = defaultRetryRate
+	}
+	return nil
+}
+
+// Config returns the engine's configuration with every default filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+func (e *Engine) Stats() *Stats { return e.cfg.Stats }
 
 // Close moves every QP to the error state (flushing its outstanding work
 // requests with WR_FLUSH_ERR), stops the shards and the reader and closes
@@ -202,10 +181,10 @@ func (e *Engine) Close() error {
 		})
 	}
 	for _, q := range e.qps.all() {
-		q.run("close", func() { q.toError(e.clock.Now()) }, true)
+		q.run("close", func() { q.toError(e.cfg.Clock.Now()) }, true)
 	}
 	close(e.done)
-	err := e.link.Close()
+	err := e.cfg.Link.Close()
 	e.wg.Wait()
 	return err
 }
@@ -244,8 +223,8 @@ func (e *Engine) fail() {
 	if e.fatal.Swap(true) {
 		return
 	}
-	e.event(Event{Type: EventDeviceFatal})
-	e.event(Event{Type: EventPortErr})
+	e.event(Event{Type: verbs.EventDeviceFatal})
+	e.event(Event{Type: verbs.EventPortErr})
 	e.failQPs(func(*QP) bool { return true })
 }
 
@@ -266,8 +245,8 @@ func (e *Engine) failQPs(match func(*QP) bool) {
 func (e *Engine) Fatal() bool { return e.fatal.Load() }
 
 func (e *Engine) event(ev Event) {
-	if e.onEvent != nil {
-		e.onEvent(ev)
+	if e.cfg.OnEvent != nil {
+		e.cfg.OnEvent(ev)
 	}
 }
 

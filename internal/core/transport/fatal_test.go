@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // TestLinkGoneIsDeviceFatal: a Link that dies under an open engine is the
@@ -20,35 +19,35 @@ func TestLinkGoneIsDeviceFatal(t *testing.T) {
 	qa, qb := rcPair(t, a, b, rcOpts{})
 	_ = qa
 	for i := 0; i < 2; i++ {
-		if _, err := qb.PostRecv([]srq.RecvWR{{WRID: uint64(10 + i)}}); err != nil {
+		if _, err := qb.PostRecv([]verbs.RecvWR{{WRID: uint64(10 + i)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := b.e.link.Close(); err != nil { // the socket goes away underneath
+	if err := b.e.cfg.Link.Close(); err != nil { // the socket goes away underneath
 		t.Fatal(err)
 	}
 	wcs := waitWC(t, b.rcq, 2, 5*time.Second)
 	for _, w := range wcs {
-		if w.Status != cq.WRFlushErr {
+		if w.Status != verbs.WCWRFlushErr {
 			t.Errorf("receive %s, want WR_FLUSH_ERR", wcString(w))
 		}
 	}
-	if at, _ := qb.Query(); at.State != QPSErr {
+	if at, _ := qb.Query(); at.State != verbs.QPSErr {
 		t.Fatalf("QP after the link died: %v, want ERR", at.State)
 	}
 	if !b.e.Fatal() {
 		t.Fatal("Engine.Fatal() = false")
 	}
 	for _, want := range []struct {
-		typ EventType
+		typ verbs.EventType
 		qpn uint32
-	}{{EventDeviceFatal, 0}, {EventPortErr, 0}, {EventQPFatal, qb.QPN()}} {
+	}{{verbs.EventDeviceFatal, 0}, {verbs.EventPortErr, 0}, {verbs.EventQPFatal, qb.QPN()}} {
 		if n := b.countEvents(want.typ, want.qpn); n != 1 {
 			t.Errorf("%d events of type %d for QPN %#x, want 1", n, want.typ, want.qpn)
 		}
 	}
-	_, err := b.e.CreateQP(&QPInitAttr{Type: QPTypeRC, SendCQ: b.scq, RecvCQ: b.rcq,
-		Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	_, err := b.e.CreateQP(&QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.scq, RecvCQ: b.rcq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if !errors.Is(err, syscall.EIO) {
 		t.Fatalf("CreateQP on a fatal device: %v, want EIO", err)
 	}

@@ -5,7 +5,8 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
@@ -43,7 +44,7 @@ func FuzzResponder(f *testing.F) {
 		mk(bth.Fields{Opcode: bth.RCWriteFirst, PSN: psn, RETH: bth.RETH{VA: mrVA, RKey: rkey, DMALen: 5000}}, make([]byte, 1024)),
 		mk(bth.Fields{Opcode: bth.RCSendLast, PSN: psn + 1}, make([]byte, 10))))
 
-	f.Fuzz(func(t *testing.T, data []byte) { fuzzResponder(t, data, QPTypeRC) })
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzResponder(t, data, verbs.QPTypeRC) })
 }
 
 // FuzzUCResponder is FuzzResponder for a UC QP: partial messages, PSN gaps
@@ -71,30 +72,30 @@ func FuzzUCResponder(f *testing.F) {
 		mk(bth.Fields{Opcode: bth.UCSendMiddle, PSN: psn + 1}, make([]byte, 1024)),
 		mk(bth.Fields{Opcode: bth.UCSendOnlyImm, PSN: psn + 9, Imm: 1}, make([]byte, 100)),
 		mk(bth.Fields{Opcode: bth.UCSendLast, PSN: psn + 10}, make([]byte, 10))))
-	f.Fuzz(func(t *testing.T, data []byte) { fuzzResponder(t, data, QPTypeUC) })
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzResponder(t, data, verbs.QPTypeUC) })
 }
 
 // fuzzResponder feeds the length-prefixed packets in data to a QP of type
 // typ whose MR and receive buffer sit between guard bytes.
-func fuzzResponder(t *testing.T, data []byte, typ QPType) {
+func fuzzResponder(t *testing.T, data []byte, typ verbs.QPType) {
 	const mrVA, rkey = 0x10000, 0x103 // the first region fakeMem registers
 	n := newNode(t, &nullLink{done: make(chan struct{})}, 1)
 	defer n.close(t)
 	backing := bytes.Repeat([]byte{0xAA}, 3*4096)
-	mr := n.mem.reg(1, backing[4096:8192:8192], AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
+	mr := n.mem.reg(1, backing[4096:8192:8192], verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 	if mr.Addr != mrVA || mr.RKey != rkey {
 		t.Fatalf("fake memory layout changed: %#x %#x", mr.Addr, mr.RKey)
 	}
 	rbacking := bytes.Repeat([]byte{0xBB}, 3*1024)
-	rb := n.mem.reg(1, rbacking[1024:2048:2048], AccessLocalWrite)
+	rb := n.mem.reg(1, rbacking[1024:2048:2048], verbs.AccessLocalWrite)
 	q := n.createQP(t, typ, rcOpts{recvWR: 4})
 	peer := addrB
-	if typ == QPTypeUC {
-		ucConnect(t, q, peer.Addr(), 0x77, MTU1024)
+	if typ == verbs.QPTypeUC {
+		ucConnect(t, q, peer.Addr(), 0x77, verbs.MTU1024)
 	} else {
 		connect(t, q, peer.Addr(), 0x77, rcOpts{})
 	}
-	q.PostRecv([]srq.RecvWR{{WRID: 1, SGL: []srq.SGE{rb.sge(0, 1024)}}, {WRID: 2, SGL: []srq.SGE{rb.sge(512, 512)}}})
+	q.PostRecv([]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{rb.sge(0, 1024)}}, {WRID: 2, SGL: []verbs.SGE{rb.sge(512, 512)}}})
 	for len(data) >= 2 {
 		l := int(data[0])<<8 | int(data[1])
 		data = data[2:]
@@ -117,8 +118,8 @@ func fuzzResponder(t *testing.T, data []byte, typ QPType) {
 		}
 		it := rxItem{buf: buf, n: l, src: peer, local: addrA.Addr(), qp: q}
 		q.run("fuzz", func() {
-			q.receive(n.e.clock.Now(), &it)
-			q.service(n.e.clock.Now())
+			q.receive(n.e.cfg.Clock.Now(), &it)
+			q.service(n.e.cfg.Clock.Now())
 			q.sh.flush()
 		}, false)
 		link.PutBuffer(buf)

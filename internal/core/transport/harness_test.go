@@ -12,6 +12,7 @@ import (
 	"github.com/goroce/goroce/dcqcn"
 	"github.com/goroce/goroce/internal/core/cq"
 	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/impair"
 )
@@ -48,7 +49,7 @@ func (m *fakeMem) RemoteRegion(k uint32) *Region {
 }
 
 // reg registers buf in PD pd with acc at a fresh iova.
-func (m *fakeMem) reg(pd uint32, buf []byte, acc Access) *Region {
+func (m *fakeMem) reg(pd uint32, buf []byte, acc verbs.Access) *Region {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.next += 2
@@ -95,8 +96,8 @@ func (m *fakeMem) Invalidate(rkey, qpn, pd uint32) error {
 	return nil
 }
 
-func (r *Region) sge(off, n int) srq.SGE {
-	return srq.SGE{Addr: r.Addr + uint64(off), Length: uint32(n), LKey: r.LKey}
+func (r *Region) sge(off, n int) verbs.SGE {
+	return verbs.SGE{Addr: r.Addr + uint64(off), Length: uint32(n), LKey: r.LKey}
 }
 
 // node is one engine with its memory, CQs and events.
@@ -116,7 +117,7 @@ func (n *node) onEvent(ev Event) {
 	n.mu.Unlock()
 }
 
-func (n *node) hasEvent(t EventType) bool {
+func (n *node) hasEvent(t verbs.EventType) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, ev := range n.events {
@@ -128,7 +129,7 @@ func (n *node) hasEvent(t EventType) bool {
 }
 
 // countEvents counts the events of type t raised for QP qpn.
-func (n *node) countEvents(t EventType, qpn uint32) int {
+func (n *node) countEvents(t verbs.EventType, qpn uint32) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c := 0
@@ -219,14 +220,14 @@ func (n *node) close(t testing.TB) {
 }
 
 type rcOpts struct {
-	mtu                MTU
+	mtu                verbs.MTU
 	timeout, retry     uint8
 	rnrRetry, minRNR   uint8
 	maxRD              uint8
 	sendWR, recvWR     uint32
 	srq                *srq.Queue
 	sqSigAll           bool
-	access             Access
+	access             verbs.Access
 	recvCQ, sendCQ     *cq.Queue
 	skipRTS            bool
 	maxInline          uint32
@@ -236,7 +237,7 @@ type rcOpts struct {
 
 func (o *rcOpts) defaults() {
 	if o.mtu == 0 {
-		o.mtu = MTU1024
+		o.mtu = verbs.MTU1024
 	}
 	if o.timeout == 0 {
 		o.timeout = 14
@@ -260,11 +261,11 @@ func (o *rcOpts) defaults() {
 		o.recvWR = 256
 	}
 	if o.access == 0 {
-		o.access = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+		o.access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	}
 }
 
-func (n *node) createQP(t testing.TB, typ QPType, o rcOpts) *QP {
+func (n *node) createQP(t testing.TB, typ verbs.QPType, o rcOpts) *QP {
 	t.Helper()
 	o.defaults()
 	scq, rcq := n.scq, n.rcq
@@ -275,7 +276,7 @@ func (n *node) createQP(t testing.TB, typ QPType, o rcOpts) *QP {
 		rcq = o.recvCQ
 	}
 	q, err := n.e.CreateQP(&QPInitAttr{Type: typ, SendCQ: scq, RecvCQ: rcq, SRQ: o.srq, PD: 1, SQSigAll: o.sqSigAll,
-		Cap: QPCap{MaxSendWR: o.sendWR, MaxRecvWR: o.recvWR, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: o.maxInline}})
+		Cap: verbs.QPCap{MaxSendWR: o.sendWR, MaxRecvWR: o.recvWR, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: o.maxInline}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,39 +287,39 @@ func (n *node) createQP(t testing.TB, typ QPType, o rcOpts) *QP {
 func connect(t testing.TB, q *QP, dst netip.Addr, dqpn uint32, o rcOpts) {
 	t.Helper()
 	o.defaults()
-	must := func(a QPAttr, m QPAttrMask) {
+	must := func(a verbs.QPAttr, m verbs.QPAttrMask) {
 		t.Helper()
 		if err := q.Modify(&a, m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	must(QPAttr{State: QPSInit, PortNum: 1, AccessFlags: o.access},
-		QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags)
-	must(QPAttr{State: QPSRTR, AV: AddressVector{DGID: dst}, PathMTU: o.mtu, DestQPN: dqpn, RQPSN: 0x123400 + dqpn,
+	must(verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: o.access},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+	must(verbs.QPAttr{State: verbs.QPSRTR, AV: verbs.AddressVector{DGID: dst}, PathMTU: o.mtu, DestQPN: dqpn, RQPSN: 0x123400 + dqpn,
 		MaxDestRDAtomic: 16, MinRNRTimer: o.minRNR},
-		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRDAtomic|QPAttrMinRNRTimer)
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRDAtomic|verbs.QPAttrMinRNRTimer)
 	if o.skipRTS {
 		return
 	}
-	must(QPAttr{State: QPSRTS, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry,
+	must(verbs.QPAttr{State: verbs.QPSRTS, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry,
 		SQPSN: 0x123400 + q.QPN(), MaxRDAtomic: o.maxRD},
-		QPAttrState|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrSQPSN|QPAttrMaxQPRDAtomic)
+		verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrSQPSN|verbs.QPAttrMaxQPRDAtomic)
 }
 
 func rcPair(t testing.TB, a, b *node, o rcOpts) (*QP, *QP) {
 	t.Helper()
-	qa := a.createQP(t, QPTypeRC, o)
-	qb := b.createQP(t, QPTypeRC, o)
+	qa := a.createQP(t, verbs.QPTypeRC, o)
+	qb := b.createQP(t, verbs.QPTypeRC, o)
 	connect(t, qa, b.addr, qb.QPN(), o)
 	connect(t, qb, a.addr, qa.QPN(), o)
 	return qa, qb
 }
 
 // waitWC polls c until n completions arrived or the (virtual) deadline.
-func waitWC(t testing.TB, c *cq.Queue, n int, within time.Duration) []cq.WorkCompletion {
+func waitWC(t testing.TB, c *cq.Queue, n int, within time.Duration) []verbs.WC {
 	t.Helper()
-	var out []cq.WorkCompletion
-	buf := make([]cq.WorkCompletion, 64)
+	var out []verbs.WC
+	buf := make([]verbs.WC, 64)
 	deadline := time.Now().Add(within)
 	for len(out) < n {
 		enginePoll(c)
@@ -338,7 +339,7 @@ func waitWC(t testing.TB, c *cq.Queue, n int, within time.Duration) []cq.WorkCom
 func noMoreWC(t testing.TB, c *cq.Queue, d time.Duration) {
 	t.Helper()
 	time.Sleep(d)
-	buf := make([]cq.WorkCompletion, 8)
+	buf := make([]verbs.WC, 8)
 	if k, _ := c.Poll(buf); k != 0 {
 		t.Fatalf("unexpected completions: %v", buf[:k])
 	}
@@ -352,7 +353,7 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
-func wcString(w cq.WorkCompletion) string {
+func wcString(w verbs.WC) string {
 	return fmt.Sprintf("{wr %d %v %v len %d}", w.WRID, w.Status, w.Opcode, w.ByteLen)
 }
 

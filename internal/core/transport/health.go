@@ -9,7 +9,7 @@ import "time"
 // stuck in one pass reports an age that keeps growing. roced fails /healthz
 // when the oldest age passes a deadline.
 func (e *Engine) ShardLoopAges() []time.Duration {
-	now := e.clock.Now().UnixNano()
+	now := e.cfg.Clock.Now().UnixNano()
 	ages := make([]time.Duration, len(e.shards))
 	for i, s := range e.shards {
 		ages[i] = max(time.Duration(now-s.passDone.Load()), 0)

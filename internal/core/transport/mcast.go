@@ -6,6 +6,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
 
@@ -32,7 +33,7 @@ func (q *QP) AttachMcast(group netip.Addr) error {
 	switch {
 	case e.closed.Load():
 		return closedErr(op, q.qpn)
-	case q.typ != QPTypeUD:
+	case q.typ != verbs.QPTypeUD:
 		return newErr(op, q.qpn, syscall.EINVAL, "only UD QPs join multicast groups")
 	case !g.IsMulticast():
 		return newErr(op, q.qpn, syscall.EINVAL, "%v is not a multicast address", group)
@@ -102,7 +103,7 @@ func (e *Engine) detachLocked(q *QP, g netip.Addr) {
 	qs := slices.DeleteFunc(slices.Clone(old[g]), func(x *QP) bool { return x == q })
 	if len(qs) == 0 {
 		delete(t, g)
-		if ml, ok := e.link.(link.Multicaster); ok && !e.closed.Load() {
+		if ml, ok := e.cfg.Link.(link.Multicaster); ok && !e.closed.Load() {
 			_ = ml.LeaveGroup(g) // its reader ends with net.ErrClosed
 		}
 	} else {
@@ -113,7 +114,7 @@ func (e *Engine) detachLocked(q *QP, g netip.Addr) {
 
 // joinGroup joins g on the Link and starts the reader of its datagrams.
 func (e *Engine) joinGroup(op string, qpn uint32, g netip.Addr) error {
-	ml, ok := e.link.(link.Multicaster)
+	ml, ok := e.cfg.Link.(link.Multicaster)
 	if !ok {
 		return newErr(op, qpn, syscall.ENOSYS, "the link cannot join multicast groups")
 	}
@@ -146,7 +147,7 @@ func (r *reader) dispatchMcast(it rxItem, m *link.Message) bool {
 	e := r.e
 	qs := e.mcastTable()[m.Local.Unmap().WithZone("")]
 	if len(qs) == 0 {
-		e.stats.UnknownQP.Add(1)
+		e.cfg.Stats.UnknownQP.Add(1)
 		return false
 	}
 	for _, q := range qs[:len(qs)-1] {

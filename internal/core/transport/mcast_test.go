@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
 
@@ -25,8 +26,8 @@ func TestAttachMcastRules(t *testing.T) {
 	n := newNode(t, la, 2)
 	t.Cleanup(func() { n.close(t) })
 	g := netip.MustParseAddr("239.0.0.9")
-	ud := n.createQP(t, QPTypeUD, rcOpts{})
-	rc := n.createQP(t, QPTypeRC, rcOpts{})
+	ud := n.createQP(t, verbs.QPTypeUD, rcOpts{})
+	rc := n.createQP(t, verbs.QPTypeRC, rcOpts{})
 	wantErrno := func(err error, want syscall.Errno) {
 		t.Helper()
 		if !errors.Is(err, want) {
@@ -49,7 +50,7 @@ func TestAttachMcastRules(t *testing.T) {
 
 	// Detach and destroy leave the group on the Link: joining again works
 	// (a Pipe refuses a group joined twice with EEXIST).
-	ud2 := n.createQP(t, QPTypeUD, rcOpts{})
+	ud2 := n.createQP(t, verbs.QPTypeUD, rcOpts{})
 	for _, q := range []*QP{ud, ud2} {
 		if err := q.AttachMcast(g); err != nil {
 			t.Fatal(err)
@@ -65,12 +66,12 @@ func TestAttachMcastRules(t *testing.T) {
 	if err := ud2.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	ud3 := n.createQP(t, QPTypeUD, rcOpts{})
+	ud3 := n.createQP(t, verbs.QPTypeUD, rcOpts{})
 	if err := ud3.AttachMcast(g); err != nil {
 		t.Fatalf("attach after the group was left: %v", err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	if n.hasEvent(EventDeviceFatal) || n.e.fatal.Load() {
+	if n.hasEvent(verbs.EventDeviceFatal) || n.e.fatal.Load() {
 		t.Fatal("a group's receive path ending was taken for the Link dying")
 	}
 
@@ -78,5 +79,5 @@ func TestAttachMcastRules(t *testing.T) {
 	t.Cleanup(func() { lq.Close() })
 	m := newNode(t, plainLink{lp}, 1)
 	t.Cleanup(func() { m.close(t) })
-	wantErrno(m.createQP(t, QPTypeUD, rcOpts{}).AttachMcast(g), syscall.ENOSYS)
+	wantErrno(m.createQP(t, verbs.QPTypeUD, rcOpts{}).AttachMcast(g), syscall.ENOSYS)
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/netip"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/core/cq"
 	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/internal/core/verbserr"
 )
 
@@ -22,7 +22,7 @@ type QP struct {
 	e    *Engine
 	sh   *shard
 	qpn  uint32
-	typ  QPType
+	typ  verbs.QPType
 	init QPInitAttr // immutable after CreateQP
 	rq   *srq.Queue // own receive queue; nil when init.SRQ is set
 	srq  *srq.Queue
@@ -36,7 +36,7 @@ type QP struct {
 	cnt    qpCounters
 
 	// Owner shard only.
-	attr        QPAttr
+	attr        verbs.QPAttr
 	pmtu        uint32
 	rto         time.Duration
 	sport       uint16 // rxe's source port for this QP
@@ -46,6 +46,7 @@ type QP struct {
 	commEst     bool
 	lastWQE     bool
 	sqdNotified bool
+	win         sendWindow // shared by req and comp
 	req         requester
 	comp        completer
 	resp        responder
@@ -93,8 +94,8 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		q.init.Cap.MaxRecvSGE = 1
 	}
 	if init.SRQ == nil {
-		rq, err := srq.New(&srq.Attr{MaxWR: c.MaxRecvWR, MaxSGE: q.init.Cap.MaxRecvSGE},
-			srq.Caps{MaxWR: uint32(e.maxQPWR), MaxSGE: uint32(e.maxSGE)})
+		rq, err := srq.New(&verbs.SRQAttr{MaxWR: c.MaxRecvWR, MaxSGE: q.init.Cap.MaxRecvSGE},
+			srq.Caps{MaxWR: uint32(e.cfg.MaxQPWR), MaxSGE: uint32(e.cfg.MaxSGE)})
 		if err != nil {
 			return nil, adoptErr(err, op, qpn)
 		}
@@ -103,13 +104,13 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		q.init.Cap.MaxRecvWR, q.init.Cap.MaxRecvSGE = 0, 0
 	}
 	q.sq.init(int(c.MaxSendWR), int(q.init.Cap.MaxSendSGE), int(c.MaxInlineData))
-	q.resp = newResponder(nil, srq.RecvWR{})
+	q.req, q.comp, q.resp = requester{q: q}, completer{q: q}, newResponder(q, nil, verbs.RecvWR{})
 	q.attr.Cap = q.init.Cap
 	q.attr.PortNum = 1
-	q.attr.PathMTU = MTU1024
-	if q.typ == QPTypeUD {
+	q.attr.PathMTU = verbs.MTU1024
+	if q.typ == verbs.QPTypeUD {
 		// UD cannot set IBV_QP_PATH_MTU: its limit is the port's active MTU.
-		q.attr.PathMTU = e.portMTU
+		q.attr.PathMTU = e.cfg.PortMTU
 	}
 	q.pmtu = uint32(q.attr.PathMTU.Bytes())
 
@@ -136,22 +137,18 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	return q, nil
 }
 
-// CheckQPInit checks the attributes of ibv_create_qp against the device
-// limits, the one place these rules live (rxe_qp_chk_init, rxe_qp_chk_cap):
-// the type is RC, UC or UD, both CQs are given, max_send_wr (and, without an
-// SRQ, max_recv_wr) is in [1..max_qp_wr], max_send_sge (and, without an SRQ,
-// max_recv_sge) is at most max_sge, and max_inline_data at most the device's.
-// With an SRQ the receive caps are ignored, as rxe does. Each failure is
-// EINVAL. CreateQP runs it first; a caller that reserves resources for a QP
-// (roce, against max_qp) runs it before it does, so a bad attribute is EINVAL
-// whatever else is wrong.
+// CheckQPInit checks ibv_create_qp's attributes against the device limits,
+// the one place these rules live (rxe_qp_chk_init, rxe_qp_chk_cap); with an
+// SRQ the receive caps are ignored. CreateQP runs it first; roce runs it
+// before it reserves against max_qp, so a bad attribute is EINVAL whatever
+// else is wrong.
 func (e *Engine) CheckQPInit(init *QPInitAttr) error {
 	const op = "ibv_create_qp"
 	if init == nil {
 		return newErr(op, 0, syscall.EINVAL, "nil init attributes")
 	}
 	switch init.Type {
-	case QPTypeRC, QPTypeUC, QPTypeUD:
+	case verbs.QPTypeRC, verbs.QPTypeUC, verbs.QPTypeUD:
 	default:
 		return newErr(op, 0, syscall.EINVAL, "QP type %v not supported", init.Type)
 	}
@@ -159,21 +156,20 @@ func (e *Engine) CheckQPInit(init *QPInitAttr) error {
 	switch {
 	case init.SendCQ == nil || init.RecvCQ == nil:
 		return newErr(op, 0, syscall.EINVAL, "send_cq and recv_cq are required")
-	case c.MaxSendWR == 0 || int64(c.MaxSendWR) > int64(e.maxQPWR):
-		return newErr(op, 0, syscall.EINVAL, "max_send_wr %d not in [1..%d] (max_qp_wr)", c.MaxSendWR, e.maxQPWR)
-	case !hasSRQ && (c.MaxRecvWR == 0 || int64(c.MaxRecvWR) > int64(e.maxQPWR)):
-		return newErr(op, 0, syscall.EINVAL, "max_recv_wr %d not in [1..%d] (max_qp_wr)", c.MaxRecvWR, e.maxQPWR)
-	case int64(c.MaxSendSGE) > int64(e.maxSGE):
-		return newErr(op, 0, syscall.EINVAL, "max_send_sge %d above max_sge %d", c.MaxSendSGE, e.maxSGE)
-	case !hasSRQ && int64(c.MaxRecvSGE) > int64(e.maxSGE):
-		return newErr(op, 0, syscall.EINVAL, "max_recv_sge %d above max_sge %d", c.MaxRecvSGE, e.maxSGE)
-	case int64(c.MaxInlineData) > int64(e.maxInline):
-		return newErr(op, 0, syscall.EINVAL, "max_inline_data %d above %d", c.MaxInlineData, e.maxInline)
+	case c.MaxSendWR == 0 || int64(c.MaxSendWR) > int64(e.cfg.MaxQPWR):
+		return newErr(op, 0, syscall.EINVAL, "max_send_wr %d not in [1..%d] (max_qp_wr)", c.MaxSendWR, e.cfg.MaxQPWR)
+	case !hasSRQ && (c.MaxRecvWR == 0 || int64(c.MaxRecvWR) > int64(e.cfg.MaxQPWR)):
+		return newErr(op, 0, syscall.EINVAL, "max_recv_wr %d not in [1..%d] (max_qp_wr)", c.MaxRecvWR, e.cfg.MaxQPWR)
+	case int64(c.MaxSendSGE) > int64(e.cfg.MaxSGE):
+		return newErr(op, 0, syscall.EINVAL, "max_send_sge %d above max_sge %d", c.MaxSendSGE, e.cfg.MaxSGE)
+	case !hasSRQ && int64(c.MaxRecvSGE) > int64(e.cfg.MaxSGE):
+		return newErr(op, 0, syscall.EINVAL, "max_recv_sge %d above max_sge %d", c.MaxRecvSGE, e.cfg.MaxSGE)
+	case int64(c.MaxInlineData) > int64(e.cfg.MaxInline):
+		return newErr(op, 0, syscall.EINVAL, "max_inline_data %d above %d", c.MaxInlineData, e.cfg.MaxInline)
 	}
 	return nil
 }
 
-// QPN returns the QP number.
 func (q *QP) QPN() uint32 { return q.qpn }
 
 // run executes fn on the owner shard and waits for it.
@@ -215,7 +211,7 @@ func (s *shard) call(fn func()) bool {
 // required or a forbidden attribute, or an out-of-range value) and then
 // applies every attribute, or none. It runs on the QP's shard. It must not be
 // called from an OnEvent callback.
-func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	const op = "ibv_modify_qp"
 	if attr == nil {
 		return newErr(op, q.qpn, syscall.EINVAL, "nil attributes")
@@ -227,7 +223,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 			res = newErr(op, q.qpn, syscall.EINVAL, "QP destroyed")
 			return
 		}
-		res = q.modify(q.e.clock.Now(), &a, mask)
+		res = q.modify(q.e.cfg.Clock.Now(), &a, mask)
 	}, false)
 	if err != nil {
 		return err
@@ -239,42 +235,42 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 // the one place these rules live: one port, one P_Key, path MTU 256..4096,
 // max_rd_atomic and max_dest_rd_atomic within the device's limits, and the
 // widths of the IBA fields.
-func (q *QP) checkAttr(a *QPAttr, mask QPAttrMask) string {
+func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.QPAttrMask) string {
 	switch {
-	case mask&QPAttrCurState != 0 && a.CurState != q.attr.State:
+	case mask&verbs.QPAttrCurState != 0 && a.CurState != q.attr.State:
 		return "cur_qp_state " + a.CurState.String() + " is not the current state " + q.attr.State.String()
-	case mask&QPAttrPathMTU != 0 && a.PathMTU.Bytes() == 0:
-		return fmt.Sprintf("path_mtu %d outside [%d..%d]", a.PathMTU, MTU256, MTU4096)
-	case mask&QPAttrPort != 0 && a.PortNum != 1:
+	case mask&verbs.QPAttrPathMTU != 0 && a.PathMTU.Bytes() == 0:
+		return fmt.Sprintf("path_mtu %d outside [%d..%d]", a.PathMTU, verbs.MTU256, verbs.MTU4096)
+	case mask&verbs.QPAttrPort != 0 && a.PortNum != 1:
 		return fmt.Sprintf("port %d: the device has only port 1", a.PortNum)
-	case mask&QPAttrPKeyIndex != 0 && a.PKeyIndex != 0:
+	case mask&verbs.QPAttrPKeyIndex != 0 && a.PKeyIndex != 0:
 		return fmt.Sprintf("pkey_index %d outside the P_Key table (1 entry)", a.PKeyIndex)
-	case mask&QPAttrAV != 0 && !a.AV.DGID.IsValid():
+	case mask&verbs.QPAttrAV != 0 && !a.AV.DGID.IsValid():
 		return "address vector without a destination GID"
-	case mask&QPAttrTimeout != 0 && a.Timeout > 31:
+	case mask&verbs.QPAttrTimeout != 0 && a.Timeout > 31:
 		return "timeout above 31"
-	case mask&QPAttrRetryCnt != 0 && a.RetryCnt > 7:
+	case mask&verbs.QPAttrRetryCnt != 0 && a.RetryCnt > 7:
 		return "retry_cnt above 7"
-	case mask&QPAttrRNRRetry != 0 && a.RNRRetry > 7:
+	case mask&verbs.QPAttrRNRRetry != 0 && a.RNRRetry > 7:
 		return "rnr_retry above 7"
-	case mask&QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+	case mask&verbs.QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
 		return "min_rnr_timer above 31"
-	case mask&QPAttrMaxQPRDAtomic != 0 && int(a.MaxRDAtomic) > q.e.maxRDAtom[0]:
-		return fmt.Sprintf("max_rd_atomic %d above max_qp_init_rd_atom %d", a.MaxRDAtomic, q.e.maxRDAtom[0])
-	case mask&QPAttrMaxDestRDAtomic != 0 && int(a.MaxDestRDAtomic) > q.e.maxRDAtom[1]:
-		return fmt.Sprintf("max_dest_rd_atomic %d above max_qp_rd_atom %d", a.MaxDestRDAtomic, q.e.maxRDAtom[1])
-	case mask&QPAttrDestQPN != 0 && a.DestQPN > maxQPN:
+	case mask&verbs.QPAttrMaxQPRDAtomic != 0 && int(a.MaxRDAtomic) > q.e.cfg.MaxRDAtomic:
+		return fmt.Sprintf("max_rd_atomic %d above max_qp_init_rd_atom %d", a.MaxRDAtomic, q.e.cfg.MaxRDAtomic)
+	case mask&verbs.QPAttrMaxDestRDAtomic != 0 && int(a.MaxDestRDAtomic) > q.e.cfg.MaxDestRDAtomic:
+		return fmt.Sprintf("max_dest_rd_atomic %d above max_qp_rd_atom %d", a.MaxDestRDAtomic, q.e.cfg.MaxDestRDAtomic)
+	case mask&verbs.QPAttrDestQPN != 0 && a.DestQPN > maxQPN:
 		return "dest_qp_num above 24 bits"
 	}
 	return ""
 }
 
 // modify validates then applies; owner shard only.
-func (q *QP) modify(now time.Time, a *QPAttr, mask QPAttrMask) error {
+func (q *QP) modify(now time.Time, a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	const op = "ibv_modify_qp"
 	cur := q.attr.State
 	next := cur
-	if mask&QPAttrState != 0 {
+	if mask&verbs.QPAttrState != 0 {
 		next = a.State
 	}
 	if ok, why := modifyOK(cur, next, q.typ, mask); !ok {
@@ -284,18 +280,18 @@ func (q *QP) modify(now time.Time, a *QPAttr, mask QPAttrMask) error {
 		return newErr(op, q.qpn, syscall.EINVAL, "%s", why)
 	}
 	q.applyAttr(a, mask)
-	if mask&QPAttrState == 0 || next == cur && next != QPSErr {
+	if mask&verbs.QPAttrState == 0 || next == cur && next != verbs.QPSErr {
 		return nil
 	}
 	switch next {
-	case QPSReset:
+	case verbs.QPSReset:
 		q.reset()
-	case QPSErr:
+	case verbs.QPSErr:
 		q.toError(now)
 		return nil
-	case QPSRTS:
+	case verbs.QPSRTS:
 		q.sqdNotified = false
-	case QPSSQD:
+	case verbs.QPSSQD:
 		q.sqdNotified = false
 	}
 	q.setState(next)
@@ -305,63 +301,61 @@ func (q *QP) modify(now time.Time, a *QPAttr, mask QPAttrMask) error {
 
 // applyAttr sets the attributes mask selects, checked already
 // (rxe_qp_from_attr), and what derives from them.
-func (q *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
+func (q *QP) applyAttr(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 	t := &q.attr
-	if mask&QPAttrEnSQDAsyncNotify != 0 {
+	if mask&verbs.QPAttrEnSQDAsyncNotify != 0 {
 		t.EnSQDAsyncNotify = a.EnSQDAsyncNotify
 	}
-	if mask&QPAttrAccessFlags != 0 {
+	if mask&verbs.QPAttrAccessFlags != 0 {
 		t.AccessFlags = a.AccessFlags
 	}
-	if mask&QPAttrPKeyIndex != 0 {
+	if mask&verbs.QPAttrPKeyIndex != 0 {
 		t.PKeyIndex = a.PKeyIndex
 	}
-	if mask&QPAttrPort != 0 {
+	if mask&verbs.QPAttrPort != 0 {
 		t.PortNum = a.PortNum
 	}
-	if mask&QPAttrQKey != 0 {
+	if mask&verbs.QPAttrQKey != 0 {
 		t.QKey = a.QKey
 	}
-	if mask&QPAttrAV != 0 {
+	if mask&verbs.QPAttrAV != 0 {
 		t.AV = a.AV
 		t.AV.DGID = t.AV.DGID.Unmap()
 	}
-	if mask&QPAttrPathMTU != 0 {
+	if mask&verbs.QPAttrPathMTU != 0 {
 		t.PathMTU = a.PathMTU
 	}
-	if mask&QPAttrTimeout != 0 {
+	if mask&verbs.QPAttrTimeout != 0 {
 		t.Timeout = a.Timeout
 	}
-	if mask&QPAttrRetryCnt != 0 {
+	if mask&verbs.QPAttrRetryCnt != 0 {
 		t.RetryCnt = a.RetryCnt
 		q.comp.retryCnt = a.RetryCnt
 	}
-	if mask&QPAttrRNRRetry != 0 {
+	if mask&verbs.QPAttrRNRRetry != 0 {
 		t.RNRRetry = a.RNRRetry
 		q.comp.rnrRetry = a.RNRRetry
 	}
-	if mask&QPAttrRQPSN != 0 {
+	if mask&verbs.QPAttrRQPSN != 0 {
 		t.RQPSN = a.RQPSN & bth.PSNMask
 		q.resp.psn = bth.PSN(t.RQPSN)
 	}
-	if mask&QPAttrMaxQPRDAtomic != 0 {
+	if mask&verbs.QPAttrMaxQPRDAtomic != 0 {
 		t.MaxRDAtomic = a.MaxRDAtomic
 	}
-	if mask&QPAttrMaxDestRDAtomic != 0 {
+	if mask&verbs.QPAttrMaxDestRDAtomic != 0 {
 		t.MaxDestRDAtomic = a.MaxDestRDAtomic
 		q.resp.res = nil // sized by the first READ or atomic (saveResource)
 		q.resp.resNext = 0
 	}
-	if mask&QPAttrMinRNRTimer != 0 {
+	if mask&verbs.QPAttrMinRNRTimer != 0 {
 		t.MinRNRTimer = a.MinRNRTimer
 	}
-	if mask&QPAttrSQPSN != 0 {
+	if mask&verbs.QPAttrSQPSN != 0 {
 		t.SQPSN = a.SQPSN & bth.PSNMask
-		q.req.psn = bth.PSN(t.SQPSN)
-		q.req.maxPSN = q.req.psn
-		q.comp.psn = q.req.psn
+		q.win.startAt(q.win.head, bth.PSN(t.SQPSN))
 	}
-	if mask&QPAttrDestQPN != 0 {
+	if mask&verbs.QPAttrDestQPN != 0 {
 		t.DestQPN = a.DestQPN
 	}
 	q.pmtu = uint32(t.PathMTU.Bytes())
@@ -370,7 +364,7 @@ func (q *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 	} else {
 		q.rto = 0
 	}
-	if mask&(QPAttrAV|QPAttrDestQPN) != 0 && q.typ != QPTypeUD {
+	if mask&(verbs.QPAttrAV|verbs.QPAttrDestQPN) != 0 && q.typ != verbs.QPTypeUD {
 		if t.AV.SrcPort != 0 {
 			q.setSourcePort(t.AV.SrcPort)
 		} else {
@@ -379,7 +373,7 @@ func (q *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 	}
 }
 
-func (q *QP) setState(s QPState) {
+func (q *QP) setState(s verbs.QPState) {
 	q.attr.State = s
 	q.state.Store(uint32(s))
 }
@@ -395,45 +389,39 @@ func (q *QP) reset() {
 		q.sq.slots[i].state = wqePosted
 	}
 	q.sq.mu.Unlock()
-	q.dropHeld()
-	res := q.resp.res
-	wr := q.resp.wr
-	q.req = requester{}
-	q.comp = completer{idx: q.sq.tail}
-	q.req.idx = q.sq.tail
-	q.resp = newResponder(res, wr)
+	q.resp.dropHeld()
+	q.win.startAt(q.sq.tail, 0)
+	q.req, q.comp = requester{q: q}, completer{q: q}
+	q.resp = newResponder(q, q.resp.res, q.resp.wr)
 	q.commEst, q.lastWQE = false, false
 	pm, cp := q.attr.PathMTU, q.attr.Cap
-	q.attr = QPAttr{PathMTU: pm, Cap: cp, PortNum: 1}
+	q.attr = verbs.QPAttr{PathMTU: pm, Cap: cp, PortNum: 1}
 	q.timerAt = time.Time{}
 	if q.timer != nil {
 		q.timer.Stop()
 	}
 	q.initCC()
-	q.setState(QPSReset)
+	q.setState(verbs.QPSReset)
 }
 
 // toError moves the QP to ERR and flushes every outstanding send and
 // receive WR with WR_FLUSH_ERR; with an SRQ it raises QP_LAST_WQE_REACHED.
 // Calling it again flushes WRs posted since.
 func (q *QP) toError(now time.Time) {
-	if q.attr.State != QPSErr {
-		q.setState(QPSErr)
+	if q.attr.State != verbs.QPSErr {
+		q.setState(verbs.QPSErr)
 		q.comp.rtoAt, q.comp.rnrAt = time.Time{}, time.Time{}
-		q.dropHeld()
+		q.resp.dropHeld()
 	}
 	qpn := q.qpn
-	if q.resp.haveWR {
-		q.resp.haveWR = false
-		q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.WRFlushErr, Opcode: cq.OpRecv, QPNum: qpn}, false)
-	}
+	q.resp.endWR(verbs.WCWRFlushErr)
 	if q.rq != nil {
-		q.rq.Flush(func(wr *srq.RecvWR) {
-			q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: wr.WRID, Status: cq.WRFlushErr, Opcode: cq.OpRecv, QPNum: qpn}, false)
+		q.rq.Flush(func(wr *verbs.RecvWR) {
+			q.pushWC(q.init.RecvCQ, &verbs.WC{WRID: wr.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: qpn}, false)
 		})
 	} else if !q.lastWQE {
 		q.lastWQE = true
-		q.e.event(Event{Type: EventQPLastWQEReached, QPN: qpn, SRQ: q.srq})
+		q.e.event(Event{Type: verbs.EventQPLastWQEReached, QPN: qpn, SRQ: q.srq})
 	}
 	q.flushSQ(now)
 }
@@ -442,34 +430,67 @@ func (q *QP) toError(now time.Time) {
 // ERR and SQE, also those posted since the last flush).
 func (q *QP) flushSQ(now time.Time) {
 	tail := q.sq.loadTail()
-	for q.comp.idx < tail {
-		w := q.sq.slot(q.comp.idx)
-		q.complete(now, w, cq.WRFlushErr)
+	for q.win.head < tail {
+		q.comp.complete(now, q.sq.slot(q.win.head), verbs.WCWRFlushErr)
 	}
-	q.req.idx = q.comp.idx
-	q.req.off = 0
+	q.win.flushed()
+}
+
+// scatter copies data into sgl at byte offset off, checking each SGE's lkey,
+// PD and LOCAL_WRITE (the responder and completer receive paths). It returns
+// LocLenErr when the SGEs are too short and LocProtErr on a bad key.
+func (q *QP) scatter(sgl []verbs.SGE, off uint32, data []byte) verbs.WCStatus {
+	pos := uint32(0)
+	for _, sg := range sgl {
+		if len(data) == 0 {
+			return verbs.WCSuccess
+		}
+		size := sg.Size()
+		if off >= pos+size {
+			pos += size
+			continue
+		}
+		start := off - pos
+		take := min(size-start, uint32(len(data)))
+		r := q.e.cfg.Memory.LocalRegion(sg.LKey)
+		if r == nil || r.PD != q.init.PD || r.Access&verbs.AccessLocalWrite == 0 {
+			return verbs.WCLocProtErr
+		}
+		b := r.slice(sg.Addr+uint64(start), uint64(take))
+		if b == nil {
+			return verbs.WCLocProtErr
+		}
+		copy(b, data[:take])
+		data = data[take:]
+		off += take
+		pos += size
+	}
+	if len(data) > 0 {
+		return verbs.WCLocLenErr
+	}
+	return verbs.WCSuccess
 }
 
 // pushWC posts a completion; an overrun raises CQ_ERR and moves every QP
 // feeding the CQ to ERR, as a device does.
-func (q *QP) pushWC(c *cq.Queue, wc *cq.WorkCompletion, solicited bool) {
+func (q *QP) pushWC(c *cq.Queue, wc *verbs.WC, solicited bool) {
 	if s := q.sh; s.deferWC {
 		s.wcs = append(s.wcs, deferredWC{q: q, c: c, wc: *wc, solicited: solicited})
 		return
 	}
 	err := c.Push(wc, solicited)
 	if err != nil && errors.Is(err, cq.ErrOverrun) {
-		q.e.stats.CQOverruns.Add(1)
-		q.e.event(Event{Type: EventCQErr, CQ: c})
+		q.e.cfg.Stats.CQOverruns.Add(1)
+		q.e.event(Event{Type: verbs.EventCQErr, CQ: c})
 		q.e.failQPs(func(o *QP) bool { return o.init.SendCQ == c || o.init.RecvCQ == c })
 	}
 }
 
 // Query is ibv_query_qp: the current attributes and the creation attributes.
-func (q *QP) Query() (QPAttr, QPInitAttr) {
-	var a QPAttr
+func (q *QP) Query() (verbs.QPAttr, QPInitAttr) {
+	var a verbs.QPAttr
 	if err := q.run("ibv_query_qp", func() { a = q.attr }, false); err != nil {
-		a = QPAttr{State: QPState(q.state.Load())}
+		a = verbs.QPAttr{State: verbs.QPState(q.state.Load())}
 	}
 	a.CurState = a.State
 	a.Cap = q.init.Cap
@@ -484,7 +505,7 @@ func (q *QP) Destroy() error {
 	err := q.run(op, func() {
 		already = q.destroyed
 		q.destroyed = true
-		q.dropHeld()
+		q.resp.dropHeld()
 		if q.timer != nil {
 			q.timer.Stop()
 		}
@@ -514,13 +535,13 @@ func (q *QP) Destroy() error {
 // whose Index names the bad one (the Go bad_wr). A full send queue is ENOMEM.
 // Posting before RTS is EINVAL; in SQE and ERR the WRs complete with
 // WR_FLUSH_ERR.
-func (q *QP) PostSend(wrs []SendWR) (int, error) {
+func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	const op = "ibv_post_send"
 	if q.e.closed.Load() {
 		return 0, closedErr(op, q.qpn)
 	}
-	st := QPState(q.state.Load())
-	if st < QPSRTS {
+	st := verbs.QPState(q.state.Load())
+	if st < verbs.QPSRTS {
 		return 0, newErr(op, q.qpn, syscall.EINVAL, "QP in state %s", st)
 	}
 	n := 0
@@ -541,65 +562,84 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) {
 	return n, err
 }
 
-func (q *QP) postOne(wr *SendWR) error {
-	const op = "ibv_post_send"
-	switch q.typ {
-	case QPTypeUD:
-		if wr.Opcode != WRSend && wr.Opcode != WRSendWithImm {
-			return newErr(op, q.qpn, syscall.EINVAL, "opcode %d not valid on a UD QP", wr.Opcode)
-		}
-		if wr.AH == nil || !wr.AH.DGID.IsValid() {
-			return newErr(op, q.qpn, syscall.EINVAL, "UD WR without an address handle")
-		}
-	case QPTypeUC:
-		switch wr.Opcode {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv, WRBindMW:
-		default:
-			return newErr(op, q.qpn, syscall.EINVAL, "opcode %d not valid on a UC QP", wr.Opcode)
-		}
-	default:
-		switch wr.Opcode {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv, WRLocalInv, WRBindMW, WRFlush, WRAtomicWrite:
-		default:
-			return newErr(op, q.qpn, syscall.EINVAL, "unknown opcode %d", wr.Opcode)
-		}
+func (q *QP) postOne(wr *verbs.SendWR) error {
+	length, why := validateSendWR(q.typ, &q.init.Cap, wr)
+	if why != "" {
+		return newErr("ibv_post_send", q.qpn, syscall.EINVAL, "%s", why)
 	}
+	return q.enqueue(wr, length)
+}
+
+// sendOpcodes is the set of send WR opcodes each QP type allows, a bit per
+// opcode.
+var sendOpcodes = [...]uint16{
+	verbs.QPTypeRC: opSet(verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRSend, verbs.WRSendWithImm,
+		verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRSendWithInv,
+		verbs.WRLocalInv, verbs.WRBindMW, verbs.WRFlush, verbs.WRAtomicWrite),
+	verbs.QPTypeUC: opSet(verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRSend, verbs.WRSendWithImm,
+		verbs.WRLocalInv, verbs.WRBindMW),
+	verbs.QPTypeUD: opSet(verbs.WRSend, verbs.WRSendWithImm),
+}
+
+func opSet(ops ...verbs.WROpcode) (set uint16) {
+	for _, op := range ops {
+		set |= 1 << op
+	}
+	return set
+}
+
+// validateSendWR applies the rules of ibv_post_send to wr on a QP of type typ
+// with caps c (rxe validate_send_wr): an opcode the type allows, a UD
+// destination, no data for a local operation or FLUSH, FLUSH's placement and
+// selectivity, at most max_send_sge SGEs and 2^31 bytes, an atomic's 8-byte
+// buffer, inline data only for SEND and WRITE and within max_inline_data. It
+// returns the message's length, or why wr is refused (EINVAL). It reads
+// nothing but its arguments.
+func validateSendWR(typ verbs.QPType, c *verbs.QPCap, wr *verbs.SendWR) (length uint64, why string) {
+	if int(typ) >= len(sendOpcodes) || sendOpcodes[typ]&(1<<wr.Opcode) == 0 {
+		return 0, fmt.Sprintf("opcode %d not valid on a %v QP", wr.Opcode, typ)
+	}
+	if typ == verbs.QPTypeUD && (wr.AH == nil || !wr.AH.DGID.IsValid()) {
+		return 0, "UD WR without an address handle"
+	}
+	inline := wr.Flags&verbs.SendInline != 0
 	switch wr.Opcode {
-	case WRLocalInv, WRBindMW, WRFlush, WRAtomicWrite:
+	case verbs.WRLocalInv, verbs.WRBindMW, verbs.WRFlush, verbs.WRAtomicWrite:
 		// A local operation or a FLUSH carries no data (rxe validate_send_wr
 		// for BIND_MW); an ATOMIC_WRITE's 8 bytes are the WR's Swap.
-		if len(wr.SGL) > 0 || wr.Flags&SendInline != 0 {
-			return newErr(op, q.qpn, syscall.EINVAL, "%s takes no SGEs and no inline data", wcOpcode(wr.Opcode))
+		if len(wr.SGL) > 0 || inline {
+			return 0, fmt.Sprintf("%s takes no SGEs and no inline data", wcOpcode(wr.Opcode))
 		}
 	}
-	if f := wr.Flush; wr.Opcode == WRFlush &&
+	if f := wr.Flush; wr.Opcode == verbs.WRFlush &&
 		(f.Type == 0 || f.Type&^(bth.FlushGlobal|bth.FlushPersistent) != 0 || f.Level > bth.FlushMR || f.Length > 1<<31) {
-		return newErr(op, q.qpn, syscall.EINVAL, "FLUSH placement type %#x, selectivity level %d, length %d", f.Type, f.Level, f.Length)
+		return 0, fmt.Sprintf("FLUSH placement type %#x, selectivity level %d, length %d", f.Type, f.Level, f.Length)
 	}
-	if len(wr.SGL) > int(q.init.Cap.MaxSendSGE) {
-		return newErr(op, q.qpn, syscall.EINVAL, "%d SGEs above max_send_sge %d", len(wr.SGL), q.init.Cap.MaxSendSGE)
+	if len(wr.SGL) > int(c.MaxSendSGE) {
+		return 0, fmt.Sprintf("%d SGEs above max_send_sge %d", len(wr.SGL), c.MaxSendSGE)
 	}
-	var length uint64
-	for _, s := range wr.SGL {
-		length += uint64(s.Size())
+	for _, sg := range wr.SGL {
+		length += uint64(sg.Size())
 	}
-	if length > 1<<31 {
-		return newErr(op, q.qpn, syscall.EINVAL, "message of %d bytes above 2^31", length)
+	isAtomic := wr.Opcode == verbs.WRAtomicCmpAndSwp || wr.Opcode == verbs.WRAtomicFetchAndAdd
+	switch {
+	case length > 1<<31:
+		return 0, fmt.Sprintf("message of %d bytes above 2^31", length)
+	case isAtomic && length < 8:
+		return 0, "atomic needs an 8-byte local buffer"
+	case inline && (wr.Opcode == verbs.WRRDMARead || isAtomic):
+		return 0, "inline data only for SEND and WRITE"
+	case inline && length > uint64(c.MaxInlineData):
+		return 0, fmt.Sprintf("%d inline bytes above max_inline_data %d", length, c.MaxInlineData)
 	}
-	isAtomic := wr.Opcode == WRAtomicCmpAndSwp || wr.Opcode == WRAtomicFetchAndAdd
-	if isAtomic && length < 8 {
-		return newErr(op, q.qpn, syscall.EINVAL, "atomic needs an 8-byte local buffer")
-	}
-	inline := wr.Flags&SendInline != 0
-	if inline {
-		if wr.Opcode == WRRDMARead || isAtomic {
-			return newErr(op, q.qpn, syscall.EINVAL, "inline data only for SEND and WRITE")
-		}
-		if length > uint64(q.init.Cap.MaxInlineData) {
-			return newErr(op, q.qpn, syscall.EINVAL, "%d inline bytes above max_inline_data %d", length, q.init.Cap.MaxInlineData)
-		}
-	}
+	return length, ""
+}
+
+// enqueue puts a valid wr of length bytes in the send queue's next slot:
+// ENOMEM when the queue is full, EINVAL when inline data names memory no MR
+// holds.
+func (q *QP) enqueue(wr *verbs.SendWR, length uint64) error {
+	const op = "ibv_post_send"
 	s := &q.sq
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -617,40 +657,46 @@ func (q *QP) postOne(wr *SendWR) error {
 		w.av.DGID = w.av.DGID.Unmap()
 	}
 	w.length = uint32(length)
-	switch {
-	case isAtomic:
+	switch wr.Opcode {
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 		w.length = 8
-	case wr.Opcode == WRAtomicWrite:
+	case verbs.WRAtomicWrite:
 		w.length = 8
 		binary.NativeEndian.PutUint64(w.value[:], wr.Swap)
-	case wr.Opcode == WRFlush:
+	case verbs.WRFlush:
 		w.length = wr.Flush.Length
 	}
-	if inline {
-		// Inline data is copied now, so the caller may reuse the buffer at
-		// once (IBV_SEND_INLINE). Go has no raw pointers: the SGEs must still
-		// name registered memory, but its access rights are not checked.
-		w.inline = w.inline[:0]
-		for _, sg := range wr.SGL {
-			r := q.e.mem.LocalRegion(sg.LKey)
-			var b []byte
-			if r != nil {
-				b = r.slice(sg.Addr, uint64(sg.Size()))
-			}
-			if b == nil {
-				return newErr(op, q.qpn, syscall.EINVAL, "inline SGE outside any registered memory")
-			}
-			w.inline = append(w.inline, b...)
-		}
+	if wr.Flags&verbs.SendInline != 0 && !q.copyInline(w) {
+		return newErr(op, q.qpn, syscall.EINVAL, "inline SGE outside any registered memory")
 	}
 	w.state = wqePosted
 	s.tail++
 	return nil
 }
 
+// copyInline copies the data of w's SGEs into w, so the caller may reuse its
+// buffer at once (IBV_SEND_INLINE). Go has no raw pointers: the SGEs must
+// still name registered memory, but its access rights are not checked. It
+// reports false when an SGE lies outside every registered region.
+func (q *QP) copyInline(w *sendWQE) bool {
+	w.inline = w.inline[:0]
+	for _, sg := range w.wr.SGL {
+		r := q.e.cfg.Memory.LocalRegion(sg.LKey)
+		var b []byte
+		if r != nil {
+			b = r.slice(sg.Addr, uint64(sg.Size()))
+		}
+		if b == nil {
+			return false
+		}
+		w.inline = append(w.inline, b...)
+	}
+	return true
+}
+
 // PostRecv is ibv_post_recv on the QP's own receive queue. A QP with an SRQ
 // has none: EINVAL (post to the SRQ instead). Posting in RESET is EINVAL.
-func (q *QP) PostRecv(wrs []srq.RecvWR) (int, error) {
+func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	const op = "ibv_post_recv"
 	if q.e.closed.Load() {
 		return 0, closedErr(op, q.qpn)
@@ -658,8 +704,8 @@ func (q *QP) PostRecv(wrs []srq.RecvWR) (int, error) {
 	if q.rq == nil {
 		return 0, newErr(op, q.qpn, syscall.EINVAL, "QP uses an SRQ")
 	}
-	st := QPState(q.state.Load())
-	if st == QPSReset {
+	st := verbs.QPState(q.state.Load())
+	if st == verbs.QPSReset {
 		return 0, newErr(op, q.qpn, syscall.EINVAL, "QP in state RESET")
 	}
 	n, err := q.rq.PostRecv(wrs)
@@ -670,7 +716,7 @@ func (q *QP) PostRecv(wrs []srq.RecvWR) (int, error) {
 		// Wake the shard: in ERR the new WRs are flushed, and a responder
 		// that sent an RNR NAK learns nothing from it anyway (the requester
 		// retries after its timer).
-		if QPState(q.state.Load()) == QPSErr {
+		if verbs.QPState(q.state.Load()) == verbs.QPSErr {
 			q.sh.wakeQP(q)
 		}
 	}
@@ -681,7 +727,7 @@ func (q *QP) PostRecv(wrs []srq.RecvWR) (int, error) {
 // link can (link.Link.SourcePort), else from the link's own port.
 func (q *QP) setSourcePort(p uint16) {
 	q.sport, q.wport = p, 0
-	if q.e.link.SourcePort(p) {
+	if q.e.cfg.Link.SourcePort(p) {
 		q.wport = p
 	}
 }
@@ -694,34 +740,8 @@ func (q *QP) srcPort() uint16 {
 	return q.e.port
 }
 
-// QPInfo is one QP's row in the debug dump (/debug/qps).
-type QPInfo struct {
-	QPN         uint32
-	Type        QPType
-	State       QPState
-	DestQPN     uint32
-	Peer        netip.Addr
-	SrcPort     uint16  // the UDP source port its packets leave from (rxe's for this QP when the Link grants it)
-	NextPSN     bth.PSN // next request PSN
-	AckedPSN    bth.PSN // oldest unacknowledged PSN
-	ExpectedPSN bth.PSN // responder's expected PSN
-	MSN         uint32
-	SendQueued  int // send WRs not yet completed
-	TxPackets   uint64
-	RxPackets   uint64
-	Retransmits uint64
-	Timeouts    uint64
-	Backoff     uint8 // consecutive retransmission timeouts: the timer runs at timeout << Backoff
-	// Congestion control (zero when the device's is off): the DCQCN rate
-	// the QP is paced at and its target, bit/s (the line rate until a CNP
-	// limits it), α in 1/1024, and the rate cuts so far.
-	CCRate, CCTargetRate uint64
-	CCAlpha              uint32
-	CCCuts               uint64
-}
-
 // QPs returns a snapshot of every QP, for debugging and /debug/qps.
-func (e *Engine) QPs() []QPInfo {
+func (e *Engine) QPs() []verbs.QPInfo {
 	if e.closed.Load() {
 		return nil
 	}
@@ -731,14 +751,14 @@ func (e *Engine) QPs() []QPInfo {
 	for _, q := range e.qps.all() {
 		byShard[q.sh] = append(byShard[q.sh], q)
 	}
-	var out []QPInfo
+	var out []verbs.QPInfo
 	for s, qs := range byShard {
-		var part []QPInfo
+		var part []verbs.QPInfo
 		if !s.call(func() {
 			for _, q := range qs {
-				part = append(part, QPInfo{QPN: q.qpn, Type: q.typ, State: q.attr.State, DestQPN: q.attr.DestQPN,
-					Peer: q.attr.AV.DGID, SrcPort: q.srcPort(), NextPSN: q.req.psn, AckedPSN: q.comp.psn,
-					ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.comp.idx), Backoff: q.comp.backoff,
+				part = append(part, verbs.QPInfo{QPN: q.qpn, Type: q.typ, State: q.attr.State, DestQPN: q.attr.DestQPN,
+					Peer: q.attr.AV.DGID, SrcPort: q.srcPort(), NextPSN: q.win.nextPSN, AckedPSN: q.win.headPSN,
+					ExpectedPSN: q.resp.psn, MSN: q.resp.msn, SendQueued: int(q.sq.loadTail() - q.win.head), Backoff: q.comp.backoff,
 					TxPackets: q.cnt.txPackets.Load(), RxPackets: q.cnt.rxPackets.Load(),
 					Retransmits: q.cnt.retransmits.Load(), Timeouts: q.cnt.timeouts.Load()})
 				if c := q.cc; c != nil {

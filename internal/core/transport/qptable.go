@@ -127,7 +127,6 @@ func (t *qpTable) insert(qpn uint32, q *QP) {
 	c.slots[i].Store(q)
 }
 
-// remove takes q out of the table if it is there.
 func (t *qpTable) remove(q *QP) {
 	ci, i := q.qpn>>qpnChunkBits, q.qpn&(qpnChunkSize-1)
 	c := t.chunks[ci].Load()
@@ -162,7 +161,6 @@ func (t *qpTable) each(fn func(*QP) bool) {
 	}
 }
 
-// all returns every QP in the table.
 func (t *qpTable) all() []*QP {
 	var out []*QP
 	t.each(func(q *QP) bool { out = append(out, q); return true })

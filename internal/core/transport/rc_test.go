@@ -8,71 +8,70 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link/impair"
 )
 
-var allOps = []WROpcode{WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd}
+var allOps = []verbs.WROpcode{verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd}
 
-var opNames = map[WROpcode]string{WRSend: "SEND", WRSendWithImm: "SEND_IMM", WRRDMAWrite: "WRITE",
-	WRRDMAWriteWithImm: "WRITE_IMM", WRRDMARead: "READ", WRAtomicCmpAndSwp: "CMP_SWP", WRAtomicFetchAndAdd: "FETCH_ADD"}
+var opNames = map[verbs.WROpcode]string{verbs.WRSend: "SEND", verbs.WRSendWithImm: "SEND_IMM", verbs.WRRDMAWrite: "WRITE",
+	verbs.WRRDMAWriteWithImm: "WRITE_IMM", verbs.WRRDMARead: "READ", verbs.WRAtomicCmpAndSwp: "CMP_SWP", verbs.WRAtomicFetchAndAdd: "FETCH_ADD"}
 
 // transfer runs one WR of op and size from qa (on a) to qb (on b) and
 // checks every byte and exactly one completion on each side that gets one.
-func transfer(t *testing.T, a, b *node, qa, qb *QP, op WROpcode, size int, id uint64, within time.Duration) {
+func transfer(t *testing.T, a, b *node, qa, qb *QP, op verbs.WROpcode, size int, id uint64, within time.Duration) {
 	t.Helper()
 	src := pattern(size, byte(id))
-	local := a.mem.reg(1, append([]byte(nil), src...), AccessLocalWrite)
-	remote := b.mem.reg(1, make([]byte, max(size, 8)), AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
-	wr := SendWR{WRID: id, Opcode: op, Flags: SendSignaled, Imm: uint32(id) | 0xA0000000, RemoteAddr: remote.Addr, RKey: remote.RKey}
-	wantRecv := op == WRSend || op == WRSendWithImm || op == WRRDMAWriteWithImm
+	local := a.mem.reg(1, append([]byte(nil), src...), verbs.AccessLocalWrite)
+	remote := b.mem.reg(1, make([]byte, max(size, 8)), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
+	wr := verbs.SendWR{WRID: id, Opcode: op, Flags: verbs.SendSignaled, Imm: uint32(id) | 0xA0000000, RemoteAddr: remote.Addr, RKey: remote.RKey}
+	wantRecv := op == verbs.WRSend || op == verbs.WRSendWithImm || op == verbs.WRRDMAWriteWithImm
 	if size > 0 {
-		wr.SGL = []srq.SGE{local.sge(0, size)}
+		wr.SGL = []verbs.SGE{local.sge(0, size)}
 	}
 	var orig uint64
 	switch op {
-	case WRRDMARead:
+	case verbs.WRRDMARead:
 		copy(remote.Buf, src)
 		clear(local.Buf)
-	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 		orig = 0x1111222233334444 + id
 		binary.NativeEndian.PutUint64(remote.Buf, orig)
-		local = a.mem.reg(1, make([]byte, 8), AccessLocalWrite)
-		wr.SGL = []srq.SGE{local.sge(0, 8)}
+		local = a.mem.reg(1, make([]byte, 8), verbs.AccessLocalWrite)
+		wr.SGL = []verbs.SGE{local.sge(0, 8)}
 		wr.CompareAdd = orig
-		if op == WRAtomicFetchAndAdd {
+		if op == verbs.WRAtomicFetchAndAdd {
 			wr.CompareAdd = 5
 		}
 		wr.Swap = 0xdeadbeef
 	}
 	if wantRecv {
-		rw := srq.RecvWR{WRID: id + 1000}
-		if op != WRRDMAWriteWithImm && size > 0 {
-			rw.SGL = []srq.SGE{remote.sge(0, size)}
+		rw := verbs.RecvWR{WRID: id + 1000}
+		if op != verbs.WRRDMAWriteWithImm && size > 0 {
+			rw.SGL = []verbs.SGE{remote.sge(0, size)}
 		}
-		if _, err := qb.PostRecv([]srq.RecvWR{rw}); err != nil {
+		if _, err := qb.PostRecv([]verbs.RecvWR{rw}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	qb.Query() // orders our writes to b's memory before b's shard reads them
-	if _, err := qa.PostSend([]SendWR{wr}); err != nil {
+	if _, err := qa.PostSend([]verbs.SendWR{wr}); err != nil {
 		t.Fatal(err)
 	}
 	swc := waitWC(t, a.scq, 1, within)
-	if swc[0].WRID != id || swc[0].Status != cq.Success || swc[0].Opcode != wcOpcode(op) {
+	if swc[0].WRID != id || swc[0].Status != verbs.WCSuccess || swc[0].Opcode != wcOpcode(op) {
 		t.Fatalf("send completion %s, want wr %d success %v", wcString(swc[0]), id, wcOpcode(op))
 	}
 	if wantRecv {
 		rwc := waitWC(t, b.rcq, 1, within)[0]
-		wantOp, wantLen := cq.OpRecv, uint32(size)
-		if op == WRRDMAWriteWithImm {
-			wantOp = cq.OpRecvRDMAWithImm
+		wantOp, wantLen := verbs.WCRecv, uint32(size)
+		if op == verbs.WRRDMAWriteWithImm {
+			wantOp = verbs.WCRecvRDMAWithImm
 		}
-		if rwc.WRID != id+1000 || rwc.Status != cq.Success || rwc.Opcode != wantOp || rwc.ByteLen != wantLen {
+		if rwc.WRID != id+1000 || rwc.Status != verbs.WCSuccess || rwc.Opcode != wantOp || rwc.ByteLen != wantLen {
 			t.Fatalf("recv completion %s, want wr %d %v len %d", wcString(rwc), id+1000, wantOp, wantLen)
 		}
-		if op != WRSend && (rwc.Flags&cq.FlagWithImm == 0 || rwc.ImmData != wr.Imm) {
+		if op != verbs.WRSend && (rwc.Flags&verbs.WCWithImm == 0 || rwc.ImmData != wr.Imm) {
 			t.Fatalf("recv completion imm %#x flags %v, want %#x", rwc.ImmData, rwc.Flags, wr.Imm)
 		}
 		if rwc.SrcQP != qa.QPN() || rwc.QPNum != qb.QPN() {
@@ -84,18 +83,18 @@ func transfer(t *testing.T, a, b *node, qa, qb *QP, op WROpcode, size int, id ui
 	// kernel gives the race detector no happens-before edge).
 	qb.Query()
 	switch op {
-	case WRRDMARead:
+	case verbs.WRRDMARead:
 		if !bytes.Equal(local.Buf, src) {
 			t.Fatalf("READ of %d bytes: data differs", size)
 		}
-	case WRAtomicCmpAndSwp:
+	case verbs.WRAtomicCmpAndSwp:
 		if got := binary.NativeEndian.Uint64(local.Buf); got != orig {
 			t.Fatalf("CMP_SWP returned %#x, want %#x", got, orig)
 		}
 		if got := binary.NativeEndian.Uint64(remote.Buf); got != 0xdeadbeef {
 			t.Fatalf("CMP_SWP left %#x, want swapped", got)
 		}
-	case WRAtomicFetchAndAdd:
+	case verbs.WRAtomicFetchAndAdd:
 		if got := binary.NativeEndian.Uint64(local.Buf); got != orig {
 			t.Fatalf("FETCH_ADD returned %#x, want %#x", got, orig)
 		}
@@ -109,7 +108,7 @@ func transfer(t *testing.T, a, b *node, qa, qb *QP, op WROpcode, size int, id ui
 	}
 }
 
-func sizesFor(mtu MTU, big bool) []int {
+func sizesFor(mtu verbs.MTU, big bool) []int {
 	p := mtu.Bytes()
 	s := []int{0, 1, p - 1, p, p + 1, 3*p + 17}
 	if big {
@@ -119,7 +118,7 @@ func sizesFor(mtu MTU, big bool) []int {
 }
 
 func TestRCOpsOverPipe(t *testing.T) {
-	for _, mtu := range []MTU{MTU1024, MTU4096} {
+	for _, mtu := range []verbs.MTU{verbs.MTU1024, verbs.MTU4096} {
 		t.Run(fmt.Sprintf("mtu%d", mtu.Bytes()), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				a, b := pair(t, nil)
@@ -129,7 +128,7 @@ func TestRCOpsOverPipe(t *testing.T) {
 				id := uint64(1)
 				for _, op := range allOps {
 					sizes := sizesFor(mtu, true)
-					if op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd {
+					if op == verbs.WRAtomicCmpAndSwp || op == verbs.WRAtomicFetchAndAdd {
 						sizes = []int{8}
 					}
 					for _, size := range sizes {
@@ -152,7 +151,7 @@ func TestRCOpsOverPipe(t *testing.T) {
 // virtual time. TestRCPipelinedOpsUnderLoss (completer_regress_test.go) keeps
 // many WRs in flight, where go-back-N crosses WR boundaries.
 func TestRCOpsUnderLoss(t *testing.T) {
-	for _, mtu := range []MTU{MTU1024, MTU4096} {
+	for _, mtu := range []verbs.MTU{verbs.MTU1024, verbs.MTU4096} {
 		for _, rate := range []float64{0.01, 0.05, 0.20} {
 			t.Run(fmt.Sprintf("mtu%d/loss%.0f%%", mtu.Bytes(), rate*100), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) { opsUnderLoss(t, mtu, rate) })
@@ -166,7 +165,7 @@ func TestRCOpsUnderLoss(t *testing.T) {
 // the waiting goroutine polls the engines (Engine.Poll) before each CQ poll, so
 // completions arrive on every path the mode has, ACKs held behind replies.
 func TestRCOpsUnderLossRunToCompletion(t *testing.T) {
-	for _, mtu := range []MTU{MTU1024, MTU4096} {
+	for _, mtu := range []verbs.MTU{verbs.MTU1024, verbs.MTU4096} {
 		for _, rate := range []float64{0.05, 0.20} {
 			t.Run(fmt.Sprintf("mtu%d/loss%.0f%%", mtu.Bytes(), rate*100), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) { opsUnderLoss(t, mtu, rate, runToCompletion) })
@@ -177,7 +176,7 @@ func TestRCOpsUnderLossRunToCompletion(t *testing.T) {
 
 // opsUnderLoss runs every operation at every size over a Pipe that drops,
 // duplicates, reorders and corrupts at rate.
-func opsUnderLoss(t *testing.T, mtu MTU, rate float64, opts ...func(*Config)) {
+func opsUnderLoss(t *testing.T, mtu verbs.MTU, rate float64, opts ...func(*Config)) {
 	seed := int64(rate*1000) + int64(mtu)
 	t.Logf("seed %d", seed)
 	loss := &impair.LossConfig{Seed: seed, Drop: rate, Dup: rate / 2, Reorder: rate / 2, Corrupt: rate / 4}
@@ -188,7 +187,7 @@ func opsUnderLoss(t *testing.T, mtu MTU, rate float64, opts ...func(*Config)) {
 	id := uint64(1)
 	for _, op := range allOps {
 		sizes := sizesFor(mtu, true)
-		if op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd {
+		if op == verbs.WRAtomicCmpAndSwp || op == verbs.WRAtomicFetchAndAdd {
 			sizes = []int{8, 8, 8}
 		}
 		for _, size := range sizes {

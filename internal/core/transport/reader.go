@@ -14,7 +14,7 @@ import (
 // packet's QP by its BTH DestQP in the QP table and hands the packet to the
 // QP's shard. It never blocks on a shard.
 //
-// With GRO (the default) it reads into buffers that hold a whole train, so
+// From a link with GRO (link.Offloads) it reads into buffers that hold a whole train, so
 // the kernel hands up a run of datagrams of one flow as one message
 // (link.Message.SegSize). The reader splits the train by reslicing: each
 // segment goes to its QP as a packet of its own, pointing into the shared
@@ -47,7 +47,6 @@ func (it *rxItem) bytes() []byte {
 	return it.buf[:it.n]
 }
 
-// release gives the packet's buffer back.
 func (it *rxItem) release() {
 	if it.train != nil {
 		it.train.unref()
@@ -94,11 +93,11 @@ type reader struct {
 const groBatch = 16
 
 func newReader(e *Engine, recv link.ReceiveFunc, batch int) *reader {
-	if !e.noGRO {
+	if e.offloads.GRO {
 		batch = min(batch, groBatch)
 	}
 	r := &reader{e: e, recv: recv, msgs: make([]link.Message, batch), kicked: make([]*shard, 0, len(e.shards))}
-	if e.noGRO {
+	if !e.offloads.GRO {
 		r.bufs = make([]*[link.MaxDatagram]byte, batch)
 		for i := range r.bufs {
 			r.bufs[i] = link.GetBuffer()
@@ -210,8 +209,8 @@ func (r *reader) takeTrain(i int) {
 	t := r.trains[i]
 	t.refs.Store(1) // the reader's, dropped below
 	segs := m.NumSegments()
-	r.e.stats.RxTrains.Add(1)
-	r.e.stats.RxTrainSegments.Add(uint64(segs))
+	r.e.cfg.Stats.RxTrains.Add(1)
+	r.e.cfg.Stats.RxTrainSegments.Add(uint64(segs))
 	for j := range segs {
 		t.refs.Add(1) // before the shard can see it
 		if !r.dispatch(rxItem{train: t, off: j * m.SegSize, n: len(m.Segment(j))}, m) {
@@ -230,7 +229,7 @@ func (r *reader) dispatch(it rxItem, m *link.Message) bool {
 	e := r.e
 	qpn, ok := bth.PeekDestQP(it.bytes())
 	if !ok {
-		e.stats.Malformed.Add(1)
+		e.cfg.Stats.Malformed.Add(1)
 		return false
 	}
 	if qpn == McastQPN {
@@ -238,7 +237,7 @@ func (r *reader) dispatch(it rxItem, m *link.Message) bool {
 	}
 	q := e.lookup(qpn)
 	if q == nil {
-		e.stats.UnknownQP.Add(1)
+		e.cfg.Stats.UnknownQP.Add(1)
 		return false
 	}
 	return r.enqueue(it, m, q)
@@ -251,7 +250,7 @@ func (r *reader) enqueue(it rxItem, m *link.Message, q *QP) bool {
 	it.src, it.local, it.tos, it.ttl, it.flow, it.qp = m.Addr, m.Local, m.TOS, m.TTL, m.FlowLabel, q
 	s := q.sh
 	if !s.enqueue(it) {
-		e.stats.RxQueueDrops.Add(1)
+		e.cfg.Stats.RxQueueDrops.Add(1)
 		return false
 	}
 	if !containsShard(r.kicked, s) {
@@ -260,7 +259,6 @@ func (r *reader) enqueue(it rxItem, m *link.Message, q *QP) bool {
 	return true
 }
 
-// close returns the reader's buffers.
 func (r *reader) close() {
 	for _, b := range r.bufs {
 		link.PutBuffer(b)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
 
@@ -19,14 +19,14 @@ func TestEngineReadsEveryReceivePath(t *testing.T) {
 	defer a.close(t)
 	defer b.close(t)
 	const qps, size = 8, 3000
-	src := a.mem.reg(1, pattern(size, 7), AccessLocalWrite)
+	src := a.mem.reg(1, pattern(size, 7), verbs.AccessLocalWrite)
 	var dsts []*Region
 	for i := range qps {
 		qa, _ := rcPair(t, a, b, rcOpts{})
-		dst := b.mem.reg(1, make([]byte, size), AccessLocalWrite|AccessRemoteWrite)
+		dst := b.mem.reg(1, make([]byte, size), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 		dsts = append(dsts, dst)
-		if _, err := qa.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGL: []srq.SGE{src.sge(0, size)}, RemoteAddr: dst.Addr, RKey: dst.RKey}}); err != nil {
+		if _, err := qa.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{src.sge(0, size)}, RemoteAddr: dst.Addr, RKey: dst.RKey}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,8 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link/impair"
 )
 
@@ -48,17 +47,17 @@ func readWindow(t *testing.T, loss impair.LossConfig) {
 	defer a.close(t)
 	defer b.close(t)
 	qa, _ := rcPair(t, a, b, rcOpts{timeout: 12, maxRD: window}) // 16.8 ms, a third of one way
-	remote := b.mem.reg(1, pattern(n*size, 9), AccessRemoteRead)
-	local := a.mem.reg(1, make([]byte, n*size), AccessLocalWrite)
-	buf := make([]cq.WorkCompletion, 64)
+	remote := b.mem.reg(1, pattern(n*size, 9), verbs.AccessRemoteRead)
+	local := a.mem.reg(1, make([]byte, n*size), verbs.AccessLocalWrite)
+	buf := make([]verbs.WC, 64)
 	posted, done := 0, 0
 	// Each READ takes a few round trips at most; a minute of virtual time
 	// without a completion is a stall.
 	for deadline := time.Now().Add(time.Minute); done < n; time.Sleep(time.Millisecond) {
 		for posted < n && posted-done < window {
-			wr := SendWR{WRID: uint64(posted), Opcode: WRRDMARead, Flags: SendSignaled,
-				RemoteAddr: remote.Addr + uint64(posted*size), RKey: remote.RKey, SGL: []srq.SGE{local.sge(posted*size, size)}}
-			if _, err := qa.PostSend([]SendWR{wr}); err != nil {
+			wr := verbs.SendWR{WRID: uint64(posted), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+				RemoteAddr: remote.Addr + uint64(posted*size), RKey: remote.RKey, SGL: []verbs.SGE{local.sge(posted*size, size)}}
+			if _, err := qa.PostSend([]verbs.SendWR{wr}); err != nil {
 				t.Fatal(err)
 			}
 			posted++
@@ -66,7 +65,7 @@ func readWindow(t *testing.T, loss impair.LossConfig) {
 		enginePoll(a.scq)
 		k, _ := a.scq.Poll(buf)
 		for _, w := range buf[:k] {
-			if w.Status != cq.Success || w.WRID != uint64(done) {
+			if w.Status != verbs.WCSuccess || w.WRID != uint64(done) {
 				t.Fatalf("completion %s, want wr %d success", wcString(w), done)
 			}
 			done++

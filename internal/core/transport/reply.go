@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // haveRDResources reports whether the responder may accept a READ or an
@@ -12,7 +12,7 @@ import (
 // only max_dest_rd_atomic == 0 refuses them: class C, NAK invalid request
 // (a REM_INV_REQ_ERR cause: "insufficient buffering to receive a new RDMA
 // or Atomic Operation request").
-func (q *QP) haveRDResources() bool { return q.attr.MaxDestRDAtomic > 0 }
+func (rs *responder) haveRDResources() bool { return rs.q.attr.MaxDestRDAtomic > 0 }
 
 // saveResource keeps r in the responder resource ring, reusing the oldest
 // entry. The responder does not count READs/atomics "in use": it executes
@@ -25,13 +25,14 @@ func (q *QP) haveRDResources() bool { return q.attr.MaxDestRDAtomic > 0 }
 // its last max_rd_atomic ones, so the ring still holds every resource a
 // duplicate can name; a request recycled out of the ring is a class D
 // duplicate and is dropped (duplicate).
-func (q *QP) saveResource(r rdResource) {
-	if len(q.resp.res) == 0 {
+func (rs *responder) saveResource(r rdResource) {
+	q := rs.q
+	if len(rs.res) == 0 {
 		// Allocated on first use: most QPs never answer a READ or atomic.
-		q.resp.res = make([]rdResource, max(int(q.attr.MaxDestRDAtomic), 1))
+		rs.res = make([]rdResource, max(int(q.attr.MaxDestRDAtomic), 1))
 	}
-	q.resp.res[q.resp.resNext] = r
-	q.resp.resNext = (q.resp.resNext + 1) % len(q.resp.res)
+	rs.res[rs.resNext] = r
+	rs.resNext = (rs.resNext + 1) % len(rs.res)
 }
 
 // duplicate answers a request behind the expected PSN without executing it
@@ -41,47 +42,47 @@ func (q *QP) saveResource(r rdResource) {
 // A replayed READ resolves its R_Key again (rxe_recheck_mr): if the MR was
 // deregistered or no longer covers the range since the first execution, it
 // is a remote access error and no memory is read.
-func (q *QP) duplicate(now time.Time, pkt *bth.Packet) {
+func (rs *responder) duplicate(now time.Time, pkt *bth.Packet) {
 	op := pkt.Opcode()
 	p := pkt.PSN()
 	switch {
 	case op.IsSend() || op.IsWrite():
-		q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), q.resp.psn.Add(-1))
+		rs.sendAck(bth.ACKSyndrome(bth.CreditInvalid), rs.psn.Add(-1))
 	case op.IsReadRequest():
 		reth := pkt.RETH()
-		for i := range q.resp.res {
-			r := &q.resp.res[i]
+		for i := range rs.res {
+			r := &rs.res[i]
 			if !r.valid || r.atomic || p.Before(r.first) || p.After(r.last) {
 				continue
 			}
 			if reth.DMALen == 0 {
 				// Names no memory (C9-88): nothing to check or read.
-				q.startRead(p, reth)
+				rs.startRead(p, reth)
 				return
 			}
 			if r.rkey != reth.RKey || reth.VA < r.va || uint64(reth.VA-r.va)+uint64(reth.DMALen) > uint64(r.length) {
 				continue
 			}
-			if q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead) == nil {
-				q.classC(now, p, bth.NAKRemoteAccess, cq.RemAccessErr)
+			if rs.remoteRange(reth.RKey, reth.VA, reth.DMALen, verbs.AccessRemoteRead) == nil {
+				rs.classC(now, p, bth.NAKRemoteAccess, verbs.WCRemAccessErr)
 				return
 			}
-			q.startRead(p, reth)
+			rs.startRead(p, reth)
 			return
 		}
 	case op.IsAtomic():
-		for i := range q.resp.res {
-			r := &q.resp.res[i]
+		for i := range rs.res {
+			r := &rs.res[i]
 			if r.valid && r.atomic && r.first == p {
-				q.sendAtomicAck(p, r.orig)
+				rs.sendAtomicAck(p, r.orig)
 				return
 			}
 		}
 	case op.IsFlush() || op.IsAtomicWrite():
-		for i := range q.resp.res {
-			r := &q.resp.res[i]
+		for i := range rs.res {
+			r := &rs.res[i]
 			if r.valid && r.empty && r.first == p {
-				q.sendEmptyReadResponse(p)
+				rs.sendEmptyReadResponse(p)
 				return
 			}
 		}
@@ -91,44 +92,47 @@ func (q *QP) duplicate(now time.Time, pkt *bth.Packet) {
 // sendAck acknowledges PSN p with syndrome. A positive ACK is coalesced:
 // it is held until flushAck, and a later one for a newer PSN replaces it
 // (ACKs are cumulative). A NAK goes out at once, after any held ACK.
-func (q *QP) sendAck(syndrome uint8, p bth.PSN) {
+func (rs *responder) sendAck(syndrome uint8, p bth.PSN) {
 	if (bth.AETH{Syndrome: syndrome}).IsACK() {
-		q.resp.ackPending, q.resp.ackPSN, q.resp.ackMSN = true, p, q.resp.msn
+		rs.ackPending, rs.ackPSN, rs.ackMSN = true, p, rs.msn
 		return
 	}
-	q.flushAck()
-	q.putAck(syndrome, p, q.resp.msn)
+	rs.flushAck()
+	rs.putAck(syndrome, p, rs.msn)
 }
 
 // flushAck sends the held ACK, if any. The shard calls it once per batch
 // (service), before the batch is written.
-func (q *QP) flushAck() {
-	if q.resp.ackPending {
-		q.resp.ackPending = false
-		q.putAck(bth.ACKSyndrome(bth.CreditInvalid), q.resp.ackPSN, q.resp.ackMSN)
+func (rs *responder) flushAck() {
+	if rs.ackPending {
+		rs.ackPending = false
+		rs.putAck(bth.ACKSyndrome(bth.CreditInvalid), rs.ackPSN, rs.ackMSN)
 	}
 }
 
-func (q *QP) putAck(syndrome uint8, p bth.PSN, msn uint32) {
+func (rs *responder) putAck(syndrome uint8, p bth.PSN, msn uint32) {
+	q := rs.q
 	f := bth.Fields{Opcode: bth.RCAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
 		AETH: bth.AETH{Syndrome: syndrome, MSN: msn}}
 	q.emit(&f, nil, &q.attr.AV)
 }
 
-func (q *QP) sendAtomicAck(p bth.PSN, orig uint64) {
-	q.flushAck()
+func (rs *responder) sendAtomicAck(p bth.PSN, orig uint64) {
+	q := rs.q
+	rs.flushAck()
 	f := bth.Fields{Opcode: bth.RCAtomicAck, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
-		AETH:      bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn},
+		AETH:      bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: rs.msn},
 		AtomicAck: bth.AtomicAckETH{Orig: orig}}
 	q.emit(&f, nil, &q.attr.AV)
 }
 
 // sendEmptyReadResponse answers a FLUSH or ATOMIC_WRITE at PSN p: an RDMA READ
 // RESPONSE ONLY with an ACK AETH and no payload.
-func (q *QP) sendEmptyReadResponse(p bth.PSN) {
-	q.flushAck()
+func (rs *responder) sendEmptyReadResponse(p bth.PSN) {
+	q := rs.q
+	rs.flushAck()
 	f := bth.Fields{Opcode: bth.RCReadResponseOnly, PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: p,
-		AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn}}
+		AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: rs.msn}}
 	q.emit(&f, nil, &q.attr.AV)
 }
 
@@ -152,10 +156,11 @@ const maxHeld = 256
 
 // startRead begins the responses to a READ of reth's range from PSN p,
 // after any ACK held back: the QP's next turns send them.
-func (q *QP) startRead(p bth.PSN, reth bth.RETH) {
-	q.flushAck()
-	npk := numPackets(WRRDMARead, reth.DMALen, q.pmtu)
-	q.resp.read = readReply{active: true, first: p, next: p, last: p.Add(int(npk) - 1),
+func (rs *responder) startRead(p bth.PSN, reth bth.RETH) {
+	q := rs.q
+	rs.flushAck()
+	npk := numPackets(verbs.WRRDMARead, reth.DMALen, q.pmtu)
+	rs.read = readReply{active: true, first: p, next: p, last: p.Add(int(npk) - 1),
 		rkey: reth.RKey, va: reth.VA, rem: reth.DMALen}
 }
 
@@ -164,16 +169,17 @@ func (q *QP) startRead(p bth.PSN, reth bth.RETH) {
 // sends (rxe_recheck_mr): no region is kept across turns, so after
 // ibv_dereg_mr and Engine.Barrier no later response reads the memory; the
 // READ then ends with a remote access error NAK at the first PSN not sent.
-func (q *QP) replyRead(now time.Time, limit int) int {
-	r := &q.resp.read
+func (rs *responder) replyRead(now time.Time, limit int) int {
+	q := rs.q
+	r := &rs.read
 	if !r.active || limit <= 0 {
 		return 0
 	}
 	var data []byte
 	if n := min(uint64(r.rem), uint64(limit)*uint64(q.pmtu)); n > 0 {
-		if data = q.remoteRange(r.rkey, r.va, uint32(n), AccessRemoteRead); data == nil {
+		if data = rs.remoteRange(r.rkey, r.va, uint32(n), verbs.AccessRemoteRead); data == nil {
 			r.active = false
-			q.classC(now, r.next, bth.NAKRemoteAccess, cq.RemAccessErr)
+			rs.classC(now, r.next, bth.NAKRemoteAccess, verbs.WCRemAccessErr)
 			return 0
 		}
 	}
@@ -182,7 +188,7 @@ func (q *QP) replyRead(now time.Time, limit int) int {
 		chunk := data[:min(len(data), int(q.pmtu))]
 		data = data[len(chunk):]
 		f := bth.Fields{PKey: 0xFFFF, DestQP: q.attr.DestQPN, PSN: r.next,
-			AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: q.resp.msn}}
+			AETH: bth.AETH{Syndrome: bth.ACKSyndrome(bth.CreditInvalid), MSN: rs.msn}}
 		f.Opcode, _ = bth.MessageOpcode(bth.TransportRC, bth.OpReadResponse, r.next == r.first, r.next == r.last)
 		q.emit(&f, chunk, &q.attr.AV)
 		used++
@@ -197,46 +203,48 @@ func (q *QP) replyRead(now time.Time, limit int) int {
 // hold keeps the request it for later when a READ reply of q is still going
 // out (rxe leaves it at the head of req_pkts), and reports whether it took
 // the datagram. Over maxHeld it drops it.
-func (q *QP) hold(it *rxItem) bool {
-	if !q.resp.read.active || it.n == 0 || !bth.Opcode(it.bytes()[0]).IsRequest() {
+func (rs *responder) hold(it *rxItem) bool {
+	q := rs.q
+	if !rs.read.active || it.n == 0 || !bth.Opcode(it.bytes()[0]).IsRequest() {
 		return false
 	}
-	if len(q.resp.held) >= maxHeld {
-		q.e.stats.RxQueueDrops.Add(1)
+	if len(rs.held) >= maxHeld {
+		q.e.cfg.Stats.RxQueueDrops.Add(1)
 		it.release()
 		return true
 	}
 	it.detach()
-	q.resp.held = append(q.resp.held, *it)
+	rs.held = append(rs.held, *it)
 	return true
 }
 
 // serveResponder continues the READ reply in progress within limit packets
 // and, once it is out, executes the requests held behind it in order (one
 // of which may start another reply). It returns the packets it emitted.
-func (q *QP) serveResponder(now time.Time, limit int) int {
-	used := q.replyRead(now, limit)
+func (rs *responder) serveResponder(now time.Time, limit int) int {
+	q := rs.q
+	used := rs.replyRead(now, limit)
 	i := 0
-	for ; i < len(q.resp.held) && !q.resp.read.active; i++ {
-		it := &q.resp.held[i]
+	for ; i < len(rs.held) && !rs.read.active; i++ {
+		it := &rs.held[i]
 		q.receive(now, it)
 		it.release()
 		*it = rxItem{}
-		used += q.replyRead(now, limit-used)
+		used += rs.replyRead(now, limit-used)
 	}
 	if i > 0 {
-		q.resp.held = q.resp.held[:copy(q.resp.held, q.resp.held[i:])]
+		rs.held = rs.held[:copy(rs.held, rs.held[i:])]
 	}
 	return used
 }
 
 // dropHeld abandons the READ reply in progress and the requests held behind
 // it (the QP left RTR/RTS, was reset or destroyed).
-func (q *QP) dropHeld() {
-	q.resp.read.active = false
-	for i := range q.resp.held {
-		q.resp.held[i].release()
-		q.resp.held[i] = rxItem{}
+func (rs *responder) dropHeld() {
+	rs.read.active = false
+	for i := range rs.held {
+		rs.held[i].release()
+		rs.held[i] = rxItem{}
 	}
-	q.resp.held = q.resp.held[:0]
+	rs.held = rs.held[:0]
 }

@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // responder executes inbound requests (rxe_resp.c): a sequence of small
@@ -16,6 +15,7 @@ import (
 // in what a failed check does (rcFailed: NAK by class; ucFailed: drop the
 // message and resynchronize). Owner shard only.
 type responder struct {
+	q       *QP
 	psn     bth.PSN // expected PSN
 	msn     uint32  // messages completed (24 bits on the wire)
 	sentNAK bool    // one PSN-sequence NAK per gap
@@ -23,8 +23,8 @@ type responder struct {
 	// opcode is the last request executed, for the opcode sequence check
 	// (bth.ValidSequence); noOpcode when no message is in progress.
 	opcode   bth.Opcode
-	dropping bool       // UC: dropping until the next FIRST/ONLY
-	wr       srq.RecvWR // receive WR taken for the current message
+	dropping bool         // UC: dropping until the next FIRST/ONLY
+	wr       verbs.RecvWR // receive WR taken for the current message
 	haveWR   bool
 	off      uint32 // bytes placed into wr
 
@@ -59,10 +59,18 @@ type responder struct {
 // MIDDLE, so bth.ValidSequence lets only a FIRST or ONLY follow.
 const noOpcode bth.Opcode = 0xFF
 
-// newResponder is a responder in its initial state that keeps the resource
+// newResponder is q's responder in its initial state, keeping the resource
 // ring and receive-WR storage of res and wr.
-func newResponder(res []rdResource, wr srq.RecvWR) responder {
-	return responder{res: res, wr: wr, opcode: noOpcode}
+func newResponder(q *QP, res []rdResource, wr verbs.RecvWR) responder {
+	return responder{q: q, res: res, wr: wr, opcode: noOpcode}
+}
+
+// endWR completes the receive WR in progress, if any, with status.
+func (rs *responder) endWR(status verbs.WCStatus) {
+	if rs.haveWR {
+		rs.haveWR = false
+		rs.q.pushWC(rs.q.init.RecvCQ, &verbs.WC{WRID: rs.wr.WRID, Status: status, Opcode: verbs.WCRecv, QPNum: rs.q.qpn}, false)
+	}
 }
 
 // rdResource is a responder resource: a READ or atomic accepted, kept so a
@@ -110,8 +118,9 @@ var atomicMu sync.Mutex
 // remoteRegion resolves an rkey for a remote access (rxe check_rkey): the key
 // must exist, belong to the QP's PD (a type 2B window: be bound to this QP)
 // and grant want.
-func (q *QP) remoteRegion(rkey uint32, want Access) *Region {
-	r := q.e.mem.RemoteRegion(rkey)
+func (rs *responder) remoteRegion(rkey uint32, want verbs.Access) *Region {
+	q := rs.q
+	r := q.e.cfg.Memory.RemoteRegion(rkey)
 	if r == nil || r.PD != q.init.PD || (r.QPN != 0 && r.QPN != q.qpn) || r.Access&want != want {
 		return nil
 	}
@@ -119,8 +128,8 @@ func (q *QP) remoteRegion(rkey uint32, want Access) *Region {
 }
 
 // remoteRange is remoteRegion for the bytes [va, va+n), which it must cover.
-func (q *QP) remoteRange(rkey uint32, va uint64, n uint32, want Access) []byte {
-	if r := q.remoteRegion(rkey, want); r != nil {
+func (rs *responder) remoteRange(rkey uint32, va uint64, n uint32, want verbs.Access) []byte {
+	if r := rs.remoteRegion(rkey, want); r != nil {
 		return r.slice(va, uint64(n))
 	}
 	return nil
@@ -128,13 +137,13 @@ func (q *QP) remoteRange(rkey uint32, va uint64, n uint32, want Access) []byte {
 
 // flushAccess is the access a FLUSH needs for its placement types, of the QP
 // and of the memory (rxe check_qp_attr_access, check_rkey).
-func flushAccess(f bth.FETH) Access {
-	var a Access
+func flushAccess(f bth.FETH) verbs.Access {
+	var a verbs.Access
 	if f.PlacementType&bth.FlushGlobal != 0 {
-		a |= AccessFlushGlobal
+		a |= verbs.AccessFlushGlobal
 	}
 	if f.PlacementType&bth.FlushPersistent != 0 {
-		a |= AccessFlushPersistent
+		a |= verbs.AccessFlushPersistent
 	}
 	return a
 }
@@ -177,61 +186,61 @@ const (
 // the WR with status and moves the QP to ERR.
 var respFailure = [...]struct {
 	nak     uint8
-	status  cq.Status
+	status  verbs.WCStatus
 	ucFatal bool
 }{
-	errOpSequence:   {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
-	errOpNotAllowed: {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
-	errNoResources:  {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
-	errLength:       {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
-	errMisaligned:   {bth.NAKInvalidRequest, cq.RemInvReqErr, false},
-	errRKey:         {bth.NAKRemoteAccess, cq.RemAccessErr, false},
-	errRecvProt:     {bth.NAKRemoteOpErr, cq.LocProtErr, true},
-	errRecvLen:      {bth.NAKInvalidRequest, cq.LocLenErr, true},
-	errInvalidate:   {bth.NAKInvalidRequest, cq.RemInvReqErr, true}, // RC answers it in invalidateFailed
+	errOpSequence:   {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, false},
+	errOpNotAllowed: {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, false},
+	errNoResources:  {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, false},
+	errLength:       {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, false},
+	errMisaligned:   {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, false},
+	errRKey:         {bth.NAKRemoteAccess, verbs.WCRemAccessErr, false},
+	errRecvProt:     {bth.NAKRemoteOpErr, verbs.WCLocProtErr, true},
+	errRecvLen:      {bth.NAKInvalidRequest, verbs.WCLocLenErr, true},
+	errInvalidate:   {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, true}, // RC answers it in invalidateFailed
 }
 
 // respChecks is the responder pipeline after the PSN check, in rxe_resp.c's
 // order (check_op_seq, check_op_valid and check_resource, check_length,
 // check_rkey, execute). Each returns respOK or what is wrong.
-var respChecks = [...]func(*QP, *request) respErr{
-	(*QP).checkOpSequence,
-	(*QP).checkOpAllowed,
-	(*QP).checkLength,
-	(*QP).checkRKey,
-	(*QP).execute,
+var respChecks = [...]func(*responder, *request) respErr{
+	(*responder).checkOpSequence,
+	(*responder).checkOpAllowed,
+	(*responder).checkLength,
+	(*responder).checkRKey,
+	(*responder).execute,
 }
 
-// onRequest is the responder for one inbound request packet.
-func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
+func (rs *responder) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
+	q := rs.q
 	switch q.attr.State {
-	case QPSRTR, QPSRTS, QPSSQD, QPSSQE:
+	case verbs.QPSRTR, verbs.QPSRTS, verbs.QPSSQD, verbs.QPSSQE:
 	default:
 		return
 	}
-	if q.attr.State == QPSRTR && !q.commEst {
+	if q.attr.State == verbs.QPSRTR && !q.commEst {
 		q.commEst = true
-		q.e.event(Event{Type: EventCommEst, QPN: q.qpn})
+		q.e.event(Event{Type: verbs.EventCommEst, QPN: q.qpn})
 	}
-	if q.typ == QPTypeUD {
-		q.udReceive(pkt, it)
+	if q.typ == verbs.QPTypeUD {
+		rs.udReceive(pkt, it)
 		return
 	}
 	// The request lives in the QP (the checks are called through a table,
 	// so a local would escape), and only for this call.
-	r := &q.resp.req
+	r := &rs.req
 	*r = request{pkt: *pkt, op: pkt.Opcode(), psn: pkt.PSN(), data: pkt.Payload()}
-	err := q.checkPSN(r)
+	err := rs.checkPSN(r)
 	for i := 0; err == respOK && i < len(respChecks); i++ {
-		err = respChecks[i](q, r)
+		err = respChecks[i](rs, r)
 	}
 	switch {
-	case err != respOK && q.typ == QPTypeUC:
-		q.ucFailed(now, err)
+	case err != respOK && q.typ == verbs.QPTypeUC:
+		rs.ucFailed(now, err)
 	case err != respOK:
-		q.rcFailed(now, r, err)
-	case q.typ == QPTypeRC && r.pkt.AckReq() && (r.op.IsSend() || r.op.IsWrite()):
-		q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), r.psn) // rxe acknowledge
+		rs.rcFailed(now, r, err)
+	case q.typ == verbs.QPTypeRC && r.pkt.AckReq() && (r.op.IsSend() || r.op.IsWrite()):
+		rs.sendAck(bth.ACKSyndrome(bth.CreditInvalid), r.psn) // rxe acknowledge
 	}
 	*r = request{}
 }
@@ -241,30 +250,31 @@ func (q *QP) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 // has no duplicates or retries: a FIRST or ONLY is taken whatever its PSN
 // (it resynchronizes the responder), any other packet only at the expected
 // PSN of a message not being dropped.
-func (q *QP) checkPSN(r *request) respErr {
-	if q.typ == QPTypeUC {
-		expected := q.resp.psn
+func (rs *responder) checkPSN(r *request) respErr {
+	q := rs.q
+	if q.typ == verbs.QPTypeUC {
+		expected := rs.psn
 		if r.psn != expected {
-			q.e.stats.OutOfSequence.Add(1)
+			q.e.cfg.Stats.OutOfSequence.Add(1)
 		}
-		q.resp.psn = r.psn.Add(1)
+		rs.psn = r.psn.Add(1)
 		switch {
 		case r.op.Starts():
-			q.resp.dropping = false
-		case q.resp.dropping || r.psn != expected:
+			rs.dropping = false
+		case rs.dropping || r.psn != expected:
 			return errPSNAhead
 		}
 		return respOK
 	}
-	switch checkPSN(q.resp.psn, r.psn) {
+	switch checkPSN(rs.psn, r.psn) {
 	case verdictAhead:
-		q.e.stats.OutOfSequence.Add(1)
+		q.e.cfg.Stats.OutOfSequence.Add(1)
 		return errPSNAhead
 	case verdictDuplicate:
-		q.e.stats.DuplicateRequests.Add(1)
+		q.e.cfg.Stats.DuplicateRequests.Add(1)
 		return errDuplicate
 	}
-	q.resp.sentNAK = false
+	rs.sentNAK = false
 	return respOK
 }
 
@@ -273,11 +283,12 @@ func (q *QP) checkPSN(r *request) respErr {
 // message no MIDDLE or LAST (bth.ValidSequence). On UC a FIRST or ONLY
 // always starts a new message: a partial one before it is abandoned (rxe's
 // class D1 error), the bytes it placed stay.
-func (q *QP) checkOpSequence(r *request) respErr {
-	if q.typ == QPTypeUC && r.op.Starts() {
-		q.ucAbandon()
+func (rs *responder) checkOpSequence(r *request) respErr {
+	q := rs.q
+	if q.typ == verbs.QPTypeUC && r.op.Starts() {
+		rs.ucAbandon()
 	}
-	if !bth.ValidSequence(q.resp.opcode, r.op) {
+	if !bth.ValidSequence(rs.opcode, r.op) {
 		return errOpSequence
 	}
 	return respOK
@@ -287,22 +298,23 @@ func (q *QP) checkOpSequence(r *request) respErr {
 // atomics: the QP's access flags must allow the operation (remote write,
 // read or atomic), and a READ or atomic needs responder resources (only
 // max_dest_rd_atomic 0 refuses them, as in rxe).
-func (q *QP) checkOpAllowed(r *request) respErr {
-	var want Access
+func (rs *responder) checkOpAllowed(r *request) respErr {
+	q := rs.q
+	var want verbs.Access
 	switch {
 	case r.op.IsWrite() || r.op.IsAtomicWrite():
-		want = AccessRemoteWrite
+		want = verbs.AccessRemoteWrite
 	case r.op.IsReadRequest():
-		want = AccessRemoteRead
+		want = verbs.AccessRemoteRead
 	case r.op.IsAtomic():
-		want = AccessRemoteAtomic
+		want = verbs.AccessRemoteAtomic
 	case r.op.IsFlush():
 		want = flushAccess(r.pkt.FETH())
 	}
 	if q.attr.AccessFlags&want != want {
 		return errOpNotAllowed
 	}
-	if (r.op.IsReadRequest() || r.op.IsAtomic() || r.op.IsAtomicWrite()) && !q.haveRDResources() {
+	if (r.op.IsReadRequest() || r.op.IsAtomic() || r.op.IsAtomicWrite()) && !rs.haveRDResources() {
 		return errNoResources
 	}
 	return respOK
@@ -312,7 +324,8 @@ func (q *QP) checkOpAllowed(r *request) respErr {
 // packets 1 to PMTU bytes, ONLY packets up to PMTU (C9-92); a RETH's DMA
 // length is at most 2^31 (C9-94); and a WRITE's packets add up to its DMA
 // length (rxe check_rkey's length part).
-func (q *QP) checkLength(r *request) respErr {
+func (rs *responder) checkLength(r *request) respErr {
+	q := rs.q
 	n, op := uint32(len(r.data)), r.op
 	if ((op.IsFirst() || op.IsMiddle()) && n != q.pmtu) || (op.IsLast() && (n == 0 || n > q.pmtu)) ||
 		(op.IsOnly() && n > q.pmtu) {
@@ -333,7 +346,7 @@ func (q *QP) checkLength(r *request) respErr {
 		if l := r.pkt.RETH().DMALen; (op.IsOnly() && n != l) || n > l {
 			return errLength
 		}
-	} else if rem := q.resp.wlen - q.resp.woff; n > rem || (op.IsLast() && n != rem) {
+	} else if rem := rs.wlen - rs.woff; n > rem || (op.IsLast() && n != rem) {
 		return errLength
 	}
 	return respOK
@@ -344,20 +357,20 @@ func (q *QP) checkLength(r *request) respErr {
 // QP's PD, grant the access and cover the range; a zero-length READ or
 // WRITE names no memory and is not checked (C9-88). An atomic's address
 // must be 8-byte aligned.
-func (q *QP) checkRKey(r *request) respErr {
+func (rs *responder) checkRKey(r *request) respErr {
 	switch {
 	case r.op.IsWrite():
 		if r.op.Starts() {
 			reth := r.pkt.RETH()
-			q.resp.wrkey, q.resp.wva, q.resp.woff, q.resp.wlen = reth.RKey, reth.VA, 0, reth.DMALen
+			rs.wrkey, rs.wva, rs.woff, rs.wlen = reth.RKey, reth.VA, 0, reth.DMALen
 		}
-		dst, ok := q.writeTarget()
+		dst, ok := rs.writeTarget()
 		if !ok {
 			return errRKey
 		}
 		r.mem = dst
 	case r.op.IsReadRequest():
-		if reth := r.pkt.RETH(); reth.DMALen > 0 && q.remoteRange(reth.RKey, reth.VA, reth.DMALen, AccessRemoteRead) == nil {
+		if reth := r.pkt.RETH(); reth.DMALen > 0 && rs.remoteRange(reth.RKey, reth.VA, reth.DMALen, verbs.AccessRemoteRead) == nil {
 			return errRKey
 		}
 	case r.op.IsAtomic():
@@ -365,14 +378,14 @@ func (q *QP) checkRKey(r *request) respErr {
 		if ae.VA&7 != 0 {
 			return errMisaligned
 		}
-		if r.mem = q.remoteRange(ae.RKey, ae.VA, 8, AccessRemoteAtomic); r.mem == nil {
+		if r.mem = rs.remoteRange(ae.RKey, ae.VA, 8, verbs.AccessRemoteAtomic); r.mem == nil {
 			return errRKey
 		}
 	case r.op.IsAtomicWrite():
 		// rxe: the R_Key and range first, the alignment when it executes
 		// (rxe_mr_do_atomic_write, IBA A19.4.2: 8-byte aligned).
 		reth := r.pkt.RETH()
-		if r.mem = q.remoteRange(reth.RKey, reth.VA, 8, AccessRemoteWrite); r.mem == nil {
+		if r.mem = rs.remoteRange(reth.RKey, reth.VA, 8, verbs.AccessRemoteWrite); r.mem == nil {
 			return errRKey
 		}
 		if reth.VA&7 != 0 {
@@ -382,7 +395,7 @@ func (q *QP) checkRKey(r *request) respErr {
 		// The memory must grant the placement types; a FLUSH of the whole
 		// MR names no range (rxe check_rkey: skip_check_range).
 		reth, feth := r.pkt.RETH(), r.pkt.FETH()
-		reg := q.remoteRegion(reth.RKey, flushAccess(feth))
+		reg := rs.remoteRegion(reth.RKey, flushAccess(feth))
 		if reg == nil || feth.Selectivity == bth.FlushRange && reg.slice(reth.VA, uint64(reth.DMALen)) == nil {
 			return errRKey
 		}
@@ -391,18 +404,18 @@ func (q *QP) checkRKey(r *request) respErr {
 }
 
 // execute carries out a request that passed every check (rxe execute).
-func (q *QP) execute(r *request) respErr {
+func (rs *responder) execute(r *request) respErr {
 	switch {
 	case r.op.IsSend():
-		return q.placeSend(r)
+		return rs.placeSend(r)
 	case r.op.IsWrite():
-		return q.placeWrite(r)
+		return rs.placeWrite(r)
 	case r.op.IsReadRequest():
-		q.executeRead(r)
+		rs.executeRead(r)
 	case r.op.IsAtomic():
-		q.executeAtomic(r)
+		rs.executeAtomic(r)
 	case r.op.IsAtomicWrite(), r.op.IsFlush():
-		q.executeFlush(r)
+		rs.executeFlush(r)
 	default:
 		return errOpNotAllowed
 	}
@@ -417,53 +430,54 @@ func (q *QP) execute(r *request) respErr {
 // every earlier request before it takes this one, and the memory is the
 // process's own. Persistence cannot be asked for: no MR of this device grants
 // it (Go memory is not persistent memory), so checkRKey refused such a FLUSH.
-func (q *QP) executeFlush(r *request) {
+func (rs *responder) executeFlush(r *request) {
 	if r.op.IsAtomicWrite() {
 		atomicMu.Lock()
 		copy(r.mem, r.data[:8])
 		atomicMu.Unlock()
 	}
-	q.saveResource(rdResource{valid: true, empty: true, first: r.psn, last: r.psn})
-	q.resp.msn++
-	q.advance(r, 1)
-	q.sendEmptyReadResponse(r.psn)
+	rs.saveResource(rdResource{valid: true, empty: true, first: r.psn, last: r.psn})
+	rs.msn++
+	rs.advance(r, 1)
+	rs.sendEmptyReadResponse(r.psn)
 }
 
 // placeSend copies a SEND packet into the receive WR (taken at the start of
 // the message; none is RNR) and completes the WR at the end of the message.
-func (q *QP) placeSend(r *request) respErr {
-	if r.op.NeedsRecvWR() && !q.takeRecvWR() {
+func (rs *responder) placeSend(r *request) respErr {
+	q := rs.q
+	if r.op.NeedsRecvWR() && !rs.takeRecvWR() {
 		return errRNR
 	}
-	switch q.scatter(q.resp.wr.SGL, q.resp.off, r.data) {
-	case cq.Success:
-	case cq.LocProtErr:
+	switch q.scatter(rs.wr.SGL, rs.off, r.data) {
+	case verbs.WCSuccess:
+	case verbs.WCLocProtErr:
 		return errRecvProt
 	default:
 		return errRecvLen
 	}
-	if r.op.HasIETH() && q.e.mem.Invalidate(r.pkt.IETH(), q.qpn, q.init.PD) != nil {
+	if r.op.HasIETH() && q.e.cfg.Memory.Invalidate(r.pkt.IETH(), q.qpn, q.init.PD) != nil {
 		// The message is placed; the rkey it names is not a bound type 2
 		// window of this QP (rxe invalidate_rkey).
 		return errInvalidate
 	}
-	q.resp.off += uint32(len(r.data))
-	q.advance(r, 1)
+	rs.off += uint32(len(r.data))
+	rs.advance(r, 1)
 	if !r.op.Ends() {
 		return respOK
 	}
-	wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecv,
-		ByteLen: q.resp.off, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
+	wc := verbs.WC{WRID: rs.wr.WRID, Status: verbs.WCSuccess, Opcode: verbs.WCRecv,
+		ByteLen: rs.off, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
 	if r.op.HasImm() {
 		wc.ImmData = r.pkt.Imm()
-		wc.Flags |= cq.FlagWithImm
+		wc.Flags |= verbs.WCWithImm
 	}
 	if r.op.HasIETH() {
 		wc.InvalidatedRKey = r.pkt.IETH()
-		wc.Flags |= cq.FlagWithInv
+		wc.Flags |= verbs.WCWithInv
 	}
-	q.resp.haveWR = false
-	q.resp.off = 0
+	rs.haveWR = false
+	rs.off = 0
 	q.pushWC(q.init.RecvCQ, &wc, r.pkt.SE())
 	return respOK
 }
@@ -471,22 +485,23 @@ func (q *QP) placeSend(r *request) respErr {
 // placeWrite copies a WRITE packet into the memory checkRKey resolved. A
 // WRITE with immediate consumes a receive WR at its end (none is RNR) and
 // completes it.
-func (q *QP) placeWrite(r *request) respErr {
-	if r.op.NeedsRecvWR() && !q.takeRecvWR() {
+func (rs *responder) placeWrite(r *request) respErr {
+	q := rs.q
+	if r.op.NeedsRecvWR() && !rs.takeRecvWR() {
 		return errRNR
 	}
 	copy(r.mem, r.data)
-	q.resp.woff += uint32(len(r.data))
-	q.advance(r, 1)
+	rs.woff += uint32(len(r.data))
+	rs.advance(r, 1)
 	if !r.op.Ends() {
 		return respOK
 	}
-	wlen := q.resp.wlen
-	q.resp.woff, q.resp.wlen = 0, 0
+	wlen := rs.wlen
+	rs.woff, rs.wlen = 0, 0
 	if r.op.NeedsRecvWR() {
-		wc := cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.Success, Opcode: cq.OpRecvRDMAWithImm,
-			ByteLen: wlen, ImmData: r.pkt.Imm(), Flags: cq.FlagWithImm, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
-		q.resp.haveWR = false
+		wc := verbs.WC{WRID: rs.wr.WRID, Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm,
+			ByteLen: wlen, ImmData: r.pkt.Imm(), Flags: verbs.WCWithImm, QPNum: q.qpn, SrcQP: q.attr.DestQPN}
+		rs.haveWR = false
 		q.pushWC(q.init.RecvCQ, &wc, r.pkt.SE())
 	}
 	return respOK
@@ -494,18 +509,19 @@ func (q *QP) placeWrite(r *request) respErr {
 
 // executeRead accepts a READ: it keeps it as a responder resource, counts
 // the message (its MSN is due at once, C9-148) and starts the reply.
-func (q *QP) executeRead(r *request) {
+func (rs *responder) executeRead(r *request) {
+	q := rs.q
 	reth := r.pkt.RETH()
-	npk := int(numPackets(WRRDMARead, reth.DMALen, q.pmtu))
-	q.saveResource(rdResource{valid: true, first: r.psn, last: r.psn.Add(npk - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALen})
-	q.resp.msn++
-	q.advance(r, npk)
-	q.startRead(r.psn, reth)
+	npk := int(numPackets(verbs.WRRDMARead, reth.DMALen, q.pmtu))
+	rs.saveResource(rdResource{valid: true, first: r.psn, last: r.psn.Add(npk - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALen})
+	rs.msn++
+	rs.advance(r, npk)
+	rs.startRead(r.psn, reth)
 }
 
 // executeAtomic performs an atomic once, under atomicMu, keeps its
 // original value as a responder resource for replays and answers with it.
-func (q *QP) executeAtomic(r *request) {
+func (rs *responder) executeAtomic(r *request) {
 	ae := r.pkt.AtomicETH()
 	atomicMu.Lock()
 	orig := binary.NativeEndian.Uint64(r.mem)
@@ -515,19 +531,19 @@ func (q *QP) executeAtomic(r *request) {
 		binary.NativeEndian.PutUint64(r.mem, ae.SwapAdd)
 	}
 	atomicMu.Unlock()
-	q.saveResource(rdResource{valid: true, atomic: true, first: r.psn, last: r.psn, va: ae.VA, rkey: ae.RKey, length: 8, orig: orig})
-	q.resp.msn++
-	q.advance(r, 1)
-	q.sendAtomicAck(r.psn, orig)
+	rs.saveResource(rdResource{valid: true, atomic: true, first: r.psn, last: r.psn, va: ae.VA, rkey: ae.RKey, length: 8, orig: orig})
+	rs.msn++
+	rs.advance(r, 1)
+	rs.sendAtomicAck(r.psn, orig)
 }
 
 // advance records an executed request: the responder expects the PSN after
 // its npk PSNs, and a SEND or WRITE that ends its message counts in the MSN.
-func (q *QP) advance(r *request, npk int) {
-	q.resp.opcode = r.op
-	q.resp.psn = r.psn.Add(npk)
+func (rs *responder) advance(r *request, npk int) {
+	rs.opcode = r.op
+	rs.psn = r.psn.Add(npk)
 	if r.op.Ends() && (r.op.IsSend() || r.op.IsWrite()) {
-		q.resp.msn++
+		rs.msn++
 	}
 }
 
@@ -535,23 +551,24 @@ func (q *QP) advance(r *request, npk int) {
 // is answered from the saved state (C9-105), a PSN gap draws one sequence
 // NAK (class B), a missing receive WR an RNR NAK (class B), anything else
 // is a class C error.
-func (q *QP) rcFailed(now time.Time, r *request, err respErr) {
+func (rs *responder) rcFailed(now time.Time, r *request, err respErr) {
+	q := rs.q
 	switch err {
 	case errDuplicate:
-		q.duplicate(now, &r.pkt)
+		rs.duplicate(now, &r.pkt)
 	case errPSNAhead:
-		if !q.resp.sentNAK {
-			q.resp.sentNAK = true
-			q.sendAck(bth.NAKSyndrome(bth.NAKPSNSeqErr), q.resp.psn)
-			q.e.stats.NAKsSent[NAKPSNSeqErr].Add(1)
+		if !rs.sentNAK {
+			rs.sentNAK = true
+			rs.sendAck(bth.NAKSyndrome(bth.NAKPSNSeqErr), rs.psn)
+			q.e.cfg.Stats.NAKsSent[NAKPSNSeqErr].Add(1)
 		}
 	case errRNR:
-		q.sendRNR(r.psn)
+		rs.sendRNR(r.psn)
 	case errInvalidate:
-		q.invalidateFailed(now, r)
+		rs.invalidateFailed(now, r)
 	default:
 		f := respFailure[err]
-		q.classC(now, r.psn, f.nak, f.status)
+		rs.classC(now, r.psn, f.nak, f.status)
 	}
 }
 
@@ -559,13 +576,13 @@ func (q *QP) rcFailed(now time.Time, r *request, err respErr) {
 // SEND_WITH_INV's data is placed and the packet acknowledged as rxe does
 // (the requester's WR completes successfully), but the receive WR completes
 // with REM_INV_REQ_ERR and the QP moves to ERR.
-func (q *QP) invalidateFailed(now time.Time, r *request) {
+func (rs *responder) invalidateFailed(now time.Time, r *request) {
+	q := rs.q
 	if r.pkt.AckReq() {
-		q.sendAck(bth.ACKSyndrome(bth.CreditInvalid), r.psn)
-		q.flushAck()
+		rs.sendAck(bth.ACKSyndrome(bth.CreditInvalid), r.psn)
+		rs.flushAck()
 	}
-	q.resp.haveWR = false
-	q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: cq.RemInvReqErr, Opcode: cq.OpRecv, QPNum: q.qpn}, false)
+	rs.endWR(verbs.WCRemInvReqErr) // placeSend took it
 	q.toError(now)
 }
 
@@ -577,12 +594,12 @@ func (q *QP) invalidateFailed(now time.Time, r *request) {
 // request -> Local Invalid Request Work Queue Error (QP_REQ_ERR), remote
 // operational error -> Local Work Queue Catastrophic Error (QP_FATAL).
 // Exactly one such event; none when a WR completes with the status.
-func (q *QP) classC(now time.Time, p bth.PSN, code uint8, status cq.Status) {
-	q.sendAck(bth.NAKSyndrome(code), p)
-	q.e.stats.NAKsSent[NAKKind(code)].Add(1)
-	if q.resp.haveWR {
-		q.resp.haveWR = false
-		q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: status, Opcode: cq.OpRecv, QPNum: q.qpn}, false)
+func (rs *responder) classC(now time.Time, p bth.PSN, code uint8, status verbs.WCStatus) {
+	q := rs.q
+	rs.sendAck(bth.NAKSyndrome(code), p)
+	q.e.cfg.Stats.NAKsSent[NAKKind(code)].Add(1)
+	if rs.haveWR {
+		rs.endWR(status)
 	} else {
 		q.e.event(Event{Type: classCEvent(code), QPN: q.qpn})
 	}
@@ -591,41 +608,43 @@ func (q *QP) classC(now time.Time, p bth.PSN, code uint8, status cq.Status) {
 
 // classCEvent is the affiliated asynchronous event for a class C error
 // NAKed with code when no receive WR reports it.
-func classCEvent(code uint8) EventType {
+func classCEvent(code uint8) verbs.EventType {
 	switch code {
 	case bth.NAKRemoteAccess:
-		return EventQPAccessErr
+		return verbs.EventQPAccessErr
 	case bth.NAKInvalidRequest:
-		return EventQPReqErr
+		return verbs.EventQPReqErr
 	}
-	return EventQPFatal // NAKRemoteOpErr and anything else
+	return verbs.EventQPFatal // NAKRemoteOpErr and anything else
 }
 
 // takeRecvWR fetches a receive WR from the RQ or SRQ for the message that
 // starts now; false means none is posted (RNR).
-func (q *QP) takeRecvWR() bool {
-	if q.resp.haveWR {
+func (rs *responder) takeRecvWR() bool {
+	q := rs.q
+	if rs.haveWR {
 		return true
 	}
-	if q.resp.wr.SGL == nil {
+	if rs.wr.SGL == nil {
 		// Room for any WR the queue can hold, allocated by the first
 		// receive: a QP that never receives costs none of it.
-		q.resp.wr.SGL = make([]srq.SGE, 0, q.e.maxSGE)
+		rs.wr.SGL = make([]verbs.SGE, 0, q.e.cfg.MaxSGE)
 	}
 	var ok bool
 	if q.srq != nil {
-		ok = q.srq.Pop(&q.resp.wr)
+		ok = q.srq.Pop(&rs.wr)
 	} else {
-		ok = q.rq.Pop(&q.resp.wr)
+		ok = q.rq.Pop(&rs.wr)
 	}
-	q.resp.haveWR = ok
-	q.resp.off = 0
+	rs.haveWR = ok
+	rs.off = 0
 	return ok
 }
 
-func (q *QP) sendRNR(p bth.PSN) {
-	q.sendAck(bth.RNRSyndrome(q.attr.MinRNRTimer), p)
-	q.e.stats.NAKsSent[NAKRNR].Add(1)
+func (rs *responder) sendRNR(p bth.PSN) {
+	q := rs.q
+	rs.sendAck(bth.RNRSyndrome(q.attr.MinRNRTimer), p)
+	q.e.cfg.Stats.NAKsSent[NAKRNR].Add(1)
 }
 
 // writeTarget resolves the R_Key of the current WRITE again for the bytes
@@ -634,11 +653,11 @@ func (q *QP) sendRNR(p bth.PSN) {
 // remote write and cover the range. false is a remote access violation.
 // Nothing is resolved when no byte is left (a zero-length WRITE names no
 // memory: C9-88), and the slice returned is used within this step only.
-func (q *QP) writeTarget() ([]byte, bool) {
-	rem := q.resp.wlen - q.resp.woff
+func (rs *responder) writeTarget() ([]byte, bool) {
+	rem := rs.wlen - rs.woff
 	if rem == 0 {
 		return nil, true
 	}
-	b := q.remoteRange(q.resp.wrkey, q.resp.wva+uint64(q.resp.woff), rem, AccessRemoteWrite)
+	b := rs.remoteRange(rs.wrkey, rs.wva+uint64(rs.woff), rem, verbs.AccessRemoteWrite)
 	return b, b != nil
 }

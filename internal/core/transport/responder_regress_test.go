@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
@@ -57,27 +57,27 @@ const rigPSN = bth.PSN(0x123400 + rigPeerQPN)
 
 func newRespRig(t *testing.T, maxDestRDAtomic uint8) *respRig {
 	t.Helper()
-	return newRespRigType(t, QPTypeRC, maxDestRDAtomic)
+	return newRespRigType(t, verbs.QPTypeRC, maxDestRDAtomic)
 }
 
 // newRespRigType is newRespRig for a QP of type typ (RC or UC; a UC QP takes
 // no READ/atomic attributes).
-func newRespRigType(t *testing.T, typ QPType, maxDestRDAtomic uint8) *respRig {
+func newRespRigType(t *testing.T, typ verbs.QPType, maxDestRDAtomic uint8) *respRig {
 	t.Helper()
 	l := &capLink{nullLink: nullLink{done: make(chan struct{})}}
 	n := newNode(t, l, 1)
 	t.Cleanup(func() { n.close(t) })
 	q := n.createQP(t, typ, rcOpts{})
-	if typ == QPTypeUC {
+	if typ == verbs.QPTypeUC {
 		for _, step := range []struct {
-			a QPAttr
-			m QPAttrMask
+			a verbs.QPAttr
+			m verbs.QPAttrMask
 		}{
-			{QPAttr{State: QPSInit, PortNum: 1, AccessFlags: AccessLocalWrite | AccessRemoteWrite},
-				QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
-			{QPAttr{State: QPSRTR, AV: AddressVector{DGID: addrB.Addr()}, PathMTU: MTU1024, DestQPN: rigPeerQPN,
-				RQPSN: uint32(rigPSN)}, QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN},
-			{QPAttr{State: QPSRTS, SQPSN: 0x1000}, QPAttrState | QPAttrSQPSN},
+			{verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite},
+				verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+			{verbs.QPAttr{State: verbs.QPSRTR, AV: verbs.AddressVector{DGID: addrB.Addr()}, PathMTU: verbs.MTU1024, DestQPN: rigPeerQPN,
+				RQPSN: uint32(rigPSN)}, verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN},
+			{verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0x1000}, verbs.QPAttrState | verbs.QPAttrSQPSN},
 		} {
 			if err := q.Modify(&step.a, step.m); err != nil {
 				t.Fatal(err)
@@ -85,20 +85,20 @@ func newRespRigType(t *testing.T, typ QPType, maxDestRDAtomic uint8) *respRig {
 		}
 		return &respRig{t: t, n: n, l: l, q: q}
 	}
-	must := func(a QPAttr, m QPAttrMask) {
+	must := func(a verbs.QPAttr, m verbs.QPAttrMask) {
 		t.Helper()
 		if err := q.Modify(&a, m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	must(QPAttr{State: QPSInit, PortNum: 1,
-		AccessFlags: AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic},
-		QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags)
-	must(QPAttr{State: QPSRTR, AV: AddressVector{DGID: addrB.Addr()}, PathMTU: MTU1024, DestQPN: rigPeerQPN,
+	must(verbs.QPAttr{State: verbs.QPSInit, PortNum: 1,
+		AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+	must(verbs.QPAttr{State: verbs.QPSRTR, AV: verbs.AddressVector{DGID: addrB.Addr()}, PathMTU: verbs.MTU1024, DestQPN: rigPeerQPN,
 		RQPSN: uint32(rigPSN), MaxDestRDAtomic: maxDestRDAtomic, MinRNRTimer: 1},
-		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRDAtomic|QPAttrMinRNRTimer)
-	must(QPAttr{State: QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 0x1000, MaxRDAtomic: 16},
-		QPAttrState|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrSQPSN|QPAttrMaxQPRDAtomic)
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRDAtomic|verbs.QPAttrMinRNRTimer)
+	must(verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 0x1000, MaxRDAtomic: 16},
+		verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrSQPSN|verbs.QPAttrMaxQPRDAtomic)
 	return &respRig{t: t, n: n, l: l, q: q}
 }
 
@@ -113,7 +113,7 @@ func (r *respRig) feed(f bth.Fields, payload []byte) {
 	bth.PutICRC(&env, pkt)
 	it := rxItem{buf: buf, n: len(pkt), src: peer, local: addrA.Addr(), qp: q}
 	if err := q.run("feed", func() {
-		now := r.n.e.clock.Now()
+		now := r.n.e.cfg.Clock.Now()
 		q.sh.budget = slicePackets // as a step starts
 		q.receive(now, &it)
 		q.service(now)
@@ -168,20 +168,20 @@ func (r *respRig) expectRead(p bth.PSN, want []byte) {
 	}
 }
 
-func (r *respRig) state() QPState {
+func (r *respRig) state() verbs.QPState {
 	a, _ := r.q.Query()
 	return a.State
 }
 
 // errorEvents counts the QP error events raised (QP_FATAL, QP_REQ_ERR,
 // QP_ACCESS_ERR) by type.
-func (r *respRig) errorEvents() map[EventType]int {
+func (r *respRig) errorEvents() map[verbs.EventType]int {
 	r.n.mu.Lock()
 	defer r.n.mu.Unlock()
-	m := map[EventType]int{}
+	m := map[verbs.EventType]int{}
 	for _, ev := range r.n.events {
 		switch ev.Type {
-		case EventQPFatal, EventQPReqErr, EventQPAccessErr:
+		case verbs.EventQPFatal, verbs.EventQPReqErr, verbs.EventQPAccessErr:
 			if ev.QPN != r.q.qpn {
 				r.t.Errorf("event %v names QP %#x, want %#x", ev.Type, ev.QPN, r.q.qpn)
 			}
@@ -191,7 +191,7 @@ func (r *respRig) errorEvents() map[EventType]int {
 	return m
 }
 
-func (r *respRig) expectOneEvent(want EventType) {
+func (r *respRig) expectOneEvent(want verbs.EventType) {
 	r.t.Helper()
 	if got := r.errorEvents(); len(got) != 1 || got[want] != 1 {
 		r.t.Fatalf("QP error events %v, want exactly one of type %v", got, want)
@@ -247,7 +247,7 @@ func TestRemoteWriteResolvesRKeyEveryPacket(t *testing.T) {
 		{"deregistered", func(r *respRig, mr *Region) { r.unregister(mr) }, false},
 		{"remote write revoked", func(r *respRig, mr *Region) {
 			nr := *mr
-			nr.Access = AccessLocalWrite | AccessRemoteRead
+			nr.Access = verbs.AccessLocalWrite | verbs.AccessRemoteRead
 			r.replace(mr, nr)
 		}, false},
 		{"region shrunk", func(r *respRig, mr *Region) {
@@ -265,7 +265,7 @@ func TestRemoteWriteResolvesRKeyEveryPacket(t *testing.T) {
 		for _, next := range []bth.Opcode{bth.RCWriteMiddle, bth.RCWriteLast} {
 			t.Run(tc.name+"/"+next.String(), func(t *testing.T) {
 				r := newRespRig(t, 16)
-				mr := r.n.mem.reg(1, make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
+				mr := r.n.mem.reg(1, make([]byte, 4096), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 				dmaLen := uint32(2048)
 				if next == bth.RCWriteMiddle {
 					dmaLen = 3072
@@ -285,7 +285,7 @@ func TestRemoteWriteResolvesRKeyEveryPacket(t *testing.T) {
 					if pk := r.sent(); len(pk) != 1 || pk[0].AETH().IsNAK() || pk[0].PSN() != rigPSN+1 {
 						t.Fatalf("sent %s, want an ACK", pktsString(pk))
 					}
-					if s := r.state(); s != QPSRTS {
+					if s := r.state(); s != verbs.QPSRTS {
 						t.Fatalf("state %v", s)
 					}
 					return
@@ -294,10 +294,10 @@ func TestRemoteWriteResolvesRKeyEveryPacket(t *testing.T) {
 					t.Fatal("WRITE landed in the buffer after its key stopped resolving")
 				}
 				r.expectNAK(bth.NAKRemoteAccess, rigPSN+1)
-				if s := r.state(); s != QPSErr {
+				if s := r.state(); s != verbs.QPSErr {
 					t.Fatalf("state %v, want ERR", s)
 				}
-				r.expectOneEvent(EventQPAccessErr)
+				r.expectOneEvent(verbs.EventQPAccessErr)
 				// Anything after is ignored in ERR.
 				r.feed(bth.Fields{Opcode: bth.RCWriteLast, PSN: rigPSN + 2}, filled(1024, 3))
 				if !bytes.Equal(mr.Buf[1024:], make([]byte, 3072)) {
@@ -313,7 +313,7 @@ func TestRemoteWriteResolvesRKeyEveryPacket(t *testing.T) {
 // nothing and is a remote access error (rxe_recheck_mr).
 func TestReadReplayResolvesRKeyAgain(t *testing.T) {
 	r := newRespRig(t, 16)
-	mr := r.n.mem.reg(1, pattern(4096, 5), AccessLocalWrite|AccessRemoteRead)
+	mr := r.n.mem.reg(1, pattern(4096, 5), verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	read := func(p bth.PSN, off, n uint32) {
 		r.feed(bth.Fields{Opcode: bth.RCReadRequest, PSN: p,
 			RETH: bth.RETH{VA: mr.Addr + uint64(off), RKey: mr.RKey, DMALen: n}}, nil)
@@ -325,16 +325,16 @@ func TestReadReplayResolvesRKeyAgain(t *testing.T) {
 	r.unregister(mr)
 	read(rigPSN, 0, 2048)
 	r.expectNAK(bth.NAKRemoteAccess, rigPSN) // and no READ response
-	if s := r.state(); s != QPSErr {
+	if s := r.state(); s != verbs.QPSErr {
 		t.Fatalf("state %v, want ERR", s)
 	}
-	r.expectOneEvent(EventQPAccessErr)
+	r.expectOneEvent(verbs.EventQPAccessErr)
 }
 
 // The same for a replay of the middle of a multi-packet READ.
 func TestReadReplaySubrangeAfterDeregNAKsRemoteAccess(t *testing.T) {
 	r := newRespRig(t, 16)
-	mr := r.n.mem.reg(1, pattern(4096, 5), AccessLocalWrite|AccessRemoteRead)
+	mr := r.n.mem.reg(1, pattern(4096, 5), verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	r.feed(bth.Fields{Opcode: bth.RCReadRequest, PSN: rigPSN,
 		RETH: bth.RETH{VA: mr.Addr, RKey: mr.RKey, DMALen: 3000}}, nil)
 	r.expectRead(rigPSN, mr.Buf[:3000])
@@ -353,30 +353,30 @@ func TestZeroLengthRDMASkipsRKeyCheck(t *testing.T) {
 		defer a.close(t)
 		defer b.close(t)
 		qa, qb := rcPair(t, a, b, rcOpts{})
-		if _, err := qb.PostRecv([]srq.RecvWR{{WRID: 50}}); err != nil {
+		if _, err := qb.PostRecv([]verbs.RecvWR{{WRID: 50}}); err != nil {
 			t.Fatal(err)
 		}
 		const bad, va = 0xdead, 0xbad0000
-		wrs := []SendWR{
-			{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, RemoteAddr: va, RKey: bad},
-			{WRID: 2, Opcode: WRRDMARead, Flags: SendSignaled, RemoteAddr: va, RKey: bad},
-			{WRID: 3, Opcode: WRRDMAWriteWithImm, Flags: SendSignaled, RemoteAddr: va, RKey: bad, Imm: 0x1234},
+		wrs := []verbs.SendWR{
+			{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, RemoteAddr: va, RKey: bad},
+			{WRID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, RemoteAddr: va, RKey: bad},
+			{WRID: 3, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, RemoteAddr: va, RKey: bad, Imm: 0x1234},
 		}
 		if _, err := qa.PostSend(wrs); err != nil {
 			t.Fatal(err)
 		}
 		for i, w := range waitWC(t, a.scq, 3, 10*time.Second) {
-			if w.WRID != uint64(i+1) || w.Status != cq.Success {
+			if w.WRID != uint64(i+1) || w.Status != verbs.WCSuccess {
 				t.Fatalf("completion %d: %s, want success", i, wcString(w))
 			}
 		}
 		w := waitWC(t, b.rcq, 1, time.Second)[0]
-		if w.WRID != 50 || w.Status != cq.Success || w.Opcode != cq.OpRecvRDMAWithImm || w.ByteLen != 0 ||
-			w.ImmData != 0x1234 || w.Flags&cq.FlagWithImm == 0 {
+		if w.WRID != 50 || w.Status != verbs.WCSuccess || w.Opcode != verbs.WCRecvRDMAWithImm || w.ByteLen != 0 ||
+			w.ImmData != 0x1234 || w.Flags&verbs.WCWithImm == 0 {
 			t.Fatalf("receive %s imm %#x, want RECV_RDMA_WITH_IMM len 0 imm 0x1234", wcString(w), w.ImmData)
 		}
 		for _, q := range []*QP{qa, qb} {
-			if at, _ := q.Query(); at.State != QPSRTS {
+			if at, _ := q.Query(); at.State != verbs.QPSRTS {
 				t.Fatalf("QP %#x in %v", q.QPN(), at.State)
 			}
 		}
@@ -397,7 +397,7 @@ func TestZeroLengthReadReplaySkipsRKeyCheck(t *testing.T) {
 			t.Fatalf("try %d sent %s, want one empty READ RESPONSE ONLY", i, pktsString(pk))
 		}
 	}
-	if s := r.state(); s != QPSRTS {
+	if s := r.state(); s != verbs.QPSRTS {
 		t.Fatalf("state %v", s)
 	}
 }
@@ -409,7 +409,7 @@ func TestMaxDestRDAtomicZeroRefusesReadAndAtomic(t *testing.T) {
 	for _, op := range []bth.Opcode{bth.RCReadRequest, bth.RCFetchAdd, bth.RCCompareSwap} {
 		t.Run(op.String(), func(t *testing.T) {
 			r := newRespRig(t, 0)
-			mr := r.n.mem.reg(1, pattern(64, 3), AccessLocalWrite|AccessRemoteRead|AccessRemoteAtomic)
+			mr := r.n.mem.reg(1, pattern(64, 3), verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 			before := append([]byte(nil), mr.Buf...)
 			r.feed(bth.Fields{Opcode: op, PSN: rigPSN,
 				RETH:   bth.RETH{VA: mr.Addr, RKey: mr.RKey, DMALen: 8},
@@ -418,10 +418,10 @@ func TestMaxDestRDAtomicZeroRefusesReadAndAtomic(t *testing.T) {
 			if !bytes.Equal(mr.Buf, before) {
 				t.Fatal("memory changed")
 			}
-			if s := r.state(); s != QPSErr {
+			if s := r.state(); s != verbs.QPSErr {
 				t.Fatalf("state %v, want ERR", s)
 			}
-			r.expectOneEvent(EventQPReqErr)
+			r.expectOneEvent(verbs.EventQPReqErr)
 		})
 	}
 }
@@ -434,7 +434,7 @@ func TestMaxDestRDAtomicZeroRefusesReadAndAtomic(t *testing.T) {
 // an older duplicate is dropped (class D) without an error.
 func TestResponderResourcesRecycleOldest(t *testing.T) {
 	r := newRespRig(t, 2)
-	mr := r.n.mem.reg(1, pattern(4096, 7), AccessLocalWrite|AccessRemoteRead|AccessRemoteAtomic)
+	mr := r.n.mem.reg(1, pattern(4096, 7), verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 	read := func(p bth.PSN, off uint32) {
 		r.feed(bth.Fields{Opcode: bth.RCReadRequest, PSN: p,
 			RETH: bth.RETH{VA: mr.Addr + uint64(off), RKey: mr.RKey, DMALen: 8}}, nil)
@@ -474,7 +474,7 @@ func TestResponderResourcesRecycleOldest(t *testing.T) {
 	}
 	read(rigPSN+2, 16) // still in the window
 	r.expectRead(rigPSN+2, mr.Buf[16:24])
-	if s := r.state(); s != QPSRTS {
+	if s := r.state(); s != verbs.QPSRTS {
 		t.Fatalf("state %v", s)
 	}
 	if ev := r.errorEvents(); len(ev) != 0 {
@@ -495,30 +495,30 @@ func TestClassCWithoutRecvWRRaisesAffiliatedEvent(t *testing.T) {
 		name  string
 		do    func(r *respRig, mr *Region)
 		code  uint8
-		event EventType
+		event verbs.EventType
 	}{
 		{"remote access", func(r *respRig, mr *Region) {
 			r.feed(bth.Fields{Opcode: bth.RCWriteOnly, PSN: rigPSN,
 				RETH: bth.RETH{VA: mr.Addr, RKey: 0xdead, DMALen: 16}}, filled(16, 1))
-		}, bth.NAKRemoteAccess, EventQPAccessErr},
+		}, bth.NAKRemoteAccess, verbs.EventQPAccessErr},
 		{"invalid request", func(r *respRig, mr *Region) {
 			r.feed(bth.Fields{Opcode: bth.RCWriteMiddle, PSN: rigPSN}, filled(1024, 1))
-		}, bth.NAKInvalidRequest, EventQPReqErr},
+		}, bth.NAKInvalidRequest, verbs.EventQPReqErr},
 		{"remote operational", func(r *respRig, mr *Region) {
 			q := r.q
 			q.run("t", func() {
-				q.classC(r.n.e.clock.Now(), rigPSN, bth.NAKRemoteOpErr, cq.LocQPOpErr)
+				q.resp.classC(r.n.e.cfg.Clock.Now(), rigPSN, bth.NAKRemoteOpErr, verbs.WCLocQPOpErr)
 				q.sh.flush()
 			}, false)
-		}, bth.NAKRemoteOpErr, EventQPFatal},
+		}, bth.NAKRemoteOpErr, verbs.EventQPFatal},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRespRig(t, 16)
-			mr := r.n.mem.reg(1, make([]byte, 64), AccessLocalWrite|AccessRemoteWrite)
+			mr := r.n.mem.reg(1, make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 			tc.do(r, mr)
 			r.expectNAK(tc.code, rigPSN)
-			if s := r.state(); s != QPSErr {
+			if s := r.state(); s != verbs.QPSErr {
 				t.Fatalf("state %v, want ERR", s)
 			}
 			r.expectOneEvent(tc.event)
@@ -530,17 +530,17 @@ func TestClassCWithoutRecvWRRaisesAffiliatedEvent(t *testing.T) {
 // completion reports it: no affiliated error event.
 func TestClassCWithRecvWRRaisesNoEvent(t *testing.T) {
 	r := newRespRig(t, 16)
-	dst := r.n.mem.reg(1, make([]byte, 16), AccessLocalWrite)
-	if _, err := r.q.PostRecv([]srq.RecvWR{{WRID: 9, SGL: []srq.SGE{dst.sge(0, 16)}}}); err != nil {
+	dst := r.n.mem.reg(1, make([]byte, 16), verbs.AccessLocalWrite)
+	if _, err := r.q.PostRecv([]verbs.RecvWR{{WRID: 9, SGL: []verbs.SGE{dst.sge(0, 16)}}}); err != nil {
 		t.Fatal(err)
 	}
 	r.feed(bth.Fields{Opcode: bth.RCSendOnly, PSN: rigPSN}, filled(100, 1))
 	r.expectNAK(bth.NAKInvalidRequest, rigPSN)
 	w := waitWC(t, r.n.rcq, 1, time.Second)[0]
-	if w.WRID != 9 || w.Status != cq.LocLenErr {
+	if w.WRID != 9 || w.Status != verbs.WCLocLenErr {
 		t.Fatalf("receive %s, want LOC_LEN_ERR", wcString(w))
 	}
-	if s := r.state(); s != QPSErr {
+	if s := r.state(); s != verbs.QPSErr {
 		t.Fatalf("state %v, want ERR", s)
 	}
 	if ev := r.errorEvents(); len(ev) != 0 {
@@ -552,8 +552,8 @@ func TestClassCWithRecvWRRaisesNoEvent(t *testing.T) {
 // for every packet, so once the MR is deregistered the rest of the message is
 // dropped (UC has no NAK) and never lands in the buffer.
 func TestUCWriteResolvesRKeyEveryPacket(t *testing.T) {
-	r := newRespRigType(t, QPTypeUC, 0)
-	mr := r.n.mem.reg(1, make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
+	r := newRespRigType(t, verbs.QPTypeUC, 0)
+	mr := r.n.mem.reg(1, make([]byte, 4096), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	r.feed(bth.Fields{Opcode: bth.UCWriteFirst, PSN: rigPSN,
 		RETH: bth.RETH{VA: mr.Addr, RKey: mr.RKey, DMALen: 3072}}, filled(1024, 1))
 	if !bytes.Equal(mr.Buf[:1024], filled(1024, 1)) {

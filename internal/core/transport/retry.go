@@ -4,20 +4,39 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// Retransmission after a timeout is bounded three ways, so a peer that stops
-// answering cannot make the engine send without limit (see the package
-// documentation, "Retransmission"):
+// Retransmission is bounded so that a peer that stops answering cannot make
+// the engine send without limit. rxe (rxe_comp.c, rxe_req.c) keeps a fixed
+// timer and resends the whole window on every timeout; goroce bounds it three
+// ways:
 //
-//   - backoff: the timer of a QP runs rto << k, k the number of consecutive
-//     timeouts without progress, at most maxBackoff; any progress resets k;
-//   - probe: a timed-out QP resends only its oldest unacknowledged packet
-//     (with AckReq) until an answer comes, then goes back N from there;
-//   - budget: timer-driven retries take a token from a device-wide bucket
-//     (Config.RetryRate per second, Config.RetryBurst deep); without one the
-//     retry reserves the next token to come and waits for it, in order. It
-//     is deferred and counted, never dropped, and it costs no retry_cnt.
+//   - Backoff: the timer of a QP runs rto << k after k consecutive timeouts
+//     without progress, k at most maxBackoff; any progress (an ACK or
+//     response that moves the oldest unacknowledged PSN) resets k. The IBA
+//     leaves the local ACK timer's restart to the implementation; TCP backs
+//     off the same way. retry_cnt still counts timeouts, so a finite
+//     retry_cnt fails later than on rxe (retry_cnt 3 after 15 timeouts' worth
+//     of time instead of 4); with retry_cnt 7 (infinite) a QP whose peer is
+//     gone sends one probe every 64 × timeout.
+//   - Probe: after a timeout the QP resends only its oldest unacknowledged
+//     packet, with AckReq, until an answer arrives; the answer ends probing
+//     and go-back-N resumes from what it acknowledged (ACK-clocked). NAKs and
+//     RNR NAKs, which come from a live peer, still go back N at once.
+//   - Budget: timeouts acted on take a token from a device-wide bucket
+//     (Config.RetryRate per second, Config.RetryBurst deep). A timeout
+//     without a token reserves the next one and waits for it, in arrival
+//     order; it is counted (RetriesDeferred), never dropped, and costs no
+//     retry.
+//
+// So without answers a QP sends at most one packet per backed-off timeout,
+// and the device at most RetryBurst + RetryRate × t probes in any t. Every
+// packet that is not a probe is a first transmission or is clocked by a
+// packet from the peer. The counters Timeouts, BackedOffTimeouts,
+// RetriesDeferred and TurnsYielded, and QPInfo.Backoff, show the bounds at
+// work.
 const (
 	maxBackoff        = 6
 	defaultRetryRate  = 10000
@@ -26,7 +45,7 @@ const (
 
 // rtoInterval is the QP's retransmission timeout after its consecutive
 // timeouts: rto << backoff.
-func (q *QP) rtoInterval() time.Duration { return q.rto << q.comp.backoff }
+func (c *completer) rtoInterval() time.Duration { return c.q.rto << c.backoff }
 
 // retryBudget is the device-wide token bucket of timer-driven retries.
 type retryBudget struct {
@@ -37,18 +56,13 @@ type retryBudget struct {
 	last   time.Time
 }
 
+// newRetryBudget is a full bucket of burst tokens refilled at rate per
+// second; a negative rate is unlimited (Config.RetryRate, normalized).
 func newRetryBudget(rate, burst int) *retryBudget {
-	b := &retryBudget{rate: float64(rate), burst: float64(burst)}
-	switch {
-	case rate < 0:
+	b := &retryBudget{rate: float64(rate), burst: float64(burst), tokens: float64(burst)}
+	if rate < 0 {
 		b.rate = math.Inf(1)
-	case rate == 0:
-		b.rate = defaultRetryRate
 	}
-	if burst <= 0 {
-		b.burst = defaultRetryBurst
-	}
-	b.tokens = b.burst
 	return b
 }
 
@@ -78,36 +92,37 @@ func (b *retryBudget) reserve(now time.Time) (wait time.Duration) {
 // onTimer handles the retransmission and RNR timers at now. A timeout with a
 // budget token spends a retry (7: infinite), doubles the timer and starts a
 // probe; without a token the retry waits for the one it reserved.
-func (q *QP) onTimer(now time.Time) {
-	if !q.comp.rnrAt.IsZero() && !now.Before(q.comp.rnrAt) {
-		q.comp.rnrAt = time.Time{}
+func (c *completer) onTimer(now time.Time) {
+	q := c.q
+	if c.rnrWaiting() && !now.Before(c.rnrAt) {
+		c.rnrAt = time.Time{}
 	}
-	if q.comp.rtoAt.IsZero() || now.Before(q.comp.rtoAt) {
+	if c.rtoAt.IsZero() || now.Before(c.rtoAt) {
 		return
 	}
-	q.comp.rtoAt = time.Time{}
-	if q.head() == nil {
+	c.rtoAt = time.Time{}
+	if c.head() == nil {
 		return
 	}
-	if !q.comp.reserved {
+	if !c.reserved {
 		if wait := q.e.retries.reserve(now); wait > 0 {
-			q.comp.reserved = true // the token is ours at now+wait
-			q.e.stats.RetriesDeferred.Add(1)
-			q.comp.rtoAt = now.Add(wait)
+			c.reserved = true // the token is ours at now+wait
+			q.e.cfg.Stats.RetriesDeferred.Add(1)
+			c.rtoAt = now.Add(wait)
 			return
 		}
 	}
-	q.comp.reserved = false
-	q.e.stats.Timeouts.Add(1)
+	c.reserved = false
+	q.e.cfg.Stats.Timeouts.Add(1)
 	q.cnt.timeouts.Add(1)
-	if q.comp.backoff > 0 {
-		q.e.stats.BackedOffTimeouts.Add(1)
+	if c.backoff > 0 {
+		q.e.cfg.Stats.BackedOffTimeouts.Add(1)
 	}
-	q.retry(now, true)
-	if q.attr.State == QPSErr || q.rto == 0 {
+	c.retry(now, true)
+	if q.attr.State == verbs.QPSErr || q.rto == 0 {
 		return
 	}
-	q.comp.backoff = min(q.comp.backoff+1, maxBackoff)
-	q.req.probing = q.req.needRetry
-	q.comp.rtoAt = now.Add(q.rtoInterval())
+	c.backoff = min(c.backoff+1, maxBackoff)
+	q.win.probing = q.win.needRetry
+	c.rtoAt = now.Add(c.rtoInterval())
 }

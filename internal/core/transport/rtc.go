@@ -72,7 +72,7 @@ func (s *shard) pollSlice() bool {
 		return false
 	}
 	s.drainWC()
-	s.passDone.Store(s.e.clock.Now().UnixNano())
+	s.passDone.Store(s.e.cfg.Clock.Now().UnixNano())
 	if !s.onlyACKs(s.held) {
 		// Requests, READ responses or atomic ACKs: a later slice's packets
 		// of the same QP must not overtake them (a peer would see a PSN
@@ -84,7 +84,7 @@ func (s *shard) pollSlice() bool {
 		s.held = len(s.out)
 		if s.heldArmed.CompareAndSwap(false, true) {
 			if s.heldTimer == nil {
-				s.heldTimer = s.e.clock.AfterFunc(holdFor, s.heldDue)
+				s.heldTimer = s.e.cfg.Clock.AfterFunc(holdFor, s.heldDue)
 			} else {
 				s.heldTimer.Reset(holdFor)
 			}
@@ -149,7 +149,7 @@ func (s *shard) pending() bool {
 // run-to-completion mode when the token is free, else a wake-up of the shard
 // goroutine. poll says a CQ poller is driving (see drive).
 func (s *shard) kickOrDrive(poll bool) {
-	if !s.e.rtc || !s.drive(poll) {
+	if !s.e.cfg.RunToCompletion || !s.drive(poll) {
 		s.wake()
 	}
 }
@@ -183,6 +183,9 @@ type poller struct {
 // or over a Link that cannot be read without waiting (link.Poller), it does
 // nothing.
 func (e *Engine) Poll() int {
+	if !e.cfg.RunToCompletion {
+		return 0
+	}
 	n := 0
 	for _, p := range e.pollers {
 		if !p.mu.TryLock() {

@@ -4,17 +4,17 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
 // rtcWire is a wire in run-to-completion mode whose engine writes to a
 // recording link and polls the given datagrams, one batch per Poll.
 func rtcWire(t *testing.T, reads *[]link.Message) (*wire, *recLink) {
-	w := newWire(t, QPTypeRC, rcOpts{recvWR: 4, sendWR: 4})
+	w := newWire(t, verbs.QPTypeRC, rcOpts{recvWR: 4, sendWR: 4})
 	l := &recLink{noLink: noLink{t}}
-	w.e.link, w.e.rtc = l, true
+	w.e.cfg.Link, w.e.cfg.RunToCompletion = l, true
 	r := newReader(w.e, func(msgs []link.Message) (int, error) {
 		if len(*reads) == 0 {
 			return 0, nil
@@ -36,8 +36,8 @@ func rtcWire(t *testing.T, reads *[]link.Message) (*wire, *recLink) {
 func TestRunToCompletionPostSends(t *testing.T) {
 	var none []link.Message
 	w, l := rtcWire(t, &none)
-	sb := w.mem.reg(1, pattern(64, 2), AccessLocalWrite)
-	w.post(SendWR{WRID: 1, Opcode: WRSend, SGL: []srq.SGE{sb.sge(0, 64)}})
+	sb := w.mem.reg(1, pattern(64, 2), verbs.AccessLocalWrite)
+	w.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 64)}})
 	if len(l.msgs) != 1 || bth.Opcode(l.msgs[0].Buf[0]) != bth.RCSendOnly {
 		t.Fatalf("%d messages written by the post, want the SEND", len(l.msgs))
 	}
@@ -49,9 +49,9 @@ func TestRunToCompletionPostSends(t *testing.T) {
 func TestRunToCompletionPollHoldsACK(t *testing.T) {
 	var reads []link.Message
 	w, l := rtcWire(t, &reads)
-	rb := w.mem.reg(1, make([]byte, 256), AccessLocalWrite)
-	sb := w.mem.reg(1, pattern(64, 2), AccessLocalWrite)
-	w.recv(srq.RecvWR{WRID: 7, SGL: []srq.SGE{rb.sge(0, 256)}}, srq.RecvWR{WRID: 8, SGL: []srq.SGE{rb.sge(0, 256)}})
+	rb := w.mem.reg(1, make([]byte, 256), verbs.AccessLocalWrite)
+	sb := w.mem.reg(1, pattern(64, 2), verbs.AccessLocalWrite)
+	w.recv(verbs.RecvWR{WRID: 7, SGL: []verbs.SGE{rb.sge(0, 256)}}, verbs.RecvWR{WRID: 8, SGL: []verbs.SGE{rb.sge(0, 256)}})
 	send := func(psn bth.PSN) {
 		it := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: psn, AckReq: true}, pattern(64, 1))
 		reads = append(reads, link.Message{Buf: append([]byte(nil), it.bytes()...), Addr: w.peer, Local: addrA.Addr()})
@@ -61,13 +61,13 @@ func TestRunToCompletionPollHoldsACK(t *testing.T) {
 	if n := w.e.Poll(); n != 1 {
 		t.Fatalf("Poll read %d messages, want 1", n)
 	}
-	if wcs := w.wcs(w.rcq); len(wcs) != 1 || wcs[0].WRID != 7 || wcs[0].Status != cq.Success {
+	if wcs := w.wcs(w.rcq); len(wcs) != 1 || wcs[0].WRID != 7 || wcs[0].Status != verbs.WCSuccess {
 		t.Fatalf("receive completions %v, want WR 7", wcs)
 	}
 	if len(l.msgs) != 0 {
 		t.Fatalf("%d messages written before the reply, want the ACK held", len(l.msgs))
 	}
-	w.post(SendWR{WRID: 1, Opcode: WRSend, SGL: []srq.SGE{sb.sge(0, 64)}})
+	w.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 64)}})
 	if len(l.msgs) != 2 || bth.Opcode(l.msgs[0].Buf[0]) != bth.RCSendOnly || bth.Opcode(l.msgs[1].Buf[0]) != bth.RCAck {
 		t.Fatalf("written %d messages, want the reply, then the ACK", len(l.msgs))
 	}
@@ -87,8 +87,8 @@ func TestRunToCompletionPollHoldsACK(t *testing.T) {
 func TestRunToCompletionCloseSendsHeldACK(t *testing.T) {
 	var reads []link.Message
 	w, l := rtcWire(t, &reads)
-	rb := w.mem.reg(1, make([]byte, 256), AccessLocalWrite)
-	w.recv(srq.RecvWR{WRID: 7, SGL: []srq.SGE{rb.sge(0, 256)}})
+	rb := w.mem.reg(1, make([]byte, 256), verbs.AccessLocalWrite)
+	w.recv(verbs.RecvWR{WRID: 7, SGL: []verbs.SGE{rb.sge(0, 256)}})
 	it := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: wireRQPSN, AckReq: true}, pattern(64, 1))
 	reads = append(reads, link.Message{Buf: append([]byte(nil), it.bytes()...), Addr: w.peer, Local: addrA.Addr()})
 	it.release()
@@ -108,16 +108,16 @@ func TestRunToCompletionCloseSendsHeldACK(t *testing.T) {
 func TestRunToCompletionPollKeepsRequestOrder(t *testing.T) {
 	var reads []link.Message
 	w, l := rtcWire(t, &reads)
-	rb := w.mem.reg(1, make([]byte, 256), AccessLocalWrite)
-	sb := w.mem.reg(1, pattern(64, 2), AccessLocalWrite)
-	w.recv(srq.RecvWR{WRID: 7, SGL: []srq.SGE{rb.sge(0, 256)}})
+	rb := w.mem.reg(1, make([]byte, 256), verbs.AccessLocalWrite)
+	sb := w.mem.reg(1, pattern(64, 2), verbs.AccessLocalWrite)
+	w.recv(verbs.RecvWR{WRID: 7, SGL: []verbs.SGE{rb.sge(0, 256)}})
 	it := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: wireRQPSN, AckReq: true}, pattern(64, 1))
 	reads = append(reads, link.Message{Buf: append([]byte(nil), it.bytes()...), Addr: w.peer, Local: addrA.Addr()})
 	it.release()
 
 	// Another goroutine holds the token: the post only queues the QP.
 	w.q.sh.mu.Lock()
-	w.post(SendWR{WRID: 1, Opcode: WRSend, SGL: []srq.SGE{sb.sge(0, 64)}})
+	w.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 64)}})
 	w.q.sh.mu.Unlock()
 	if len(l.msgs) != 0 {
 		t.Fatalf("%d messages written while the token was taken", len(l.msgs))
@@ -126,7 +126,7 @@ func TestRunToCompletionPollKeepsRequestOrder(t *testing.T) {
 	if n := w.e.Poll(); n != 1 {
 		t.Fatalf("Poll read %d messages, want 1", n)
 	}
-	w.post(SendWR{WRID: 2, Opcode: WRSend, SGL: []srq.SGE{sb.sge(0, 64)}})
+	w.post(verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 64)}})
 	var psns []bth.PSN
 	for _, m := range l.msgs {
 		if bth.Opcode(m.Buf[0]) == bth.RCSendOnly {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/dcqcn"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // classOf maps an opcode to its counting class (UC SEND/WRITE count with
@@ -50,44 +51,44 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 	b := it.bytes()
 	pkt, err := bth.Parse(b)
 	if err != nil {
-		e.stats.Malformed.Add(1)
+		e.cfg.Stats.Malformed.Add(1)
 		return
 	}
 	src := it.src.Addr().Unmap()
 	dst := it.local.Unmap()
 	if !dst.IsValid() {
-		dst = e.localAddr
+		dst = e.cfg.LocalAddr
 	}
 	env := bth.Envelope{Src: src, Dst: dst, DF: true, SrcPort: it.src.Port(), DstPort: e.port}
 	if !bth.AcceptICRC(&env, b) {
-		e.stats.ICRCErrors.Add(1)
+		e.cfg.Stats.ICRCErrors.Add(1)
 		return
 	}
 	op := pkt.Opcode()
 	class := classOf(op)
-	e.stats.RcvdPackets[class].Add(1)
-	e.stats.RcvdBytes[class].Add(uint64(len(b)))
+	e.cfg.Stats.RcvdPackets[class].Add(1)
+	e.cfg.Stats.RcvdBytes[class].Add(uint64(len(b)))
 	q.cnt.rxPackets.Add(1)
 	if pkt.PKey()&0x7FFF != 0x7FFF {
-		e.stats.BadPKey.Add(1)
+		e.cfg.Stats.BadPKey.Add(1)
 		return
 	}
 	switch q.typ {
-	case QPTypeUD:
+	case verbs.QPTypeUD:
 		if !op.IsUD() && op != bth.CNP {
-			e.stats.Malformed.Add(1)
+			e.cfg.Stats.Malformed.Add(1)
 			return
 		}
-	case QPTypeRC, QPTypeUC:
-		if (q.typ == QPTypeRC && !op.IsRC()) || (q.typ == QPTypeUC && !op.IsUC()) {
+	case verbs.QPTypeRC, verbs.QPTypeUC:
+		if (q.typ == verbs.QPTypeRC && !op.IsRC()) || (q.typ == verbs.QPTypeUC && !op.IsUC()) {
 			if op != bth.CNP {
-				e.stats.Malformed.Add(1)
+				e.cfg.Stats.Malformed.Add(1)
 				return
 			}
 		}
 		// rxe check_addr: an RC packet must come from the QP's peer.
 		if q.attr.AV.DGID.IsValid() && !sameAddr(src, q.attr.AV.DGID) {
-			e.stats.BadSource.Add(1)
+			e.cfg.Stats.BadSource.Add(1)
 			return
 		}
 	}
@@ -99,9 +100,9 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 		q.onCE(now, &pkt, src)
 	}
 	if op.IsRequest() {
-		q.onRequest(now, &pkt, it)
+		q.resp.onRequest(now, &pkt, it)
 	} else {
-		q.onResponse(now, &pkt)
+		q.comp.onResponse(now, &pkt)
 	}
 }
 
@@ -109,30 +110,30 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 // the error transition, timers, its turn of READ responses and requests,
 // SQD drain, and the timer re-arm. Owner shard only.
 func (q *QP) service(now time.Time) {
-	q.flushAck()
-	if q.fatal.Load() && q.attr.State != QPSErr {
+	q.resp.flushAck()
+	if q.fatal.Load() && q.attr.State != verbs.QPSErr {
 		// A CQ it feeds overran, so the QP can no longer report its
 		// completions: IBA's Local Work Queue Catastrophic Error.
-		q.e.event(Event{Type: EventQPFatal, QPN: q.qpn})
+		q.e.event(Event{Type: verbs.EventQPFatal, QPN: q.qpn})
 		q.toError(now)
 	}
-	if q.attr.State == QPSErr {
+	if q.attr.State == verbs.QPSErr {
 		q.toError(now) // flush WRs posted since
 		return
 	}
-	if q.attr.State == QPSSQE {
+	if q.attr.State == verbs.QPSSQE {
 		q.flushSQ(now) // send WRs posted in SQE are flushed; receives go on
 	}
 	if !q.timerAt.IsZero() && !now.Before(q.timerAt) {
 		q.timerAt = time.Time{}
 	}
-	q.onTimer(now)
+	q.comp.onTimer(now)
 	q.takeTurn(now)
-	q.flushAck() // requests held behind a READ reply may have been acknowledged
-	if q.attr.State == QPSSQD && !q.sqdNotified && q.head() == nil && q.req.idx == q.comp.idx {
+	q.resp.flushAck() // requests held behind a READ reply may have been acknowledged
+	if q.attr.State == verbs.QPSSQD && !q.sqdNotified && q.comp.head() == nil && !q.win.busy() {
 		q.sqdNotified = true
 		if q.attr.EnSQDAsyncNotify {
-			q.e.event(Event{Type: EventSQDrained, QPN: q.qpn})
+			q.e.event(Event{Type: verbs.EventSQDrained, QPN: q.qpn})
 		}
 	}
 	q.syncTimer(now)
@@ -144,12 +145,12 @@ func (q *QP) service(now time.Time) {
 func (q *QP) takeTurn(now time.Time) {
 	limit := q.paceLimit(now, q.sh.turn())
 	start := len(q.sh.out)
-	used := q.serveResponder(now, limit)
-	sent, more := q.runRequester(now, limit-used)
+	used := q.resp.serveResponder(now, limit)
+	sent, more := q.req.run(now, limit-used)
 	q.sh.spend(used + sent)
 	held := q.chargeCC(now, start) // the pacer's timer wakes it instead
 	if (more || q.resp.read.active) && !held {
-		q.e.stats.TurnsYielded.Add(1)
+		q.e.cfg.Stats.TurnsYielded.Add(1)
 		q.sh.wakeQP(q)
 	}
 }
@@ -183,7 +184,7 @@ func (q *QP) syncTimer(now time.Time) {
 		wait = 0
 	}
 	if q.timer == nil {
-		q.timer = q.e.clock.AfterFunc(wait, func() { q.sh.wakeQP(q) })
+		q.timer = q.e.cfg.Clock.AfterFunc(wait, func() { q.sh.wakeQP(q) })
 	} else {
 		q.timer.Reset(wait)
 	}

@@ -8,7 +8,8 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
@@ -96,10 +97,10 @@ type shard struct {
 	out     []txPacket // the slice's output list
 	held    int        // out[:held] come from poll-driven slices, their completions visible (rtc.go)
 	tx      []link.Message
-	pieces  [][]byte   // the gather lists of tx's trains
-	budget  int        // budgeted packets the slice may still emit
-	rwr     srq.RecvWR // scratch for SRQ pops (reused, no allocation)
-	scratch [4096]byte // gather buffer for a payload spanning SGEs (QP.gather)
+	pieces  [][]byte     // the gather lists of tx's trains
+	budget  int          // budgeted packets the slice may still emit
+	rwr     verbs.RecvWR // scratch for SRQ pops (reused, no allocation)
+	scratch [4096]byte   // gather buffer for a payload spanning SGEs (QP.gather)
 
 	// Completions made while processing wait in wcs until the slice's
 	// packets are on the wire (see drainWC).
@@ -112,7 +113,7 @@ func newShard(e *Engine, batch int) *shard {
 		in: make([]rxItem, 0, rxQueueLen), work: make([]rxItem, 0, rxQueueLen),
 		out: make([]txPacket, 0, slicePackets+sliceInbound), tx: make([]link.Message, 0, batch),
 		pieces: make([][]byte, 0, 3*(slicePackets+sliceInbound))}
-	s.passDone.Store(e.clock.Now().UnixNano())
+	s.passDone.Store(e.cfg.Clock.Now().UnixNano())
 	return s
 }
 
@@ -121,7 +122,7 @@ func newShard(e *Engine, batch int) *shard {
 type deferredWC struct {
 	q         *QP
 	c         *cq.Queue
-	wc        cq.WorkCompletion
+	wc        verbs.WC
 	solicited bool
 }
 
@@ -172,7 +173,7 @@ func (s *shard) run() {
 		}
 		s.process()
 		s.mu.Unlock()
-		s.passDone.Store(s.e.clock.Now().UnixNano()) // health: Engine.ShardLoopAges
+		s.passDone.Store(s.e.cfg.Clock.Now().UnixNano()) // health: Engine.ShardLoopAges
 	}
 }
 
@@ -229,7 +230,7 @@ func (s *shard) slice() bool {
 	}
 	s.flush()
 	s.drainWC()
-	s.passDone.Store(s.e.clock.Now().UnixNano())
+	s.passDone.Store(s.e.cfg.Clock.Now().UnixNano())
 	return true
 }
 
@@ -243,14 +244,14 @@ func (s *shard) step() bool {
 	if nIn == 0 && nQP == 0 {
 		return false
 	}
-	now := s.e.clock.Now()
+	now := s.e.cfg.Clock.Now()
 	s.deferWC = true
 	s.budget = slicePackets
 	for i := s.wpos; i < s.wpos+nIn; i++ {
 		it := &s.work[i]
 		if q := it.qp; !q.destroyed {
 			s.touch(q)
-			if q.hold(it) {
+			if q.resp.hold(it) {
 				*it = rxItem{}
 				continue
 			}
@@ -258,7 +259,7 @@ func (s *shard) step() bool {
 		} else {
 			// The QP was destroyed after the reader queued the packet (a
 			// peer's last ACK racing a disconnect handled on another shard).
-			s.e.stats.DestroyedQPDrops.Add(1)
+			s.e.cfg.Stats.DestroyedQPDrops.Add(1)
 		}
 		it.release()
 		*it = rxItem{}
@@ -319,7 +320,7 @@ func (s *shard) touch(q *QP) {
 // for everything it sends (requests, ACKs, READ responses), a UD WR's
 // address handle for its datagram. With congestion control on, the ECN bits
 // of the traffic class are the engine's (Engine.packetTOS).
-func (q *QP) emit(f *bth.Fields, payload []byte, av *AddressVector) {
+func (q *QP) emit(f *bth.Fields, payload []byte, av *verbs.AddressVector) {
 	p := txPacket{buf: link.GetBuffer(), q: q, dst: av.DGID, tos: q.e.packetTOS(f.Opcode, av.TrafficClass), ttl: av.HopLimit, flow: av.FlowLabel}
 	if len(payload) >= gatherMin && !q.sh.isScratch(payload) {
 		// Gather send: the payload stays where it is (registered memory or
@@ -358,11 +359,11 @@ func (p *txPacket) packet() []byte {
 	return append(b, p.buf[p.hdr:p.hdr+p.n-p.hdr-len(p.pay)]...)
 }
 
-// flush sends the output list, in order, in link batches, runs of one QP's
-// equal-size packets as segment trains (train.go): each packet gets its ICRC
-// now, over the source port its QP sends from and the IPv4 ID the kernel
-// will give it. A Link's sockets send IPv4 with DF set and, for a datagram
-// sent alone, ID 0 (see package link); the ICRC covers both.
+// flush sends the output list, in order, in link batches, runs of one UDP
+// flow's equal-size packets as segment trains (train.go): each packet gets its
+// ICRC now, over the source port its QP sends from and the IPv4 ID the kernel
+// will give it. A Link's sockets send IPv4 with DF set and, for a datagram sent
+// alone, ID 0 (see package link); the ICRC covers both.
 func (s *shard) flush() {
 	// Packets held by poll-driven slices go after the newer ones (rtc.go),
 	// in the same link batch: a reply and the ACK it overtakes cost one
@@ -403,11 +404,11 @@ func (s *shard) queueRange(lo, hi int) {
 // write hands msgs to the Link, skipping a message it fails to send.
 func (s *shard) write(msgs []link.Message) {
 	for len(msgs) > 0 {
-		n, err := s.e.link.WriteBatch(msgs)
+		n, err := s.e.cfg.Link.WriteBatch(msgs)
 		if err == nil {
 			return
 		}
-		s.e.stats.TxErrors.Add(1)
+		s.e.cfg.Stats.TxErrors.Add(1)
 		if errors.Is(err, errClosed) {
 			return
 		}

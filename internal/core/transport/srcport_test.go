@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
@@ -60,9 +61,9 @@ func TestQPSourcePort(t *testing.T) {
 	defer a.close(t)
 	defer b.close(t)
 	qa, qb := rcPair(t, a, b, rcOpts{})
-	src := a.mem.reg(1, pattern(64, 2), AccessLocalWrite)
-	dst := b.mem.reg(1, make([]byte, 64), AccessLocalWrite|AccessRemoteWrite)
-	if _, err := qa.PostSend([]SendWR{{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 64)},
+	src := a.mem.reg(1, pattern(64, 2), verbs.AccessLocalWrite)
+	dst := b.mem.reg(1, make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if _, err := qa.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 64)},
 		RemoteAddr: dst.Addr, RKey: dst.RKey}}); err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +82,12 @@ func TestQPSourcePort(t *testing.T) {
 	}
 
 	ua, ub := udQP(t, a, 9), udQP(t, b, 9)
-	buf := b.mem.reg(1, make([]byte, grhLen+8), AccessLocalWrite)
-	if _, err := ub.PostRecv([]srq.RecvWR{{WRID: 5, SGL: []srq.SGE{buf.sge(0, grhLen+8)}}}); err != nil {
+	buf := b.mem.reg(1, make([]byte, grhLen+8), verbs.AccessLocalWrite)
+	if _, err := ub.PostRecv([]verbs.RecvWR{{WRID: 5, SGL: []verbs.SGE{buf.sge(0, grhLen+8)}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ua.PostSend([]SendWR{{WRID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 8)},
-		AH: &AddressVector{DGID: b.addr}, RemoteQPN: ub.QPN(), RemoteQKey: 9}}); err != nil {
+	if _, err := ua.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 8)},
+		AH: &verbs.AddressVector{DGID: b.addr}, RemoteQPN: ub.QPN(), RemoteQKey: 9}}); err != nil {
 		t.Fatal(err)
 	}
 	waitWC(t, b.rcq, 1, 5*time.Second)

@@ -30,7 +30,6 @@ const (
 
 var opClassNames = [NumOpClasses]string{"send", "write", "read_request", "read_response", "atomic", "atomic_ack", "ack", "ud_send", "cnp", "other"}
 
-// String returns the class's metric label value.
 func (c OpClass) String() string {
 	if c < NumOpClasses {
 		return opClassNames[c]
@@ -54,7 +53,6 @@ const (
 
 var nakKindNames = [NumNAKKinds]string{"psn_sequence_error", "invalid_request", "remote_access_error", "remote_operational_error", "invalid_rd_request", "rnr"}
 
-// String returns the kind's metric label value.
 func (k NAKKind) String() string {
 	if k < NumNAKKinds {
 		return nakKindNames[k]
@@ -138,7 +136,6 @@ type Stats struct {
 	Counters[atomic.Uint64]
 }
 
-// StatsSnapshot is a plain copy of Stats.
 type StatsSnapshot struct {
 	Counters[uint64]
 }
@@ -234,7 +231,6 @@ func (s StatsSnapshot) String() string {
 // down, a histogram counts observations in buckets.
 type CounterKind uint8
 
-// Counter kinds.
 const (
 	KindCounter CounterKind = iota
 	KindGauge

@@ -12,6 +12,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/core/cq"
 	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
 
@@ -113,7 +114,7 @@ func srqStorm(t *testing.T, n, msgSize int, cost, window time.Duration, opts ...
 	l := newStormLink(cost)
 	node := newNode(t, l, 1, opts...)
 	defer node.close(t)
-	s, err := srq.New(&srq.Attr{MaxWR: uint32(n), MaxSGE: 1}, srq.Caps{MaxWR: 1 << 16, MaxSGE: 4})
+	s, err := srq.New(&verbs.SRQAttr{MaxWR: uint32(n), MaxSGE: 1}, srq.Caps{MaxWR: 1 << 16, MaxSGE: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,16 +122,16 @@ func srqStorm(t *testing.T, n, msgSize int, cost, window time.Duration, opts ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf := node.mem.reg(1, make([]byte, msgSize), AccessLocalWrite)
+	buf := node.mem.reg(1, make([]byte, msgSize), verbs.AccessLocalWrite)
 	qps := make([]*QP, n)
 	for i := range qps {
-		qps[i] = node.createQP(t, QPTypeRC, rcOpts{srq: s, sendCQ: big, recvCQ: big, sendWR: 4})
+		qps[i] = node.createQP(t, verbs.QPTypeRC, rcOpts{srq: s, sendCQ: big, recvCQ: big, sendWR: 4})
 		connect(t, qps[i], l.peer.Addr(), 0x1000+uint32(i), rcOpts{})
-		if _, err := s.PostRecv([]srq.RecvWR{{WRID: uint64(i), SGL: []srq.SGE{buf.sge(0, msgSize)}}}); err != nil {
+		if _, err := s.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{buf.sge(0, msgSize)}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	bystander := node.createQP(t, QPTypeRC, rcOpts{})
+	bystander := node.createQP(t, verbs.QPTypeRC, rcOpts{})
 
 	// The peer's SENDs, one QP at a time so the shard's inbound queue
 	// never overflows.
@@ -152,11 +153,11 @@ func srqStorm(t *testing.T, n, msgSize int, cost, window time.Duration, opts ...
 		time.Sleep(time.Millisecond) // let the shard take them and ACK
 	}
 	got := 0
-	wcs := make([]cq.WorkCompletion, 256)
+	wcs := make([]verbs.WC, 256)
 	for got < n {
 		k, _ := big.Poll(wcs)
 		for _, w := range wcs[:k] {
-			if w.Status != cq.Success {
+			if w.Status != verbs.WCSuccess {
 				t.Fatalf("receive completion %v", w.Status)
 			}
 		}
@@ -167,7 +168,7 @@ func srqStorm(t *testing.T, n, msgSize int, cost, window time.Duration, opts ...
 	}
 	// The echoes, which nobody will acknowledge.
 	for i, q := range qps {
-		if _, err := q.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRSend, SGL: []srq.SGE{buf.sge(0, msgSize)}}}); err != nil {
+		if _, err := q.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRSend, SGL: []verbs.SGE{buf.sge(0, msgSize)}}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,15 +8,15 @@ import (
 	"github.com/goroce/goroce/link"
 )
 
-// Segment trains. When the output list holds a run of packets of one QP to
-// one destination that are all the same size (the last may be shorter), the
-// shard hands them to the Link as one train (link.Message.SegSize), which a
-// UDP link sends as UDP GSO super-datagrams: one trip through the kernel's
-// stack for up to 64 datagrams instead of one each. Such runs are what a
-// window of traffic is made of: the MIDDLE packets and the LAST of a WRITE
-// or SEND (a FIRST carries a RETH or is longer, so it goes on its own),
-// consecutive ONLY packets of equal size, READ response MIDDLEs (a LAST whose
-// AETH makes it longer goes on its own).
+// Segment trains. When the output list holds a run of packets of one UDP flow
+// (source port, destination and IP header fields) that are all the same size
+// (the last may be shorter), the shard hands them to the Link as one train
+// (link.Message.SegSize), which a UDP link sends as UDP GSO super-datagrams:
+// one trip through the kernel's stack for up to 64 datagrams instead of one
+// each. Such runs are what a window of traffic is made of: the MIDDLE packets
+// and the LAST of a WRITE or SEND (a FIRST carries a RETH or is longer, so it
+// goes on its own), consecutive ONLY packets of equal size, READ response
+// MIDDLEs (a LAST whose AETH makes it longer goes on its own).
 //
 // Each segment keeps its own BTH and its own ICRC, and the ICRC covers the
 // IPv4 Identification the kernel gives that segment: segment k of a train
@@ -25,14 +25,14 @@ import (
 // ICRC for the ID that datagram gets.
 
 // trainEnd returns the end, at most hi, of the train that starts at s.out[i]: the packets
-// out[i:end] share the QP and the destination and all have out[i]'s size but
+// out[i:end] share the UDP flow (joins) and all have out[i]'s size but
 // the last, which may be shorter. A shorter packet that heads a run of its
 // own size stays with its run: a FIRST longer than the MIDDLEs after it (a
 // RETH, a READ response's AETH) goes on its own. end is i+1 when trains are
 // off or no packet joins.
 func (s *shard) trainEnd(i, hi int) int {
 	j := i + 1
-	if s.e.noGSO {
+	if !s.e.offloads.GSO {
 		return j
 	}
 	seg := s.out[i].n
@@ -74,7 +74,7 @@ func (s *shard) message(i, j int) link.Message {
 	e := s.e
 	p := &s.out[i]
 	seg := p.n
-	env := bth.Envelope{Src: e.localAddr, Dst: p.dst, DF: true, SrcPort: p.q.srcPort(), DstPort: e.port}
+	env := bth.Envelope{Src: e.cfg.LocalAddr, Dst: p.dst, DF: true, SrcPort: p.q.srcPort(), DstPort: e.port}
 	m := link.Message{Addr: netip.AddrPortFrom(p.dst, e.port), SrcPort: p.q.wport, TOS: p.tos, TTL: p.ttl, FlowLabel: p.flow}
 	first := len(s.pieces)
 	for k := i; k < j; k++ {
@@ -83,8 +83,8 @@ func (s *shard) message(i, j int) link.Message {
 			env.IPID = link.TrainIPv4ID(seg, k-i)
 		}
 		class := classOf(bth.Opcode(o.buf[0]))
-		e.stats.SentPackets[class].Add(1)
-		e.stats.SentBytes[class].Add(uint64(o.n))
+		e.cfg.Stats.SentPackets[class].Add(1)
+		e.cfg.Stats.SentBytes[class].Add(uint64(o.n))
 		if o.pay == nil {
 			pkt := o.buf[:o.n]
 			bth.PutICRC(&env, pkt)
@@ -100,8 +100,8 @@ func (s *shard) message(i, j int) link.Message {
 		s.pieces = append(s.pieces, hdr, o.pay, tail)
 	}
 	if j-i > 1 {
-		e.stats.TxTrains.Add(1)
-		e.stats.TxTrainSegments.Add(uint64(j - i))
+		e.cfg.Stats.TxTrains.Add(1)
+		e.cfg.Stats.TxTrainSegments.Add(uint64(j - i))
 		m.SegSize = seg
 	}
 	m.Pieces = s.pieces[first:len(s.pieces):len(s.pieces)]

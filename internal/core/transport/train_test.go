@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
@@ -49,6 +50,11 @@ func idleEngine(t *testing.T, l link.Link, opts ...func(*Config)) *Engine {
 	return e
 }
 
+// noGSOLink is a noLink that sends no trains as GSO.
+type noGSOLink struct{ noLink }
+
+func (noGSOLink) Offloads() link.Offloads { return link.Offloads{GRO: true} }
+
 // TestTrainEnd: how the output list is cut into trains. Each packet is
 // "q.d.size[.tos]": QP, destination, datagram size, traffic class. QPs a and
 // b send from the link's own port, c and d from ports of their own.
@@ -73,13 +79,17 @@ func TestTrainEnd(t *testing.T) {
 		{"another destination breaks it", "a.x.80 a.y.80 a.y.80", "1 2", false},
 		{"ACKs of one QP coalesce", "a.x.20 a.x.20", "2", false},
 		{"another traffic class breaks it", "a.x.80 a.x.80.2 a.x.80.2", "1 2", false},
-		{"trains off", "a.x.80 a.x.80 a.x.80", "1 1 1", true},
+		{"the link has no GSO", "a.x.80 a.x.80 a.x.80", "1 1 1", true},
 		{"DestQPs of one 4096-QPN range share a train", "a.x.80.0.3 b.x.80.0.3", "2", false},
 		{"another DestQP range breaks it", "a.x.80.0.3 b.x.80.0.4 b.x.80.0.4", "1 2", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := idleEngine(t, noLink{t}, func(c *Config) { c.NoGSO = tc.noGSO })
+			var l link.Link = noLink{t}
+			if tc.noGSO {
+				l = noGSOLink{noLink{t}}
+			}
+			e := idleEngine(t, l)
 			s := e.shards[0]
 			qps := map[string]*QP{}
 			for _, f := range strings.Fields(tc.out) {
@@ -130,7 +140,7 @@ func TestFlushTrainICRC(t *testing.T) {
 			q := &QP{e: e, sh: s, wport: 50000}
 			const segs = 70 // more than one super-datagram (62 segments of 1040 bytes)
 			payload := pattern(1024, 7)
-			av := &AddressVector{DGID: peer}
+			av := &verbs.AddressVector{DGID: peer}
 			for i := range segs + 1 {
 				f := bth.Fields{Opcode: bth.RCWriteMiddle, PKey: 0xFFFF, DestQP: 0x77, PSN: bth.PSN(i)}
 				p := payload // sent in place: headers, payload and tail as three pieces
@@ -158,8 +168,8 @@ func TestFlushTrainICRC(t *testing.T) {
 					t.Fatalf("segment %d: %v, PSN %v", k, err, pkt.PSN())
 				}
 			}
-			if n := e.stats.TxTrainSegments.Load(); n != segs+1 || e.stats.TxTrains.Load() != 1 {
-				t.Fatalf("counted %d trains, %d segments", e.stats.TxTrains.Load(), n)
+			if n := e.cfg.Stats.TxTrainSegments.Load(); n != segs+1 || e.cfg.Stats.TxTrains.Load() != 1 {
+				t.Fatalf("counted %d trains, %d segments", e.cfg.Stats.TxTrains.Load(), n)
 			}
 			if len(s.out) != 0 {
 				t.Fatal("output list not emptied")
@@ -173,10 +183,10 @@ func TestFlushTrainICRC(t *testing.T) {
 // delivered), a lone datagram is copied out of the train buffer, and the
 // train buffer is released once every segment is done.
 func TestReaderSplitsGROTrain(t *testing.T) {
-	w := newWire(t, QPTypeRC, rcOpts{recvWR: 8})
-	rb := w.mem.reg(1, make([]byte, 4096), AccessLocalWrite)
+	w := newWire(t, verbs.QPTypeRC, rcOpts{recvWR: 8})
+	rb := w.mem.reg(1, make([]byte, 4096), verbs.AccessLocalWrite)
 	for i := range 4 {
-		w.recv(srq.RecvWR{WRID: uint64(i), SGL: []srq.SGE{rb.sge(1024*i, 1024)}})
+		w.recv(verbs.RecvWR{WRID: uint64(i), SGL: []verbs.SGE{rb.sge(1024*i, 1024)}})
 	}
 	env := bth.Envelope{Src: w.peer.Addr(), Dst: addrA.Addr(), DF: true, SrcPort: w.peer.Port(), DstPort: addrA.Port()}
 	var train []byte
@@ -223,11 +233,11 @@ func TestReaderSplitsGROTrain(t *testing.T) {
 	if tr.refs.Load() != 0 {
 		t.Fatalf("train still held by %d packets after the step", tr.refs.Load())
 	}
-	if n := w.e.stats.ICRCErrors.Load(); n != 1 {
+	if n := w.e.cfg.Stats.ICRCErrors.Load(); n != 1 {
 		t.Fatalf("%d ICRC errors, want the corrupt segment's", n)
 	}
-	if n := w.e.stats.RxTrains.Load(); n != 1 || w.e.stats.RxTrainSegments.Load() != 3 {
-		t.Fatalf("counted %d trains, %d segments", n, w.e.stats.RxTrainSegments.Load())
+	if n := w.e.cfg.Stats.RxTrains.Load(); n != 1 || w.e.cfg.Stats.RxTrainSegments.Load() != 3 {
+		t.Fatalf("counted %d trains, %d segments", n, w.e.cfg.Stats.RxTrainSegments.Load())
 	}
 	wcs := w.wcs(w.rcq)
 	if len(wcs) != 2 {

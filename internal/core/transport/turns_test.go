@@ -5,18 +5,17 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // A READ reply longer than a turn goes out over several steps, and a request
 // that arrives behind it waits: every response leaves in PSN order, then the
 // request is executed and acknowledged.
 func TestReadReplySpansTurns(t *testing.T) {
-	w := newWire(t, QPTypeRC, rcOpts{})
-	mr := w.mem.reg(1, pattern(200*1024, 3), AccessRemoteRead)
-	rb := w.mem.reg(1, make([]byte, 16), AccessLocalWrite)
-	w.recv(srq.RecvWR{WRID: 9, SGL: []srq.SGE{rb.sge(0, 16)}})
+	w := newWire(t, verbs.QPTypeRC, rcOpts{})
+	mr := w.mem.reg(1, pattern(200*1024, 3), verbs.AccessRemoteRead)
+	rb := w.mem.reg(1, make([]byte, 16), verbs.AccessLocalWrite)
+	w.recv(verbs.RecvWR{WRID: 9, SGL: []verbs.SGE{rb.sge(0, 16)}})
 	read := w.packet(bth.Fields{Opcode: bth.RCReadRequest, PSN: wireRQPSN, RETH: bth.RETH{VA: mr.Addr, RKey: mr.RKey, DMALen: 200 * 1024}}, nil)
 	send := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: wireRQPSN.Add(200), AckReq: true}, filled(16, 4))
 	var got []bth.Packet
@@ -45,10 +44,10 @@ func TestReadReplySpansTurns(t *testing.T) {
 	if a := got[200]; a.Opcode() != bth.RCAck || !a.AETH().IsACK() || a.PSN() != wireRQPSN.Add(200) || a.AETH().MSN != 2 {
 		t.Fatalf("after the READ: %v PSN %#x AETH %+v, want the SEND's ACK (PSN %#x, MSN 2)", a.Opcode(), a.PSN(), a.AETH(), wireRQPSN.Add(200))
 	}
-	if wcs := w.wcs(w.rcq); len(wcs) != 1 || wcs[0].WRID != 9 || wcs[0].Status != cq.Success {
+	if wcs := w.wcs(w.rcq); len(wcs) != 1 || wcs[0].WRID != 9 || wcs[0].Status != verbs.WCSuccess {
 		t.Fatalf("receive completions %v", wcs)
 	}
-	if y := w.e.stats.TurnsYielded.Load(); y < 3 {
+	if y := w.e.cfg.Stats.TurnsYielded.Load(); y < 3 {
 		t.Fatalf("turns yielded %d, want the READ to yield after each of its first 3 turns", y)
 	}
 }
@@ -57,8 +56,8 @@ func TestReadReplySpansTurns(t *testing.T) {
 // ibv_dereg_mr the reply stops with a remote access NAK at the first PSN not
 // sent, and no further byte is read.
 func TestReadReplyStopsAtDeregistration(t *testing.T) {
-	w := newWire(t, QPTypeRC, rcOpts{})
-	mr := w.mem.reg(1, pattern(200*1024, 3), AccessRemoteRead)
+	w := newWire(t, verbs.QPTypeRC, rcOpts{})
+	mr := w.mem.reg(1, pattern(200*1024, 3), verbs.AccessRemoteRead)
 	out := w.feed(bth.Fields{Opcode: bth.RCReadRequest, PSN: wireRQPSN, RETH: bth.RETH{VA: mr.Addr, RKey: mr.RKey, DMALen: 200 * 1024}}, nil)
 	if len(out) != turnPackets {
 		t.Fatalf("first turn: %d packets", len(out))
@@ -68,7 +67,7 @@ func TestReadReplyStopsAtDeregistration(t *testing.T) {
 	if len(out) != 1 || !out[0].AETH().IsNAK() || out[0].AETH().NAKCode() != bth.NAKRemoteAccess || out[0].PSN() != wireRQPSN.Add(turnPackets) {
 		t.Fatalf("after deregistration: %v", out)
 	}
-	if st := w.q.attr.State; st != QPSErr {
+	if st := w.q.attr.State; st != verbs.QPSErr {
 		t.Fatalf("state %v, want ERR", st)
 	}
 }
@@ -77,10 +76,10 @@ func TestReadReplyStopsAtDeregistration(t *testing.T) {
 // ACK; its timer doubles per timeout without progress; the ACK that answers
 // the probe resets the timer and the rest of the window follows.
 func TestTimeoutProbeAndBackoff(t *testing.T) {
-	w := newWire(t, QPTypeRC, rcOpts{timeout: 10})
+	w := newWire(t, verbs.QPTypeRC, rcOpts{timeout: 10})
 	rto := time.Duration(4096<<10) * time.Nanosecond
-	src := w.mem.reg(1, pattern(8*1024, 5), AccessLocalWrite)
-	w.post(SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 8*1024)}})
+	src := w.mem.reg(1, pattern(8*1024, 5), verbs.AccessLocalWrite)
+	w.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 8*1024)}})
 	if out := w.step(); len(out) != 8 {
 		t.Fatalf("first transmission: %d packets", len(out))
 	}
@@ -100,10 +99,10 @@ func TestTimeoutProbeAndBackoff(t *testing.T) {
 	if len(out) != 7 || out[0].PSN() != wireSQPSN.Add(1) || out[6].Opcode() != bth.RCSendLast {
 		t.Fatalf("after the probe's ACK: %d packets, want the other 7 of the window", len(out))
 	}
-	if w.q.comp.backoff != 0 || w.q.req.probing {
-		t.Fatalf("backoff %d probing %v after progress", w.q.comp.backoff, w.q.req.probing)
+	if w.q.comp.backoff != 0 || w.q.win.probing {
+		t.Fatalf("backoff %d probing %v after progress", w.q.comp.backoff, w.q.win.probing)
 	}
-	if st := w.e.stats.Snapshot(); st.Timeouts != 4 || st.BackedOffTimeouts != 3 || st.Retransmits != 11 {
+	if st := w.e.cfg.Stats.Snapshot(); st.Timeouts != 4 || st.BackedOffTimeouts != 3 || st.Retransmits != 11 {
 		t.Fatalf("timeouts %d backed off %d retransmits %d", st.Timeouts, st.BackedOffTimeouts, st.Retransmits)
 	}
 }

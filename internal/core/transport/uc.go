@@ -3,7 +3,7 @@ package transport
 import (
 	"time"
 
-	"github.com/goroce/goroce/internal/core/cq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // ucFailed is what a failed check does on a UC QP, which never answers (IBA
@@ -11,29 +11,26 @@ import (
 // resynchronizes at the next FIRST or ONLY. A receive WR taken for the
 // dropped SEND stays with the QP for the next message. Only a receive WR
 // that cannot hold the message or names bad memory fails the QP (ucFail).
-func (q *QP) ucFailed(now time.Time, err respErr) {
+func (rs *responder) ucFailed(now time.Time, err respErr) {
 	if f := respFailure[err]; f.ucFatal {
-		q.ucFail(now, f.status)
+		rs.ucFail(now, f.status)
 		return
 	}
-	q.ucAbandon()
-	q.resp.dropping = true
+	rs.ucAbandon()
+	rs.dropping = true
 }
 
 // ucAbandon forgets a partial SEND or WRITE; bytes already placed stay.
-func (q *QP) ucAbandon() {
-	q.resp.opcode = noOpcode
-	q.resp.off = 0
-	q.resp.woff, q.resp.wlen = 0, 0
+func (rs *responder) ucAbandon() {
+	rs.opcode = noOpcode
+	rs.off = 0
+	rs.woff, rs.wlen = 0, 0
 }
 
 // ucFail is an IBA class D responder error on a UC QP (the receive WR
 // cannot hold the message or names bad memory): the WR completes with
 // status and the QP moves to ERR.
-func (q *QP) ucFail(now time.Time, status cq.Status) {
-	if q.resp.haveWR {
-		q.resp.haveWR = false
-		q.pushWC(q.init.RecvCQ, &cq.WorkCompletion{WRID: q.resp.wr.WRID, Status: status, Opcode: cq.OpRecv, QPNum: q.qpn}, false)
-	}
-	q.toError(now)
+func (rs *responder) ucFail(now time.Time, status verbs.WCStatus) {
+	rs.endWR(status)
+	rs.q.toError(now)
 }

@@ -9,24 +9,23 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link/impair"
 )
 
 // ucConnect moves q to RTS talking to peer QPN dqpn at dst, with the UC
 // attribute masks (no RC timers, retries or rd_atomic resources).
-func ucConnect(t testing.TB, q *QP, dst netip.Addr, dqpn uint32, mtu MTU) {
+func ucConnect(t testing.TB, q *QP, dst netip.Addr, dqpn uint32, mtu verbs.MTU) {
 	t.Helper()
 	steps := []struct {
-		a QPAttr
-		m QPAttrMask
+		a verbs.QPAttr
+		m verbs.QPAttrMask
 	}{
-		{QPAttr{State: QPSInit, PortNum: 1, AccessFlags: AccessLocalWrite | AccessRemoteWrite},
-			QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
-		{QPAttr{State: QPSRTR, AV: AddressVector{DGID: dst}, PathMTU: mtu, DestQPN: dqpn, RQPSN: 0x777000 + dqpn},
-			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN},
-		{QPAttr{State: QPSRTS, SQPSN: 0x777000 + q.QPN()}, QPAttrState | QPAttrSQPSN},
+		{verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite},
+			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPSRTR, AV: verbs.AddressVector{DGID: dst}, PathMTU: mtu, DestQPN: dqpn, RQPSN: 0x777000 + dqpn},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN},
+		{verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0x777000 + q.QPN()}, verbs.QPAttrState | verbs.QPAttrSQPSN},
 	}
 	for _, s := range steps {
 		if err := q.Modify(&s.a, s.m); err != nil {
@@ -37,9 +36,9 @@ func ucConnect(t testing.TB, q *QP, dst netip.Addr, dqpn uint32, mtu MTU) {
 
 func ucPair(t testing.TB, a, b *node) (*QP, *QP) {
 	t.Helper()
-	qa, qb := a.createQP(t, QPTypeUC, rcOpts{}), b.createQP(t, QPTypeUC, rcOpts{})
-	ucConnect(t, qa, b.addr, qb.QPN(), MTU1024)
-	ucConnect(t, qb, a.addr, qa.QPN(), MTU1024)
+	qa, qb := a.createQP(t, verbs.QPTypeUC, rcOpts{}), b.createQP(t, verbs.QPTypeUC, rcOpts{})
+	ucConnect(t, qa, b.addr, qb.QPN(), verbs.MTU1024)
+	ucConnect(t, qb, a.addr, qa.QPN(), verbs.MTU1024)
 	return qa, qb
 }
 
@@ -52,7 +51,7 @@ func TestUCOpcodes(t *testing.T) {
 		defer b.close(t)
 		qa, qb := ucPair(t, a, b)
 		id := uint64(1)
-		for _, op := range []WROpcode{WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm} {
+		for _, op := range []verbs.WROpcode{verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm} {
 			for _, size := range []int{1, 1023, 1024, 1025, 3000, 4096} {
 				transfer(t, a, b, qa, qb, op, size, id, time.Second)
 				id++
@@ -76,9 +75,9 @@ func TestUCPostSendRejects(t *testing.T) {
 		defer a.close(t)
 		defer b.close(t)
 		qa, _ := ucPair(t, a, b)
-		buf := a.mem.reg(1, make([]byte, 64), AccessLocalWrite)
-		for _, op := range []WROpcode{WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv} {
-			n, err := qa.PostSend([]SendWR{{WRID: 1, Opcode: op, SGL: []srq.SGE{buf.sge(0, 8)}}})
+		buf := a.mem.reg(1, make([]byte, 64), verbs.AccessLocalWrite)
+		for _, op := range []verbs.WROpcode{verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRSendWithInv} {
+			n, err := qa.PostSend([]verbs.SendWR{{WRID: 1, Opcode: op, SGL: []verbs.SGE{buf.sge(0, 8)}}})
 			if n != 0 || !errors.Is(err, syscall.EINVAL) {
 				t.Fatalf("opcode %d on UC: posted %d, err %v; want EINVAL", op, n, err)
 			}
@@ -95,31 +94,31 @@ func TestUCRNRDrops(t *testing.T) {
 		defer a.close(t)
 		defer b.close(t)
 		qa, qb := ucPair(t, a, b)
-		src := a.mem.reg(1, pattern(2500, 1), AccessLocalWrite)
-		dst := b.mem.reg(1, make([]byte, 2500), AccessLocalWrite)
+		src := a.mem.reg(1, pattern(2500, 1), verbs.AccessLocalWrite)
+		dst := b.mem.reg(1, make([]byte, 2500), verbs.AccessLocalWrite)
 		send := func(id uint64) {
 			t.Helper()
-			if _, err := qa.PostSend([]SendWR{{WRID: id, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 2500)}}}); err != nil {
+			if _, err := qa.PostSend([]verbs.SendWR{{WRID: id, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 2500)}}}); err != nil {
 				t.Fatal(err)
 			}
-			if w := waitWC(t, a.scq, 1, time.Second)[0]; w.WRID != id || w.Status != cq.Success {
+			if w := waitWC(t, a.scq, 1, time.Second)[0]; w.WRID != id || w.Status != verbs.WCSuccess {
 				t.Fatalf("send completion %s", wcString(w))
 			}
 		}
 		send(1)
 		noMoreWC(t, b.rcq, 10*time.Millisecond)
-		if _, err := qb.PostRecv([]srq.RecvWR{{WRID: 7, SGL: []srq.SGE{dst.sge(0, 2500)}}}); err != nil {
+		if _, err := qb.PostRecv([]verbs.RecvWR{{WRID: 7, SGL: []verbs.SGE{dst.sge(0, 2500)}}}); err != nil {
 			t.Fatal(err)
 		}
 		send(2)
-		if w := waitWC(t, b.rcq, 1, time.Second)[0]; w.WRID != 7 || w.Status != cq.Success || w.ByteLen != 2500 {
+		if w := waitWC(t, b.rcq, 1, time.Second)[0]; w.WRID != 7 || w.Status != verbs.WCSuccess || w.ByteLen != 2500 {
 			t.Fatalf("recv completion %s", wcString(w))
 		}
 		qb.Query()
 		if !bytes.Equal(dst.Buf, src.Buf) {
 			t.Fatal("data differs")
 		}
-		if a, _ := qb.Query(); a.State != QPSRTS {
+		if a, _ := qb.Query(); a.State != verbs.QPSRTS {
 			t.Fatalf("receiver in %v after an RNR drop", a.State)
 		}
 	})
@@ -135,34 +134,34 @@ func TestUCLoss(t *testing.T) {
 		defer a.close(t)
 		defer b.close(t)
 		qa, qb := ucPair(t, a, b)
-		src := a.mem.reg(1, make([]byte, msgs*size), AccessLocalWrite)
-		dst := b.mem.reg(1, make([]byte, msgs*size), AccessLocalWrite)
+		src := a.mem.reg(1, make([]byte, msgs*size), verbs.AccessLocalWrite)
+		dst := b.mem.reg(1, make([]byte, msgs*size), verbs.AccessLocalWrite)
 		for i := 0; i < msgs; i++ {
 			copy(src.Buf[i*size:], pattern(size, byte(i)))
-			if _, err := qb.PostRecv([]srq.RecvWR{{WRID: uint64(i), SGL: []srq.SGE{dst.sge(i*size, size)}}}); err != nil {
+			if _, err := qb.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{dst.sge(i*size, size)}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for i := 0; i < msgs; i++ {
-			wr := SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(i*size, size)}}
-			if _, err := qa.PostSend([]SendWR{wr}); err != nil {
+			wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(i*size, size)}}
+			if _, err := qa.PostSend([]verbs.SendWR{wr}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for _, w := range waitWC(t, a.scq, msgs, time.Second) {
-			if w.Status != cq.Success {
+			if w.Status != verbs.WCSuccess {
 				t.Fatalf("send completion %s", wcString(w))
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 		synctest.Wait()
-		buf := make([]cq.WorkCompletion, msgs+1)
+		buf := make([]verbs.WC, msgs+1)
 		n, _ := b.rcq.Poll(buf)
 		qb.Query()
 		seen := map[int]bool{}
 		firstMissing, lastSeen := -1, -1
 		for _, w := range buf[:n] {
-			if w.Status != cq.Success || w.ByteLen != size {
+			if w.Status != verbs.WCSuccess || w.ByteLen != size {
 				t.Fatalf("recv completion %s", wcString(w))
 			}
 			got := dst.Buf[int(w.WRID)*size : int(w.WRID+1)*size]
@@ -192,7 +191,7 @@ func TestUCLoss(t *testing.T) {
 		if b.e.Stats().Retransmits.Load()+a.e.Stats().Retransmits.Load() != 0 {
 			t.Fatal("UC retransmitted")
 		}
-		if st, _ := qb.Query(); st.State != QPSRTS {
+		if st, _ := qb.Query(); st.State != verbs.QPSRTS {
 			t.Fatalf("receiver in %v", st.State)
 		}
 	})

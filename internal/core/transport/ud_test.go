@@ -9,22 +9,22 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/cq"
 	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/impair"
 )
 
 func udQP(t testing.TB, n *node, qkey uint32) *QP {
 	t.Helper()
-	q := n.createQP(t, QPTypeUD, rcOpts{})
+	q := n.createQP(t, verbs.QPTypeUD, rcOpts{})
 	steps := []struct {
-		a QPAttr
-		m QPAttrMask
+		a verbs.QPAttr
+		m verbs.QPAttrMask
 	}{
-		{QPAttr{State: QPSInit, PortNum: 1, QKey: qkey}, QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrQKey},
-		{QPAttr{State: QPSRTR}, QPAttrState},
-		{QPAttr{State: QPSRTS, SQPSN: 1}, QPAttrState | QPAttrSQPSN},
+		{verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
+		{verbs.QPAttr{State: verbs.QPSRTR}, verbs.QPAttrState},
+		{verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 1}, verbs.QPAttrState | verbs.QPAttrSQPSN},
 	}
 	for _, s := range steps {
 		if err := q.Modify(&s.a, s.m); err != nil {
@@ -47,23 +47,23 @@ func TestUDSendAndImm(t *testing.T) {
 // to b and checks the GRH area, payloads, completions and Q_Key drops.
 func udExchange(t *testing.T, a, b *node) {
 	qa, qb := udQP(t, a, 0x1111), udQP(t, b, 0x2222)
-	src := a.mem.reg(1, pattern(1024, 3), AccessLocalWrite)
-	dst := b.mem.reg(1, make([]byte, 4*1100), AccessLocalWrite)
+	src := a.mem.reg(1, pattern(1024, 3), verbs.AccessLocalWrite)
+	dst := b.mem.reg(1, make([]byte, 4*1100), verbs.AccessLocalWrite)
 	for i := 0; i < 4; i++ {
-		qb.PostRecv([]srq.RecvWR{{WRID: uint64(10 + i), SGL: []srq.SGE{dst.sge(i*1100, 1100)}}})
+		qb.PostRecv([]verbs.RecvWR{{WRID: uint64(10 + i), SGL: []verbs.SGE{dst.sge(i*1100, 1100)}}})
 	}
-	ah := &AddressVector{DGID: b.addr}
-	wrs := []SendWR{
-		{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 1024)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222},
-		{WRID: 2, Opcode: WRSendWithImm, Flags: SendSignaled, Imm: 0x5a5a, SGL: []srq.SGE{src.sge(0, 100)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222},
-		{WRID: 3, Opcode: WRSend, Flags: SendSignaled, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x3333},                                    // wrong Q_Key: dropped
-		{WRID: 4, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 1)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x80000000}, // takes QP's Q_Key 0x1111: dropped
+	ah := &verbs.AddressVector{DGID: b.addr}
+	wrs := []verbs.SendWR{
+		{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 1024)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222},
+		{WRID: 2, Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled, Imm: 0x5a5a, SGL: []verbs.SGE{src.sge(0, 100)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222},
+		{WRID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x3333},                                      // wrong Q_Key: dropped
+		{WRID: 4, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 1)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x80000000}, // takes QP's Q_Key 0x1111: dropped
 	}
 	if _, err := qa.PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
 	for i, w := range waitWC(t, a.scq, 4, time.Second) {
-		if w.WRID != uint64(i+1) || w.Status != cq.Success {
+		if w.WRID != uint64(i+1) || w.Status != verbs.WCSuccess {
 			t.Fatalf("send completion %s", wcString(w))
 		}
 	}
@@ -71,7 +71,7 @@ func udExchange(t *testing.T, a, b *node) {
 	noMoreWC(t, b.rcq, 10*time.Millisecond)
 	for i, want := range []int{1024, 100} {
 		w := rwc[i]
-		if w.Status != cq.Success || w.ByteLen != uint32(grhLen+want) || w.SrcQP != qa.QPN() || w.Flags&cq.FlagGRH == 0 {
+		if w.Status != verbs.WCSuccess || w.ByteLen != uint32(grhLen+want) || w.SrcQP != qa.QPN() || w.Flags&verbs.WCGRH == 0 {
 			t.Fatalf("recv %d: %s src %#x flags %v", i, wcString(w), w.SrcQP, w.Flags)
 		}
 		buf := dst.Buf[i*1100:]
@@ -86,7 +86,7 @@ func udExchange(t *testing.T, a, b *node) {
 			t.Fatalf("recv %d: IPv4 total length %d", i, got)
 		}
 	}
-	if rwc[1].Flags&cq.FlagWithImm == 0 || rwc[1].ImmData != 0x5a5a {
+	if rwc[1].Flags&verbs.WCWithImm == 0 || rwc[1].ImmData != 0x5a5a {
 		t.Fatalf("imm %#x flags %v", rwc[1].ImmData, rwc[1].Flags)
 	}
 	if s := b.e.Stats().Snapshot(); s.BadQKey != 2 || s.Malformed != 0 {
@@ -126,47 +126,47 @@ func sharedSRQRun(t *testing.T, loss *impair.LossConfig, opts ...func(*Config)) 
 	a, b := pair(t, loss, opts...)
 	defer a.close(t)
 	defer b.close(t)
-	s, err := srq.New(&srq.Attr{MaxWR: 64, MaxSGE: 1}, srq.Caps{MaxWR: 1024, MaxSGE: 4})
+	s, err := srq.New(&verbs.SRQAttr{MaxWR: 64, MaxSGE: 1}, srq.Caps{MaxWR: 1024, MaxSGE: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var limitEvents atomic.Int32 // the SRQ's owner raises SRQ_LIMIT_REACHED; the shards only Pop
 	s.SetLimitHandler(func() { limitEvents.Add(1) })
 	const nqp, per, size = 4, 8, 2000
-	dst := b.mem.reg(1, make([]byte, nqp*per*size), AccessLocalWrite)
+	dst := b.mem.reg(1, make([]byte, nqp*per*size), verbs.AccessLocalWrite)
 	for i := 0; i < nqp*per; i++ {
-		if _, err := s.PostRecv([]srq.RecvWR{{WRID: uint64(i), SGL: []srq.SGE{dst.sge(i*size, size)}}}); err != nil {
+		if _, err := s.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{dst.sge(i*size, size)}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Modify(&srq.Attr{Limit: 4}, srq.AttrLimit); err != nil {
+	if err := s.Modify(&verbs.SRQAttr{Limit: 4}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	var qas []*QP
 	for i := 0; i < nqp; i++ {
-		qa := a.createQP(t, QPTypeRC, rcOpts{})
-		qb := b.createQP(t, QPTypeRC, rcOpts{srq: s})
+		qa := a.createQP(t, verbs.QPTypeRC, rcOpts{})
+		qb := b.createQP(t, verbs.QPTypeRC, rcOpts{srq: s})
 		connect(t, qa, b.addr, qb.QPN(), rcOpts{})
 		connect(t, qb, a.addr, qa.QPN(), rcOpts{})
-		if _, err := qb.PostRecv([]srq.RecvWR{{}}); err == nil {
+		if _, err := qb.PostRecv([]verbs.RecvWR{{}}); err == nil {
 			t.Fatal("PostRecv on a QP with an SRQ succeeded")
 		}
 		qas = append(qas, qa)
 	}
-	src := a.mem.reg(1, make([]byte, nqp*per*size), AccessLocalWrite)
+	src := a.mem.reg(1, make([]byte, nqp*per*size), verbs.AccessLocalWrite)
 	for i := range src.Buf {
 		src.Buf[i] = byte(i / size)
 	}
 	for k := 0; k < per; k++ {
 		for i, qa := range qas {
 			m := (i*per + k)
-			qa.PostSend([]SendWR{{WRID: uint64(m), Opcode: WRSend, SGL: []srq.SGE{src.sge(m*size, size)}}})
+			qa.PostSend([]verbs.SendWR{{WRID: uint64(m), Opcode: verbs.WRSend, SGL: []verbs.SGE{src.sge(m*size, size)}}})
 		}
 	}
 	rwc := waitWC(t, b.rcq, nqp*per, 10*time.Minute) // virtual time: retransmissions under loss
 	seen := map[byte]bool{}
 	for _, w := range rwc {
-		if w.Status != cq.Success || w.ByteLen != size {
+		if w.Status != verbs.WCSuccess || w.ByteLen != size {
 			t.Fatalf("recv %s", wcString(w))
 		}
 		got := dst.Buf[int(w.WRID)*size : int(w.WRID+1)*size]
@@ -188,10 +188,10 @@ func sharedSRQRun(t *testing.T, loss *impair.LossConfig, opts ...func(*Config)) 
 	}
 	// Moving an SRQ QP to ERR raises LAST_WQE_REACHED.
 	for _, q := range b.e.qps.all() {
-		q.Modify(&QPAttr{State: QPSErr}, QPAttrState)
+		q.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState)
 		break
 	}
-	if !b.hasEvent(EventQPLastWQEReached) {
+	if !b.hasEvent(verbs.EventQPLastWQEReached) {
 		t.Fatal("no LAST_WQE_REACHED")
 	}
 }
@@ -212,31 +212,31 @@ func TestUDUnderLoss(t *testing.T) {
 				defer b.close(t)
 				qa, qb := udQP(t, a, 0x1111), udQP(t, b, 0x2222)
 				const n, size, slot = 120, 1000, 1100 // 2n receives fit the RQ (256)
-				src := a.mem.reg(1, make([]byte, n*size), AccessLocalWrite)
+				src := a.mem.reg(1, make([]byte, n*size), verbs.AccessLocalWrite)
 				for m := 0; m < n; m++ {
 					binary.BigEndian.PutUint32(src.Buf[m*size:], uint32(m))
 					copy(src.Buf[m*size+4:(m+1)*size], pattern(size-4, byte(m)))
 				}
-				dst := b.mem.reg(1, make([]byte, 2*n*slot), AccessLocalWrite)
+				dst := b.mem.reg(1, make([]byte, 2*n*slot), verbs.AccessLocalWrite)
 				for i := 0; i < 2*n; i++ {
-					if _, err := qb.PostRecv([]srq.RecvWR{{WRID: uint64(i), SGL: []srq.SGE{dst.sge(i*slot, slot)}}}); err != nil {
+					if _, err := qb.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{dst.sge(i*slot, slot)}}}); err != nil {
 						t.Fatal(err)
 					}
 				}
-				ah := &AddressVector{DGID: b.addr}
+				ah := &verbs.AddressVector{DGID: b.addr}
 				for m := 0; m < n; m++ {
-					wr := SendWR{WRID: uint64(m), Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(m*size, size)},
+					wr := verbs.SendWR{WRID: uint64(m), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(m*size, size)},
 						AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222}
-					if _, err := qa.PostSend([]SendWR{wr}); err != nil {
+					if _, err := qa.PostSend([]verbs.SendWR{wr}); err != nil {
 						t.Fatal(err)
 					}
-					if w := waitWC(t, a.scq, 1, time.Second)[0]; w.Status != cq.Success || w.WRID != uint64(m) {
+					if w := waitWC(t, a.scq, 1, time.Second)[0]; w.Status != verbs.WCSuccess || w.WRID != uint64(m) {
 						t.Fatalf("send completion %s", wcString(w))
 					}
 				}
 				time.Sleep(time.Second) // virtual: let delayed and reordered datagrams land
-				var got []cq.WorkCompletion
-				buf := make([]cq.WorkCompletion, 64)
+				var got []verbs.WC
+				buf := make([]verbs.WC, 64)
 				for {
 					k, _ := b.rcq.Poll(buf)
 					if k == 0 {
@@ -247,7 +247,7 @@ func TestUDUnderLoss(t *testing.T) {
 				qb.Query() // orders b's shard's writes before our reads
 				seen := map[uint32]int{}
 				for _, w := range got {
-					if w.Status != cq.Success || w.ByteLen != grhLen+size {
+					if w.Status != verbs.WCSuccess || w.ByteLen != grhLen+size {
 						t.Fatalf("recv %s", wcString(w))
 					}
 					msg := dst.Buf[int(w.WRID)*slot+grhLen : int(w.WRID)*slot+grhLen+size]
@@ -279,16 +279,16 @@ func TestEngineLeavesTheSRQLimitHandlerAlone(t *testing.T) {
 	defer a.close(t)
 	defer b.close(t)
 	for range 3 {
-		s, err := srq.New(&srq.Attr{MaxWR: 4, MaxSGE: 1}, srq.Caps{MaxWR: 16, MaxSGE: 1})
+		s, err := srq.New(&verbs.SRQAttr{MaxWR: 4, MaxSGE: 1}, srq.Caps{MaxWR: 16, MaxSGE: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		calls := 0
 		s.SetLimitHandler(func() { calls++ })
-		q1 := b.createQP(t, QPTypeRC, rcOpts{srq: s})
-		q2 := b.createQP(t, QPTypeRC, rcOpts{srq: s})
+		q1 := b.createQP(t, verbs.QPTypeRC, rcOpts{srq: s})
+		q2 := b.createQP(t, verbs.QPTypeRC, rcOpts{srq: s})
 		// Arming above the WRs outstanding (none) fires at once, on this goroutine.
-		if err := s.Modify(&srq.Attr{Limit: 1}, srq.AttrLimit); err != nil || calls != 1 {
+		if err := s.Modify(&verbs.SRQAttr{Limit: 1}, verbs.SRQLimit); err != nil || calls != 1 {
 			t.Fatalf("arm with QPs attached: err %v, handler ran %d times, want once", err, calls)
 		}
 		for _, q := range []*QP{q1, q2} {
@@ -296,7 +296,7 @@ func TestEngineLeavesTheSRQLimitHandlerAlone(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := s.Modify(&srq.Attr{Limit: 1}, srq.AttrLimit); err != nil || calls != 2 {
+		if err := s.Modify(&verbs.SRQAttr{Limit: 1}, verbs.SRQLimit); err != nil || calls != 2 {
 			t.Fatalf("arm after the QPs are gone: err %v, handler ran %d times in all, want 2", err, calls)
 		}
 		if err := s.Close(); err != nil {

@@ -7,8 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
 
@@ -18,41 +17,41 @@ import (
 // (2^31 bytes); none of them completes SUCCESS without being sent.
 func TestUDPortMTU(t *testing.T) {
 	for _, tc := range []struct {
-		mtu  MTU
+		mtu  verbs.MTU
 		size int
-	}{{0, 1024}, {MTU1024, 1024}, {MTU2048, 2048}, {MTU4096, 4096}} {
+	}{{0, 1024}, {verbs.MTU1024, 1024}, {verbs.MTU2048, 2048}, {verbs.MTU4096, 4096}} {
 		t.Run(fmt.Sprint(tc.size), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) { udMTU(t, tc.mtu, tc.size) })
 		})
 	}
 }
 
-func udMTU(t *testing.T, mtu MTU, size int) {
+func udMTU(t *testing.T, mtu verbs.MTU, size int) {
 	la, lb := link.Pipe(addrA, addrB)
 	set := func(c *Config) { c.PortMTU = mtu }
 	a, b := newNode(t, la, 2, set), newNode(t, lb, 2, set)
 	defer a.close(t)
 	defer b.close(t)
-	src := a.mem.reg(1, pattern(size+1, 5), AccessLocalWrite)
-	dst := b.mem.reg(1, make([]byte, grhLen+size+1), AccessLocalWrite)
-	send := func(wr SendWR) (cq.WorkCompletion, *QP, *QP) {
+	src := a.mem.reg(1, pattern(size+1, 5), verbs.AccessLocalWrite)
+	dst := b.mem.reg(1, make([]byte, grhLen+size+1), verbs.AccessLocalWrite)
+	send := func(wr verbs.SendWR) (verbs.WC, *QP, *QP) {
 		t.Helper()
 		qa, qb := udQP(t, a, 9), udQP(t, b, 9)
-		if _, err := qb.PostRecv([]srq.RecvWR{{WRID: 100, SGL: []srq.SGE{dst.sge(0, grhLen+size+1)}}}); err != nil {
+		if _, err := qb.PostRecv([]verbs.RecvWR{{WRID: 100, SGL: []verbs.SGE{dst.sge(0, grhLen+size+1)}}}); err != nil {
 			t.Fatal(err)
 		}
-		wr.Flags, wr.AH, wr.RemoteQPN, wr.RemoteQKey = SendSignaled, &AddressVector{DGID: b.addr}, qb.QPN(), 9
-		if _, err := qa.PostSend([]SendWR{wr}); err != nil {
+		wr.Flags, wr.AH, wr.RemoteQPN, wr.RemoteQKey = verbs.SendSignaled, &verbs.AddressVector{DGID: b.addr}, qb.QPN(), 9
+		if _, err := qa.PostSend([]verbs.SendWR{wr}); err != nil {
 			t.Fatal(err)
 		}
 		return waitWC(t, a.scq, 1, time.Second)[0], qa, qb
 	}
 	// Exactly the port MTU: delivered.
-	w, _, qb := send(SendWR{WRID: 1, Opcode: WRSend, SGL: []srq.SGE{src.sge(0, size)}})
-	if w.Status != cq.Success || w.ByteLen != uint32(size) {
+	w, _, qb := send(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{src.sge(0, size)}})
+	if w.Status != verbs.WCSuccess || w.ByteLen != uint32(size) {
 		t.Fatalf("send of %d bytes at port MTU %d: %s", size, size, wcString(w))
 	}
-	if r := waitWC(t, b.rcq, 1, time.Second)[0]; r.Status != cq.Success || r.ByteLen != uint32(grhLen+size) {
+	if r := waitWC(t, b.rcq, 1, time.Second)[0]; r.Status != verbs.WCSuccess || r.ByteLen != uint32(grhLen+size) {
 		t.Fatalf("recv: %s", wcString(r))
 	}
 	qb.Query()
@@ -60,9 +59,9 @@ func udMTU(t *testing.T, mtu MTU, size int) {
 		t.Fatal("payload differs")
 	}
 	// One byte more, and an SGE of length 0 (2^31 bytes): LOC_LEN_ERR.
-	for _, sge := range []srq.SGE{src.sge(0, size+1), {Addr: src.Addr, LKey: src.LKey}} {
-		w, qa, _ := send(SendWR{WRID: 2, Opcode: WRSendWithImm, SGL: []srq.SGE{sge}})
-		if w.WRID != 2 || w.Status != cq.LocLenErr {
+	for _, sge := range []verbs.SGE{src.sge(0, size+1), {Addr: src.Addr, LKey: src.LKey}} {
+		w, qa, _ := send(verbs.SendWR{WRID: 2, Opcode: verbs.WRSendWithImm, SGL: []verbs.SGE{sge}})
+		if w.WRID != 2 || w.Status != verbs.WCLocLenErr {
 			t.Fatalf("send of %d bytes at port MTU %d: %s, want LOC_LEN_ERR", sge.Size(), size, wcString(w))
 		}
 		noMoreWC(t, b.rcq, 10*time.Millisecond)
@@ -75,9 +74,9 @@ func udMTU(t *testing.T, mtu MTU, size int) {
 	}
 }
 
-func mtuOr(m MTU) MTU {
+func mtuOr(m verbs.MTU) verbs.MTU {
 	if m == 0 {
-		return MTU1024
+		return verbs.MTU1024
 	}
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
 
@@ -23,11 +24,11 @@ func TestLoopbackUDP(t *testing.T) {
 	defer a.close(t)
 	b := mk("127.0.0.2")
 	defer b.close(t)
-	qa, qb := rcPair(t, a, b, rcOpts{mtu: MTU4096})
+	qa, qb := rcPair(t, a, b, rcOpts{mtu: verbs.MTU4096})
 	id := uint64(1)
 	for _, op := range allOps {
-		sizes := sizesFor(MTU4096, true)
-		if op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd {
+		sizes := sizesFor(verbs.MTU4096, true)
+		if op == verbs.WRAtomicCmpAndSwp || op == verbs.WRAtomicFetchAndAdd {
 			sizes = []int{8}
 		}
 		for _, size := range sizes {

@@ -7,7 +7,8 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
+
 	"github.com/goroce/goroce/link"
 )
 
@@ -68,7 +69,7 @@ const (
 
 // newWire makes a QP of typ in RTS (RTR when o.skipRTS) with peer QPN
 // wirePeerQPN at addrB; a UD QP has Q_Key wireQKey and no peer.
-func newWire(t testing.TB, typ QPType, o rcOpts) *wire {
+func newWire(t testing.TB, typ verbs.QPType, o rcOpts) *wire {
 	t.Helper()
 	w := &wire{t: t, mem: newFakeMem(), clock: &stepClock{now: time.Unix(1000, 0)}, peer: addrB}
 	var err error
@@ -85,38 +86,38 @@ func newWire(t testing.TB, typ QPType, o rcOpts) *wire {
 	}
 	o.defaults()
 	w.q, err = w.e.CreateQP(&QPInitAttr{Type: typ, SendCQ: w.scq, RecvCQ: w.rcq, SRQ: o.srq, PD: 1,
-		Cap: QPCap{MaxSendWR: o.sendWR, MaxRecvWR: o.recvWR, MaxSendSGE: 4, MaxRecvSGE: 4}})
+		Cap: verbs.QPCap{MaxSendWR: o.sendWR, MaxRecvWR: o.recvWR, MaxSendSGE: 4, MaxRecvSGE: 4}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if typ == QPTypeUD {
-		w.modify(QPAttr{State: QPSInit, PortNum: 1, QKey: wireQKey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey)
-		w.modify(QPAttr{State: QPSRTR}, QPAttrState)
-		w.modify(QPAttr{State: QPSRTS, SQPSN: uint32(wireSQPSN)}, QPAttrState|QPAttrSQPSN)
+	if typ == verbs.QPTypeUD {
+		w.modify(verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, QKey: wireQKey}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey)
+		w.modify(verbs.QPAttr{State: verbs.QPSRTR}, verbs.QPAttrState)
+		w.modify(verbs.QPAttr{State: verbs.QPSRTS, SQPSN: uint32(wireSQPSN)}, verbs.QPAttrState|verbs.QPAttrSQPSN)
 		return w
 	}
-	w.modify(QPAttr{State: QPSInit, PortNum: 1, AccessFlags: o.access}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags)
-	rtr := QPAttr{State: QPSRTR, AV: AddressVector{DGID: w.peer.Addr()}, PathMTU: o.mtu, DestQPN: wirePeerQPN,
+	w.modify(verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: o.access}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+	rtr := verbs.QPAttr{State: verbs.QPSRTR, AV: verbs.AddressVector{DGID: w.peer.Addr()}, PathMTU: o.mtu, DestQPN: wirePeerQPN,
 		RQPSN: uint32(wireRQPSN), MaxDestRDAtomic: 16, MinRNRTimer: o.minRNR}
-	rtrMask := QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRDAtomic | QPAttrMinRNRTimer
-	if typ == QPTypeUC {
-		rtrMask &^= QPAttrMaxDestRDAtomic | QPAttrMinRNRTimer
+	rtrMask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRDAtomic | verbs.QPAttrMinRNRTimer
+	if typ == verbs.QPTypeUC {
+		rtrMask &^= verbs.QPAttrMaxDestRDAtomic | verbs.QPAttrMinRNRTimer
 	}
 	w.modify(rtr, rtrMask)
 	if o.skipRTS {
 		return w
 	}
-	rts, rtsMask := QPAttr{State: QPSRTS, SQPSN: uint32(wireSQPSN)}, QPAttrState|QPAttrSQPSN
-	if typ == QPTypeRC {
+	rts, rtsMask := verbs.QPAttr{State: verbs.QPSRTS, SQPSN: uint32(wireSQPSN)}, verbs.QPAttrState|verbs.QPAttrSQPSN
+	if typ == verbs.QPTypeRC {
 		rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRDAtomic = o.timeout, o.retry, o.rnrRetry, o.maxRD
-		rtsMask |= QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRDAtomic
+		rtsMask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRDAtomic
 	}
 	w.modify(rts, rtsMask)
 	return w
 }
 
 // modify is ibv_modify_qp run the way the shard runs commands: between steps.
-func (w *wire) modify(a QPAttr, mask QPAttrMask) {
+func (w *wire) modify(a verbs.QPAttr, mask verbs.QPAttrMask) {
 	w.t.Helper()
 	if err := w.q.modify(w.clock.now, &a, mask); err != nil {
 		w.t.Fatal(err)
@@ -183,7 +184,7 @@ func (w *wire) advance(d time.Duration) []bth.Packet {
 }
 
 // post posts send WRs on the QP.
-func (w *wire) post(wrs ...SendWR) {
+func (w *wire) post(wrs ...verbs.SendWR) {
 	w.t.Helper()
 	if _, err := w.q.PostSend(wrs); err != nil {
 		w.t.Fatal(err)
@@ -191,7 +192,7 @@ func (w *wire) post(wrs ...SendWR) {
 }
 
 // recv posts receive WRs on the QP's receive queue.
-func (w *wire) recv(wrs ...srq.RecvWR) {
+func (w *wire) recv(wrs ...verbs.RecvWR) {
 	w.t.Helper()
 	if _, err := w.q.PostRecv(wrs); err != nil {
 		w.t.Fatal(err)
@@ -199,9 +200,9 @@ func (w *wire) recv(wrs ...srq.RecvWR) {
 }
 
 // wcs polls every completion from c.
-func (w *wire) wcs(c *cq.Queue) []cq.WorkCompletion {
-	var out []cq.WorkCompletion
-	buf := make([]cq.WorkCompletion, 16)
+func (w *wire) wcs(c *cq.Queue) []verbs.WC {
+	var out []verbs.WC
+	buf := make([]verbs.WC, 16)
 	for {
 		n, _ := c.Poll(buf)
 		if n == 0 {

@@ -5,8 +5,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 )
 
 // wqeState is the life of a send WQE (rxe enum wqe_state).
@@ -23,20 +22,20 @@ const (
 // part in PostSend (under sendQueue.mu, while the slot is free); from then
 // until the slot is retired only the owner shard touches it.
 type sendWQE struct {
-	wr     SendWR
-	sgl    []srq.SGE // storage behind wr.SGL
-	inline []byte    // storage for SendInline data
-	av     AddressVector
+	wr     verbs.SendWR
+	sgl    []verbs.SGE // storage behind wr.SGL
+	inline []byte      // storage for SendInline data
+	av     verbs.AddressVector
 	length uint32 // message length in bytes
 
 	// Owner shard only.
 	state    wqeState
 	firstPSN bth.PSN
 	lastPSN  bth.PSN
-	sentAt   time.Time // first transmission, for the request-to-ACK latency
-	orig     uint64    // atomic: original remote value
-	status   cq.Status // a local operation's outcome, once executed
-	value    [8]byte   // ATOMIC_WRITE: the bytes to write (Swap, in host order)
+	sentAt   time.Time      // first transmission, for the request-to-ACK latency
+	orig     uint64         // atomic: original remote value
+	status   verbs.WCStatus // a local operation's outcome, once executed
+	value    [8]byte        // ATOMIC_WRITE: the bytes to write (Swap, in host order)
 }
 
 // isReadOrAtomic reports whether w is answered by a response carrying data or
@@ -45,21 +44,21 @@ type sendWQE struct {
 // on its response.
 func (w *sendWQE) isReadOrAtomic() bool {
 	switch w.wr.Opcode {
-	case WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush, WRAtomicWrite:
+	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
 		return true
 	}
 	return false
 }
 
 func (w *sendWQE) isAtomic() bool {
-	return w.wr.Opcode == WRAtomicCmpAndSwp || w.wr.Opcode == WRAtomicFetchAndAdd
+	return w.wr.Opcode == verbs.WRAtomicCmpAndSwp || w.wr.Opcode == verbs.WRAtomicFetchAndAdd
 }
 
 // numPackets is how many PSNs the WQE consumes at path MTU pmtu: one per
 // request packet, or for a READ one per response packet (at least one).
-func numPackets(op WROpcode, length, pmtu uint32) uint32 {
+func numPackets(op verbs.WROpcode, length, pmtu uint32) uint32 {
 	switch op {
-	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush, WRAtomicWrite:
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
 		return 1
 	}
 	if length == 0 {
@@ -69,26 +68,26 @@ func numPackets(op WROpcode, length, pmtu uint32) uint32 {
 }
 
 // wcOpcode maps a send WR opcode to its completion opcode.
-func wcOpcode(op WROpcode) cq.Opcode {
+func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
 	switch op {
-	case WRRDMAWrite, WRRDMAWriteWithImm:
-		return cq.OpRDMAWrite
-	case WRRDMARead:
-		return cq.OpRDMARead
-	case WRAtomicCmpAndSwp:
-		return cq.OpCompSwap
-	case WRAtomicFetchAndAdd:
-		return cq.OpFetchAdd
-	case WRLocalInv:
-		return cq.OpLocalInv
-	case WRBindMW:
-		return cq.OpBindMW
-	case WRFlush:
-		return cq.OpFlush
-	case WRAtomicWrite:
-		return cq.OpAtomicWrite
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		return verbs.WCRDMAWrite
+	case verbs.WRRDMARead:
+		return verbs.WCRDMARead
+	case verbs.WRAtomicCmpAndSwp:
+		return verbs.WCCompSwap
+	case verbs.WRAtomicFetchAndAdd:
+		return verbs.WCFetchAdd
+	case verbs.WRLocalInv:
+		return verbs.WCLocalInv
+	case verbs.WRBindMW:
+		return verbs.WCBindMW
+	case verbs.WRFlush:
+		return verbs.WCFlush
+	case verbs.WRAtomicWrite:
+		return verbs.WCAtomicWrite
 	}
-	return cq.OpSend
+	return verbs.WCSend
 }
 
 // sendQueue is a fixed ring of send WQEs. The user produces (PostSend), the
@@ -119,7 +118,7 @@ func (s *sendQueue) grow() {
 		return
 	}
 	slots := make([]sendWQE, s.n)
-	sges := make([]srq.SGE, s.n*s.maxSGE)
+	sges := make([]verbs.SGE, s.n*s.maxSGE)
 	var inline []byte
 	if s.maxInline > 0 {
 		inline = make([]byte, s.n*s.maxInline)

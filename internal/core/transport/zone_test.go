@@ -7,8 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/goroce/goroce/internal/core/cq"
-	"github.com/goroce/goroce/internal/core/srq"
+	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
 )
 
@@ -31,15 +30,15 @@ func TestLinkLocalZone(t *testing.T) {
 			t.Fatalf("%d packets counted malformed", m)
 		}
 		ua, ub := udQP(t, a, 7), udQP(t, b, 7)
-		src := a.mem.reg(1, pattern(512, 9), AccessLocalWrite)
-		dst := b.mem.reg(1, make([]byte, grhLen+512), AccessLocalWrite)
-		ub.PostRecv([]srq.RecvWR{{WRID: 5, SGL: []srq.SGE{dst.sge(0, grhLen+512)}}})
-		wr := SendWR{WRID: 6, Opcode: WRSend, Flags: SendSignaled, SGL: []srq.SGE{src.sge(0, 512)},
-			AH: &AddressVector{DGID: b.addr}, RemoteQPN: ub.QPN(), RemoteQKey: 7}
-		if _, err := ua.PostSend([]SendWR{wr}); err != nil {
+		src := a.mem.reg(1, pattern(512, 9), verbs.AccessLocalWrite)
+		dst := b.mem.reg(1, make([]byte, grhLen+512), verbs.AccessLocalWrite)
+		ub.PostRecv([]verbs.RecvWR{{WRID: 5, SGL: []verbs.SGE{dst.sge(0, grhLen+512)}}})
+		wr := verbs.SendWR{WRID: 6, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{src.sge(0, 512)},
+			AH: &verbs.AddressVector{DGID: b.addr}, RemoteQPN: ub.QPN(), RemoteQKey: 7}
+		if _, err := ua.PostSend([]verbs.SendWR{wr}); err != nil {
 			t.Fatal(err)
 		}
-		if w := waitWC(t, b.rcq, 1, time.Second)[0]; w.Status != cq.Success || w.ByteLen != grhLen+512 {
+		if w := waitWC(t, b.rcq, 1, time.Second)[0]; w.Status != verbs.WCSuccess || w.ByteLen != grhLen+512 {
 			t.Fatalf("UD recv %s", wcString(w))
 		}
 		ub.Query()

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/dcqcn"
-	"github.com/goroce/goroce/internal/core/transport"
 	"github.com/goroce/goroce/internal/testsupport/bottleneck"
 	"github.com/goroce/goroce/roce"
 )
@@ -73,9 +72,9 @@ type Sample struct {
 type Result struct {
 	Config   Config
 	Samples  []Sample
-	Egress   bottleneck.Stats          // the bottleneck queue's counters
-	Sent     []transport.StatsSnapshot // per sender device, at the end
-	Receiver transport.StatsSnapshot
+	Egress   bottleneck.Stats // the bottleneck queue's counters
+	Sent     []roce.Stats     // per sender device, at the end
+	Receiver roce.Stats
 	Errors   []error // per flow: the first failed completion, if any
 }
 

@@ -99,8 +99,10 @@ type GID struct {
 	Bound bool `json:"bound"`
 }
 
-// QP is one QP of a device, with what rdma res show qp shows of it.
+// QP is one QP of a device, with what rdma res show qp shows of it. It is
+// the one JSON form of a QP: a Device's QPs, and roced's /debug/qps.
 type QP struct {
+	Device      string `json:"device"` // the address of the device that holds it
 	QPN         uint32 `json:"lqpn"`
 	DestQPN     uint32 `json:"rqpn"`
 	Type        string `json:"type"`
@@ -110,6 +112,7 @@ type QP struct {
 	SQPSN       uint32 `json:"sq_psn"` // the next PSN the QP sends
 	RQPSN       uint32 `json:"rq_psn"` // the PSN it expects next
 	AckedPSN    uint32 `json:"acked_psn"`
+	MSN         uint32 `json:"msn"`
 	SendQueued  int    `json:"send_queued"`
 	TxPackets   uint64 `json:"tx_packets"`
 	RxPackets   uint64 `json:"rx_packets"`
@@ -117,6 +120,55 @@ type QP struct {
 	Timeouts    uint64 `json:"timeouts"`
 	PID         int    `json:"pid,omitempty"`  // the attached process that owns it; 0: roced's own
 	Comm        string `json:"comm,omitempty"` // its command name
+	// Congestion control (absent when off): the DCQCN rate the QP is paced
+	// at and its target, in Mb/s, α (0..1), and the rate cuts so far.
+	CCRateMbps   *float64 `json:"cc_rate_mbps,omitempty"`
+	CCTargetMbps *float64 `json:"cc_target_rate_mbps,omitempty"`
+	CCAlpha      *float64 `json:"cc_alpha,omitempty"`
+	CCCuts       *uint64  `json:"cc_rate_cuts,omitempty"`
+}
+
+// QPs lists the QPs of dev, never nil.
+func QPs(dev *roce.Device) []QP {
+	out := []QP{}
+	for _, q := range dev.QPs() {
+		out = append(out, QPOf(dev.Addr().String(), q))
+	}
+	return out
+}
+
+// QPOf is q, a QP of the device at addr, with names instead of enum numbers.
+func QPOf(addr string, q roce.QPInfo) QP {
+	r := QP{Device: addr, QPN: q.QPN, DestQPN: q.DestQPN, Type: q.Type.String(), State: q.State.String(),
+		SrcPort: q.SrcPort, SQPSN: uint32(q.NextPSN), RQPSN: uint32(q.ExpectedPSN), AckedPSN: uint32(q.AckedPSN),
+		MSN: q.MSN, SendQueued: q.SendQueued, TxPackets: q.TxPackets, RxPackets: q.RxPackets,
+		Retransmits: q.Retransmits, Timeouts: q.Timeouts}
+	if q.Peer.IsValid() {
+		r.Peer = q.Peer.String()
+	}
+	if q.CCRate != 0 {
+		rate, target, alpha, cuts := float64(q.CCRate)/1e6, float64(q.CCTargetRate)/1e6, float64(q.CCAlpha)/1024, q.CCCuts
+		r.CCRateMbps, r.CCTargetMbps, r.CCAlpha, r.CCCuts = &rate, &target, &alpha, &cuts
+	}
+	return r
+}
+
+// AddProcess lists an attached process and its QPs on d.
+func (d *Device) AddProcess(p Process, qps []roce.QPInfo) {
+	d.Processes = append(d.Processes, p)
+	d.QPs = append(d.QPs, ProcessQPs(d.Addr, p.PID, p.Comm, qps)...)
+}
+
+// ProcessQPs is qps, the QPs of the attached process pid (comm) on the
+// device at addr.
+func ProcessQPs(addr string, pid int, comm string, qps []roce.QPInfo) []QP {
+	out := make([]QP, 0, len(qps))
+	for _, q := range qps {
+		r := QPOf(addr, q)
+		r.PID, r.Comm = pid, comm
+		out = append(out, r)
+	}
+	return out
 }
 
 // Counter is one value of the device's counters: a series of the engine's
@@ -199,37 +251,14 @@ func Describe(dev *roce.Device) (Device, error) {
 		}
 		d.Ports = append(d.Ports, p)
 	}
-	d.QPs = []QP{}
-	for _, q := range dev.QPs() {
-		d.QPs = append(d.QPs, qpOf(q))
-	}
+	d.QPs = QPs(dev)
 	d.Counters = Counters(dev.Stats())
 	return d, nil
 }
 
-func qpOf(q roce.QPInfo) QP {
-	r := QP{QPN: q.QPN, DestQPN: q.DestQPN, Type: q.Type.String(), State: q.State.String(), SrcPort: q.SrcPort,
-		SQPSN: uint32(q.NextPSN), RQPSN: uint32(q.ExpectedPSN), AckedPSN: uint32(q.AckedPSN), SendQueued: q.SendQueued,
-		TxPackets: q.TxPackets, RxPackets: q.RxPackets, Retransmits: q.Retransmits, Timeouts: q.Timeouts}
-	if q.Peer.IsValid() {
-		r.Peer = q.Peer.String()
-	}
-	return r
-}
-
-// AddProcess lists an attached process and its QPs on d.
-func (d *Device) AddProcess(p Process, qps []roce.QPInfo) {
-	d.Processes = append(d.Processes, p)
-	for _, q := range qps {
-		r := qpOf(q)
-		r.PID, r.Comm = p.PID, p.Comm
-		d.QPs = append(d.QPs, r)
-	}
-}
-
 // Counters lists every counter and gauge of s (histograms as their count),
 // in the engine's table order.
-func Counters(s transport.StatsSnapshot) []Counter {
+func Counters(s roce.Stats) []Counter {
 	var out []Counter
 	for _, row := range transport.CounterTable() {
 		name := strings.TrimPrefix(row.Metric, "roce_")

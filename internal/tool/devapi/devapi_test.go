@@ -1,6 +1,7 @@
 package devapi
 
 import (
+	"encoding/json"
 	"net/netip"
 	"strings"
 	"testing"
@@ -59,5 +60,21 @@ func TestDescribe(t *testing.T) {
 	g := d.Ports[0].GIDs
 	if len(g) != 2 || g[1].GID != "0000:0000:0000:0000:0000:ffff:7f00:005b" || g[1].IPv4 != "127.0.0.91" || !g[1].Bound || g[0].Bound {
 		t.Errorf("GIDs %+v", g)
+	}
+}
+
+// TestQPCC: a QP shows a QP's DCQCN rate, target, α and cuts
+// when congestion control is on, and nothing of it when off.
+func TestQPCC(t *testing.T) {
+	on := QPOf("127.0.0.1", roce.QPInfo{QPN: 0x11, CCRate: 5_000_000_000, CCTargetRate: 10_000_000_000, CCAlpha: 512, CCCuts: 3})
+	b, _ := json.Marshal(on)
+	for _, want := range []string{`"cc_rate_mbps":5000`, `"cc_target_rate_mbps":10000`, `"cc_alpha":0.5`, `"cc_rate_cuts":3`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", b, want)
+		}
+	}
+	b, _ = json.Marshal(QPOf("127.0.0.1", roce.QPInfo{QPN: 0x12}))
+	if strings.Contains(string(b), "cc_") {
+		t.Errorf("congestion control off: %s", b)
 	}
 }

@@ -1,8 +1,9 @@
 // Package pingpong is how the rdma-core pingpong examples (ibv_rc_pingpong,
 // ibv_uc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong) set up their QPs, in one
 // place for the two goroce programs that stand in for them: cmd/roce-pingpong
-// and cmd/roced's pingpong responders. The exchange of addresses is package
-// oob; this package turns an exchanged address into QP attributes.
+// and cmd/roced's pingpong responders: the verbs objects of a session
+// (Session) and the attributes that connect its QPs to an address exchanged
+// with package oob.
 package pingpong
 
 import (

@@ -31,3 +31,45 @@ func TestConnectAttr(t *testing.T) {
 		})
 	}
 }
+
+// TestSession: each kind gets its QP type, an SRQ only in srq mode, and a
+// buffer of Slots × SlotLen + Extra bytes; Close releases everything.
+func TestSession(t *testing.T) {
+	dev, err := roce.Open(netip.MustParseAddr("127.0.0.1"), roce.WithPort(0))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer dev.Close()
+	for _, tt := range []struct {
+		kind Kind
+		typ  roce.QPType
+		qps  int
+	}{
+		{RC, roce.QPTypeRC, 1}, {UC, roce.QPTypeUC, 1}, {UD, roce.QPTypeUD, 1}, {SRQ, roce.QPTypeRC, 3},
+	} {
+		t.Run(tt.kind.String(), func(t *testing.T) {
+			s, err := Open(dev, Spec{Kind: tt.kind, QPs: tt.qps, Slots: 4, SlotLen: 100, Extra: 7, SendWR: 1, RecvWR: 4, CQE: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.Buf) != 407 || len(s.QPs) != tt.qps || (s.SRQ != nil) != (tt.kind == SRQ) {
+				t.Errorf("buffer %d bytes, %d QPs, SRQ %v", len(s.Buf), len(s.QPs), s.SRQ != nil)
+			}
+			for _, qp := range s.QPs {
+				a, err := qp.Query()
+				if err != nil || a.State != roce.QPSInit {
+					t.Errorf("QP %#x: %+v %v", qp.QPN(), a.State, err)
+				}
+				if qp.Type() != tt.typ {
+					t.Errorf("QP %#x is %v, want %v", qp.QPN(), qp.Type(), tt.typ)
+				}
+			}
+			if n, err := s.PostRecv(0, []roce.RecvWR{{WRID: 1, SGL: []roce.SGE{s.SGE(3, 0, 100)}}}); n != 1 || err != nil {
+				t.Errorf("PostRecv: %d %v", n, err)
+			}
+			if err := s.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+}
