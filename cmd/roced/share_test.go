@@ -505,3 +505,63 @@ func TestKilledServerDREQ(t *testing.T) {
 		t.Error("the rping client exited 0 after losing its server")
 	}
 }
+
+// TestRocedKilledUnderClient: roced killed with SIGKILL while an attached
+// roce-pingpong runs against roced's own responder: the client fails at
+// once (DEVICE_FATAL: its QPs go to the error state) instead of hanging;
+// a roced started again on the same socket and address serves, and a new
+// client passes.
+func TestRocedKilledUnderClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs processes")
+	}
+	dir := tools(t)
+	addr := testAddrs(1)[0]
+	port := freeUDPPort(t, addr)
+	tcp := strconv.Itoa(freeTCPPort(t))
+	sock := filepath.Join(t.TempDir(), "roced.sock")
+	args := []string{"-bind", addr.String(), "-port", strconv.Itoa(int(port)), "-pingpong-port", tcp,
+		"-ud-pingpong=false", "-rping=false", "-socket", sock}
+	d := startDaemon(t, args...)
+	pp := filepath.Join(dir, "roce-pingpong")
+	client := func(name string, iters string) *toolProc {
+		return startTool(t, name, pp, sock, 0, 0, "rc", "-d", addr.String(), "--roce-port", strconv.Itoa(int(port)),
+			"-p", tcp, "-n", iters, "-c", "--timeout", "60s", addr.String())
+	}
+	cli := client("pingpong before the kill", "100000000")
+	waitForIn(t, fleetDeadline, "the client's QP to reach RTS", func() bool {
+		select {
+		case <-cli.done:
+			t.Fatalf("the client ended before roced was killed: %v\n%s%s", cli.runErr, cli.out, cli.errb)
+		default:
+		}
+		_, qps := processes(t, d, addr)
+		for _, q := range qps {
+			if q.PID == cli.cmd.Process.Pid && q.State == "RTS" {
+				return true
+			}
+		}
+		return false
+	})
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	<-d.exited
+	// Bound: the session's end reaches the client at once; 20 s leaves room
+	// for a loaded host (its own --timeout is 60 s).
+	select {
+	case <-cli.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the client did not end within 20 s of roced's SIGKILL\n%s%s", cli.out, cli.errb)
+	}
+	t.Logf("the client ended %v after roced's SIGKILL: %v: %s", time.Since(killed), cli.runErr, lastLine(cli.errb.String()))
+	if cli.runErr == nil {
+		t.Error("the client exited 0 after roced died under it")
+	}
+	startDaemon(t, args...)
+	again := client("pingpong after the restart", "200")
+	if err := again.wait(t); err != nil {
+		t.Errorf("a client of the restarted roced: %v\n%s%s", err, again.out, again.errb)
+	}
+}
