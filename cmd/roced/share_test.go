@@ -472,38 +472,16 @@ func TestKilledServerDREQ(t *testing.T) {
 		return false
 	})
 	cli := startTool(t, "rping-go -c", rp, sock, 0, 0, append([]string{"-c", "-V", "-C", "0", "-I", addr.String()}, common...)...)
-	waitForIn(t, fleetDeadline, "the rping client's QP to reach RTS", func() bool {
-		select {
-		case <-cli.done:
-			t.Fatalf("the rping client ended before its server was killed: %v\n%s%s", cli.runErr, cli.out, cli.errb)
-		default:
-		}
-		_, qps := processes(t, d, addr)
-		for _, q := range qps {
-			if q.PID == cli.cmd.Process.Pid && q.State == "RTS" {
-				return true
-			}
-		}
-		return false
-	})
+	waitRTS(t, d, addr, cli)
 	if err := srv.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	<-srv.done
-	// Bound: roced sees the process's socket close at once and sends the
-	// DREQ; the client then tears down. Retry-exceeded would take the QP's
-	// 7 retries of a 4.096 us x 2^14 timeout (0.5 s) at least, and an rping
-	// retry loop longer; 20 s leaves room for a loaded host.
-	select {
-	case <-cli.done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the rping client did not end within 20 s of its server's SIGKILL\n%s%s", cli.out, cli.errb)
-	}
-	t.Logf("rping client ended %v after its server's SIGKILL: %v: %s", time.Since(killed), cli.runErr, lastLine(cli.errb.String()))
-	if cli.runErr == nil {
-		t.Error("the rping client exited 0 after losing its server")
-	}
+	// roced sees the process's socket close at once and sends the DREQ;
+	// retry-exceeded would take the QP's 7 retries of a 4.096 us x 2^14
+	// timeout (0.5 s) at least.
+	waitFails(t, cli, "its server's SIGKILL", killed)
 }
 
 // TestRocedKilledUnderClient: roced killed with SIGKILL while an attached
@@ -529,39 +507,51 @@ func TestRocedKilledUnderClient(t *testing.T) {
 			"-p", tcp, "-n", iters, "-c", "--timeout", "60s", addr.String())
 	}
 	cli := client("pingpong before the kill", "100000000")
-	waitForIn(t, fleetDeadline, "the client's QP to reach RTS", func() bool {
-		select {
-		case <-cli.done:
-			t.Fatalf("the client ended before roced was killed: %v\n%s%s", cli.runErr, cli.out, cli.errb)
-		default:
-		}
-		_, qps := processes(t, d, addr)
-		for _, q := range qps {
-			if q.PID == cli.cmd.Process.Pid && q.State == "RTS" {
-				return true
-			}
-		}
-		return false
-	})
+	waitRTS(t, d, addr, cli)
 	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	<-d.exited
-	// Bound: the session's end reaches the client at once; 20 s leaves room
-	// for a loaded host (its own --timeout is 60 s).
-	select {
-	case <-cli.done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the client did not end within 20 s of roced's SIGKILL\n%s%s", cli.out, cli.errb)
-	}
-	t.Logf("the client ended %v after roced's SIGKILL: %v: %s", time.Since(killed), cli.runErr, lastLine(cli.errb.String()))
-	if cli.runErr == nil {
-		t.Error("the client exited 0 after roced died under it")
-	}
+	waitFails(t, cli, "roced's SIGKILL", killed)
 	startDaemon(t, args...)
 	again := client("pingpong after the restart", "200")
 	if err := again.wait(t); err != nil {
 		t.Errorf("a client of the restarted roced: %v\n%s%s", err, again.out, again.errb)
+	}
+}
+
+// waitRTS waits until p, attached to d's addr, has a QP in RTS: mid-run.
+func waitRTS(t *testing.T, d *daemonProc, addr netip.Addr, p *toolProc) {
+	t.Helper()
+	waitForIn(t, fleetDeadline, p.name+"'s QP to reach RTS", func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("%s ended before its peer went away: %v\n%s%s", p.name, p.runErr, p.out, p.errb)
+		default:
+		}
+		_, qps := processes(t, d, addr)
+		for _, q := range qps {
+			if q.PID == p.cmd.Process.Pid && q.State == "RTS" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitFails waits for p to end, failing, after what happened at since.
+// Bound: 20 s, far under p's own --timeout and room for a loaded host; the
+// events it waits for take milliseconds.
+func waitFails(t *testing.T, p *toolProc, what string, since time.Time) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not end within 20 s of %s\n%s%s", p.name, what, p.out, p.errb)
+	}
+	t.Logf("%s ended %v after %s: %v: %s", p.name, time.Since(since), what, p.runErr, lastLine(p.errb.String()))
+	if p.runErr == nil {
+		t.Errorf("%s exited 0 after %s", p.name, what)
 	}
 }
