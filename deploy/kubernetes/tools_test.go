@@ -23,14 +23,37 @@ const repoRoot = "../.."
 // status.podIP): one from TEST-NET-1, which parses like the node's would.
 const fieldAddr = "192.0.2.1"
 
-// buildTools builds cmd/NAME of the main module for each name into a fresh
-// directory, with the go command running these tests.
+// binDir holds the binaries buildTools built for this test process
+// (TestMain removes it); built names those already there.
+var (
+	binDir string
+	built  = map[string]bool{}
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "goroce-deploy-bin")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildTools builds cmd/NAME of the main module for each name not built yet,
+// with the go command running these tests, and returns the directory that
+// holds them.
 func buildTools(t *testing.T, names ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	args := []string{"build", "-o", binDir + string(filepath.Separator)}
 	for _, n := range names {
-		args = append(args, "./cmd/"+n)
+		if !built[n] {
+			args = append(args, "./cmd/"+n)
+		}
+	}
+	if len(args) == 3 {
+		return binDir
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // a cold build on a loaded 2-core host
 	defer cancel()
@@ -39,7 +62,10 @@ func buildTools(t *testing.T, names ...string) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return dir
+	for _, n := range names {
+		built[n] = true
+	}
+	return binDir
 }
 
 // goCommand is the go command of this toolchain, else the one on PATH.
@@ -55,8 +81,8 @@ func goCommand() string {
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // expandArgs substitutes $(VAR) in args as the kubelet does, from the
-// container's env; a downward API field becomes fieldAddr.
-func expandArgs(t *testing.T, c container) []string {
+// container's env; a downward API address field becomes addr.
+func expandArgs(t *testing.T, c container, addr string) []string {
 	t.Helper()
 	out := make([]string, len(c.c.Args))
 	for i, a := range c.c.Args {
@@ -66,7 +92,7 @@ func expandArgs(t *testing.T, c container) []string {
 			case e.ValueFrom == nil:
 				return e.Value
 			case e.ValueFrom.FieldRef != nil && strings.HasPrefix(e.ValueFrom.FieldRef.FieldPath, "status.") && strings.HasSuffix(e.ValueFrom.FieldRef.FieldPath, "IP"):
-				return fieldAddr
+				return addr
 			}
 			t.Fatalf("%v: $(%s) comes from %+v, which this test cannot stand in for", c, e.Name, e.ValueFrom)
 			return ""
@@ -123,7 +149,7 @@ func TestToolFlags(t *testing.T) {
 		}
 		exe := filepath.Join(bin, c.tool())
 		want := runTool(t, exe, "-h")
-		args := expandArgs(t, c)
+		args := expandArgs(t, c, fieldAddr)
 		if got := runTool(t, exe, append(args, "-h")...); got != want {
 			t.Errorf("%v: %s %s -h exits %d, stderr %q; a bare -h exits %d, stderr %q",
 				c, c.tool(), strings.Join(args, " "), got.code, firstLine(got.stderr), want.code, firstLine(want.stderr))
