@@ -41,6 +41,8 @@ if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
 
 begin "go vet"
 go vet ./...
+# deploy/kubernetes is its own module (k8s.io stays out of the main one's dependencies).
+(cd deploy/kubernetes && go vet ./...)
 
 # What the stages install, when we can (root with apt), as CI does, all before the lab
 # is prepared in the background (its apt steps would otherwise wait on dpkg's lock):
@@ -74,6 +76,9 @@ fi
 
 begin "go test -race"
 go test -race -count=1 -timeout 20m ./...
+# The Kubernetes manifests: strict decoding into the API types, and the flags they pass
+# checked against the binaries built from cmd/.
+(cd deploy/kubernetes && go test -race -count=1 -timeout 10m ./...)
 
 # cabi: goroce's libibverbs.so.1 and librdmacm.so.1 for unmodified C programs, its own Go
 # module (cgo stays out of the main one), with Debian's own binaries run on them.
