@@ -46,11 +46,16 @@ func tool(t *testing.T, name string) string {
 
 // command runs prog on goroce's libibverbs with the device on addr.
 func command(ctx context.Context, t *testing.T, addr, prog string, args ...string) *exec.Cmd {
+	return commandEnv(ctx, t, addr, nil, prog, args...)
+}
+
+// commandEnv is command with more environment variables.
+func commandEnv(ctx context.Context, t *testing.T, addr string, env []string, prog string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(),
 		"LD_LIBRARY_PATH="+filepath.Join(cabiDir(t), "lib"),
 		"GOROCE_DEVICES="+addr,
-		"GOROCE_STATS=1")
+		"GOROCE_STATS=1"), env...)
 	return cmd
 }
 
@@ -73,9 +78,16 @@ const serverAddr, clientAddr = "127.0.0.42", "127.0.0.43"
 // port on 127.0.0.1, retrying until the server listens) and returns both outputs.
 func pair(t *testing.T, timeout time.Duration, prog string, server, client []string) (srv, cli string) {
 	t.Helper()
+	return pairOn(t, timeout, prog, serverAddr, clientAddr, nil, server, client)
+}
+
+// pairOn is pair with the server's and the client's devices on the addresses
+// given, and env added to both.
+func pairOn(t *testing.T, timeout time.Duration, prog, sAddr, cAddr string, env, server, client []string) (srv, cli string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	s := command(ctx, t, serverAddr, prog, server...)
+	s := commandEnv(ctx, t, sAddr, env, prog, server...)
 	var so bytes.Buffer
 	s.Stdout, s.Stderr = &so, &so
 	if err := s.Start(); err != nil {
@@ -86,7 +98,7 @@ func pair(t *testing.T, timeout time.Duration, prog string, server, client []str
 	var co []byte
 	var cerr error
 	for {
-		c := command(ctx, t, clientAddr, prog, append(client, "127.0.0.1")...)
+		c := commandEnv(ctx, t, cAddr, env, prog, append(client, "127.0.0.1")...)
 		co, cerr = c.CombinedOutput()
 		refused := bytes.Contains(co, []byte("Couldn't connect")) || bytes.Contains(co, []byte("Unable to init the socket connection"))
 		if cerr == nil || !refused || ctx.Err() != nil || len(done) > 0 {
