@@ -15,9 +15,16 @@ import (
 // retried while the server is not listening yet.
 func rdmacmPair(t *testing.T, timeout time.Duration, prog string, server, client []string) (srv, cli string) {
 	t.Helper()
+	return rdmacmPairOn(t, timeout, prog, serverAddr, clientAddr, nil, server, client)
+}
+
+// rdmacmPairOn is rdmacmPair with the devices on the addresses given and env
+// added to both programs.
+func rdmacmPairOn(t *testing.T, timeout time.Duration, prog, sAddr, cAddr string, env, server, client []string) (srv, cli string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	s := command(ctx, t, serverAddr, prog, server...)
+	s := commandEnv(ctx, t, sAddr, env, prog, server...)
 	var so lockedBuf
 	s.Stdout, s.Stderr = &so, &so
 	if err := s.Start(); err != nil {
@@ -28,7 +35,7 @@ func rdmacmPair(t *testing.T, timeout time.Duration, prog string, server, client
 	var co []byte
 	var cerr error
 	for {
-		co, cerr = command(ctx, t, clientAddr, prog, client...).CombinedOutput()
+		co, cerr = commandEnv(ctx, t, cAddr, env, prog, client...).CombinedOutput()
 		refused := strings.Contains(string(co), "REJECTED") || strings.Contains(string(co), "Connection refused") ||
 			strings.Contains(string(co), "rejected")
 		if cerr == nil || !refused || ctx.Err() != nil || len(done) > 0 {

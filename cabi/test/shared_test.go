@@ -14,7 +14,8 @@ import (
 // a pair attach to it, so their QPs share one GID.
 const sharedAddr = "127.0.0.44"
 
-// TestSharedDevice runs unmodified programs on one host through one roced:
+// TestSharedDevice runs unmodified programs on one host through one roced
+// (perftest, ibv_rc_pingpong, and rping over rdma_cm):
 // roced owns sharedAddr (UDP 4791, QP1, the QPN blocks), and the server and
 // the client of each pair open the same device, each attaching with its own
 // block and steered socket, as two processes share one rxe device.
@@ -47,6 +48,23 @@ func TestSharedDevice(t *testing.T) {
 	env := []string{"GOROCE_ROCED_SOCKET=" + sock}
 	attached := func() int { return strings.Count(log.String(), "msg=attached") }
 
+	t.Run("rping", func(t *testing.T) {
+		// rdma_cm through roced: QP1 is roced's, which hands the REQ to the
+		// process that listens on the port and the REP to the one that dialed.
+		before := attached()
+		port := freePort(t)
+		srv, cli := rdmacmPairOn(t, 60*time.Second, tool(t, "rping"), sharedAddr, sharedAddr, env,
+			[]string{"-s", "-a", sharedAddr, "-p", port, "-C", "10", "-S", "4096"},
+			[]string{"-c", "-a", sharedAddr, "-p", port, "-C", "10", "-S", "4096", "-v", "-V"})
+		if n := strings.Count(cli, "ping data: rdma-ping-"); n != 10 {
+			t.Errorf("client printed %d pings, want 10:\n%s", n, cli)
+		}
+		checkStats(t, "server", srv)
+		checkStats(t, "client", cli)
+		if n := attached() - before; n < 2 {
+			t.Errorf("roced logged %d attachments for the pair, want both programs", n)
+		}
+	})
 	for _, c := range []struct {
 		prog string
 		args []string
