@@ -101,13 +101,21 @@ func (m *cpuMeter) stop(pkts float64) cpuCost {
 // runtime work of a whole process stay far under one allocation per 100 packets.
 const maxAllocsPerPkt = 0.01
 
-// report adds the budget to the benchmark's metrics. With GOROCE_BENCH_STRICT set
-// (CI's bench stage), a benchmark that allocates per packet fails: a timing never
-// fails a build, an allocation on the fast path does.
+var (
+	lastAllocsMu sync.Mutex
+	lastAllocs   = map[string]float64{} // benchmark name: allocations per packet of its last run
+	allocOrder   []string
+)
+
+// report adds the budget to the benchmark's metrics and keeps its allocations
+// per packet for strictAllocs.
 func (c cpuCost) report(b *testing.B) {
-	if os.Getenv("GOROCE_BENCH_STRICT") != "" && c.allocsPerPkt > maxAllocsPerPkt {
-		b.Errorf("%.3f heap allocations per packet (at most %g): the fast path allocates", c.allocsPerPkt, maxAllocsPerPkt)
+	lastAllocsMu.Lock()
+	if _, ok := lastAllocs[b.Name()]; !ok {
+		allocOrder = append(allocOrder, b.Name())
 	}
+	lastAllocs[b.Name()] = c.allocsPerPkt
+	lastAllocsMu.Unlock()
 	b.ReportMetric(c.allocsPerPkt, "allocs/pkt")
 	b.ReportMetric(c.userUS, "user-µs/pkt")
 	b.ReportMetric(c.sysUS, "sys-µs/pkt")
@@ -262,4 +270,26 @@ func (c *syscallCounter) close() {
 		unix.Close(fd)
 	}
 	c.fds = nil
+}
+
+// strictAllocs, with GOROCE_BENCH_STRICT set (CI's bench stage), fails the run
+// if a benchmark allocated per packet: a timing never fails a build, an
+// allocation on the fast path does. It judges each engine benchmark's last run, the
+// one the framework measures: the short runs before it (b.N from 1) carry
+// the setup's allocations over a handful of packets.
+func strictAllocs() bool {
+	if os.Getenv("GOROCE_BENCH_STRICT") == "" {
+		return true
+	}
+	ok := true
+	for _, name := range allocOrder {
+		if strings.HasPrefix(name, "BenchmarkRaw") {
+			continue // the baselines measure the kernel, not goroce's fast path
+		}
+		if a := lastAllocs[name]; a > maxAllocsPerPkt {
+			fmt.Printf("FAIL: %s: %.3f heap allocations per packet (at most %g): the fast path allocates\n", name, a, maxAllocsPerPkt)
+			ok = false
+		}
+	}
+	return ok
 }
