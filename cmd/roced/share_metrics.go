@@ -12,8 +12,11 @@ import (
 
 // perProcessSeries bounds the processes of one address that get series of
 // their own: the ones attached longest; the rest are summed under
-// comm="other", pid="". So each per-process family has at most
+// comm="other", pid="", block="". So each per-process family has at most
 // perProcessSeries+1 series per address, however many processes come and go.
+// The block label (the process's QPN block) keeps two processes apart when
+// their pids are not known: a client in another pid namespace reads as pid 0
+// through SO_PEERCRED.
 const perProcessSeries = 16
 
 // shareCollector exports what sharing adds: the processes attached to each
@@ -36,9 +39,9 @@ func newShareCollector(d *daemon, opt metrics.Options) *shareCollector {
 	lbl := func(l ...string) []string { return append(l, addr...) }
 	return &shareCollector{d: d, addr: addr,
 		procs:      prometheus.NewDesc("roce_attached_processes", "Processes attached through roced's socket, sharing the address.", addr, nil),
-		procQPs:    prometheus.NewDesc("roce_process_queue_pairs", "QPs of an attached process (the longest-attached processes by pid and command; the rest summed as comm=\"other\").", lbl("pid", "comm"), nil),
-		procPkts:   prometheus.NewDesc("roce_process_packets_total", "RoCEv2 packets an attached process sent (tx) and received (rx), as it last reported.", lbl("pid", "comm", "direction"), nil),
-		procRetx:   prometheus.NewDesc("roce_process_retransmits_total", "Request packets an attached process sent again.", lbl("pid", "comm"), nil),
+		procQPs:    prometheus.NewDesc("roce_process_queue_pairs", "QPs of an attached process (the longest-attached processes by pid and command; the rest summed as comm=\"other\").", lbl("pid", "comm", "block"), nil),
+		procPkts:   prometheus.NewDesc("roce_process_packets_total", "RoCEv2 packets an attached process sent (tx) and received (rx), as it last reported.", lbl("pid", "comm", "block", "direction"), nil),
+		procRetx:   prometheus.NewDesc("roce_process_retransmits_total", "Request packets an attached process sent again.", lbl("pid", "comm", "block"), nil),
 		steerDrops: prometheus.NewDesc("roce_steer_drops_total", "Datagrams the kernel steered to a QPN block no process held (never delivered to another process), by reason.", lbl("reason"), nil),
 		misrouted:  prometheus.NewDesc("roce_steer_misrouted_total", "Segments of a GRO train steered by its first segment to a process whose block does not hold their QPN, dropped by that process.", addr, nil),
 		relay:      prometheus.NewDesc("roce_cm_relay_mads_total", "CM MADs roced's QP1 routed to attached processes (rx) and sent for them (tx).", lbl("direction"), nil),
@@ -52,27 +55,50 @@ func (c *shareCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// procKey names one per-process series set.
+type procKey struct{ pid, comm, block string }
+
 // procRow is one per-process series set.
 type procRow struct {
-	pid, comm    string
+	procKey
 	qps          int
 	tx, rx, retx uint64
 }
 
-func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
-	type acc struct {
-		n                        int
-		rows                     []procRow
-		drops, misrouted         uint64
-		rin, rout, none, ref, ov uint64
+// add sums r into p: rows that meet under one key (one process attached to
+// two addresses whose series are not labelled by address) are one series.
+func (p *procRow) add(r procRow) {
+	p.qps += r.qps
+	p.tx, p.rx, p.retx = p.tx+r.tx, p.rx+r.rx, p.retx+r.retx
+}
+
+// shareAcc sums one address's series (or every address's, when the series
+// are not labelled by address).
+type shareAcc struct {
+	n                        int
+	rows                     map[procKey]*procRow
+	order                    []procKey
+	drops, misrouted         uint64
+	rin, rout, none, ref, ov uint64
+}
+
+func (a *shareAcc) addRow(r procRow) {
+	if p := a.rows[r.procKey]; p != nil {
+		p.add(r)
+		return
 	}
-	byAddr := map[string]*acc{}
-	get := func(a string) *acc {
+	a.rows[r.procKey] = &r
+	a.order = append(a.order, r.procKey)
+}
+
+func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
+	byAddr := map[string]*shareAcc{}
+	get := func(a string) *shareAcc {
 		if len(c.addr) == 0 {
 			a = ""
 		}
 		if byAddr[a] == nil {
-			byAddr[a] = &acc{}
+			byAddr[a] = &shareAcc{rows: map[procKey]*procRow{}}
 		}
 		return byAddr[a]
 	}
@@ -84,10 +110,10 @@ func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
 		clients := s.shared.refresh(c.d.share)
 		slices.SortFunc(clients, func(x, y *attachd.Client) int { return x.Since.Compare(y.Since) })
 		a.n += len(clients)
-		other := procRow{comm: "other"}
+		other := procRow{procKey: procKey{comm: "other"}}
 		for i, cl := range clients {
 			r, _ := cl.Report()
-			row := procRow{pid: strconv.Itoa(cl.PID), comm: cl.Comm, retx: r.Stats.Retransmits}
+			row := procRow{procKey: procKey{strconv.Itoa(cl.PID), cl.Comm, strconv.Itoa(cl.Block)}, retx: r.Stats.Retransmits}
 			for _, n := range r.QPStates {
 				row.qps += n
 			}
@@ -97,14 +123,13 @@ func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			a.misrouted += r.Misrouted
 			if i < perProcessSeries {
-				a.rows = append(a.rows, row)
+				a.addRow(row)
 				continue
 			}
-			other.qps += row.qps
-			other.tx, other.rx, other.retx = other.tx+row.tx, other.rx+row.rx, other.retx+row.retx
+			other.add(row)
 		}
 		if len(clients) > perProcessSeries {
-			a.rows = append(a.rows, other)
+			a.addRow(other)
 		}
 		_, mis, _ := s.shared.sd.Departed()
 		a.misrouted += mis
@@ -121,11 +146,12 @@ func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		l := func(v ...string) []string { return append(v, al...) }
 		ch <- prometheus.MustNewConstMetric(c.procs, prometheus.GaugeValue, float64(a.n), al...)
-		for _, r := range a.rows {
-			ch <- prometheus.MustNewConstMetric(c.procQPs, prometheus.GaugeValue, float64(r.qps), l(r.pid, r.comm)...)
-			ch <- prometheus.MustNewConstMetric(c.procPkts, prometheus.CounterValue, float64(r.tx), l(r.pid, r.comm, "tx")...)
-			ch <- prometheus.MustNewConstMetric(c.procPkts, prometheus.CounterValue, float64(r.rx), l(r.pid, r.comm, "rx")...)
-			ch <- prometheus.MustNewConstMetric(c.procRetx, prometheus.CounterValue, float64(r.retx), l(r.pid, r.comm)...)
+		for _, k := range a.order {
+			r := a.rows[k]
+			ch <- prometheus.MustNewConstMetric(c.procQPs, prometheus.GaugeValue, float64(r.qps), l(r.pid, r.comm, r.block)...)
+			ch <- prometheus.MustNewConstMetric(c.procPkts, prometheus.CounterValue, float64(r.tx), l(r.pid, r.comm, r.block, "tx")...)
+			ch <- prometheus.MustNewConstMetric(c.procPkts, prometheus.CounterValue, float64(r.rx), l(r.pid, r.comm, r.block, "rx")...)
+			ch <- prometheus.MustNewConstMetric(c.procRetx, prometheus.CounterValue, float64(r.retx), l(r.pid, r.comm, r.block)...)
 		}
 		ch <- prometheus.MustNewConstMetric(c.steerDrops, prometheus.CounterValue, float64(a.drops), l("no_owner")...)
 		ch <- prometheus.MustNewConstMetric(c.misrouted, prometheus.CounterValue, float64(a.misrouted), al...)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -553,5 +554,55 @@ func waitFails(t *testing.T, p *toolProc, what string, since time.Time) {
 	t.Logf("%s ended %v after %s: %v: %s", p.name, time.Since(since), what, p.runErr, lastLine(p.errb.String()))
 	if p.runErr == nil {
 		t.Errorf("%s exited 0 after %s", p.name, what)
+	}
+}
+
+// TestProcessSeriesInPIDNamespaces: two attached processes outside roced's
+// pid namespace (pods without hostPID, beside a roced pod) both read as pid 0
+// through SO_PEERCRED; their per-process series stay apart by QPN block, and
+// /metrics gathers without a duplicate-series error.
+func TestProcessSeriesInPIDNamespaces(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a new pid namespace needs root")
+	}
+	dir := tools(t)
+	addrs := testAddrs(1)
+	port := freeUDPPort(t, addrs...)
+	sock := filepath.Join(t.TempDir(), "roced.sock")
+	// roced in a pid namespace of its own: its clients' pids mean nothing
+	// there, and SO_PEERCRED gives it 0 for each.
+	d := startDaemonCmd(t, func(args []string) *exec.Cmd {
+		c := exec.Command(rocedBin, args...)
+		c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+		return c
+	}, http.DefaultClient, "-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-pingpong=false", "-ud-pingpong=false",
+		"-rping=false", "-socket", sock)
+	for range 2 {
+		// A responder waiting for its TCP client stays attached.
+		startTool(t, "pingpong responder", filepath.Join(dir, "roce-pingpong"), sock, 0, 0,
+			"rc", "-d", addrs[0].String(), "--roce-port", strconv.Itoa(int(port)), "-p", strconv.Itoa(freeTCPPort(t)), "--timeout", "60s")
+	}
+	var series map[string]bool
+	waitFor(t, "two per-process series", func() bool {
+		series = map[string]bool{}
+		for _, m := range d.scrape(t)["roce_process_queue_pairs"].GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			series[l["pid"]+"/"+l["block"]] = true
+		}
+		return len(series) == 2
+	})
+	for k := range series {
+		if !strings.HasPrefix(k, "0/") {
+			t.Errorf("series %s: want pid 0 (a client in another pid namespace)", k)
+		}
+	}
+	if code, body := httpGet(t, "http://"+d.metrics+"/metrics"); code != 200 || strings.Contains(string(body), "error gathering") {
+		t.Errorf("/metrics: %d %s", code, body)
+	}
+	if strings.Contains(d.stderr.String(), "collected before") {
+		t.Errorf("roced reported a duplicate series:\n%s", d.stderr.String())
 	}
 }
