@@ -255,6 +255,15 @@ type ptRow struct {
 }
 
 // parsePTRows returns the results rows under perftest's "#bytes" header.
+// stockClockFailed reports whether perftest could not calibrate its cycle
+// counter (get_cpu_mhz: "Correlation coefficient r^2 < 0.9", common on a
+// loaded TCG guest). It then prints bandwidth figures of 0 from a clock of
+// 0 MHz, while the iteration counts stay true: a row's traffic is judged by
+// its iterations.
+func stockClockFailed(out string) bool {
+	return strings.Contains(out, "Correlation coefficient r^2")
+}
+
 func parsePTRows(out string, lat bool) ([]ptRow, error) {
 	lines := strings.Split(out, "\n")
 	for i, l := range lines {
