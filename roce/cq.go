@@ -65,6 +65,7 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 	if c.dev.closed.Load() {
 		return 0, closedErr("ibv_poll_cq", c.obj)
 	}
+	c.dev.eng.FlushPosts() // run to completion: what a stream posted since
 	n, err := c.q.Poll(wc)
 	if n == 0 && err == nil && c.dev.eng.Poll() > 0 {
 		// Run to completion: the poller receives what is queued itself.
@@ -82,6 +83,7 @@ func (c *CQ) ReqNotify(solicitedOnly bool) error {
 	if c.dev.closed.Load() {
 		return closedErr("ibv_req_notify_cq", c.obj)
 	}
+	c.dev.eng.FlushPosts() // the program may sleep now
 	return wrapErr("ibv_req_notify_cq", c.obj, -1, c.q.ReqNotify(solicitedOnly))
 }
 

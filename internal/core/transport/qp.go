@@ -544,6 +544,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	if st < verbs.QPSRTS {
 		return 0, newErr(op, q.qpn, syscall.EINVAL, "QP in state %s", st)
 	}
+	idle := q.sq.idle()
 	n := 0
 	var err error
 	for i := range wrs {
@@ -557,7 +558,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	}
 	if n > 0 {
 		q.sh.readyQP(q)
-		q.sh.kickOrDrive(false)
+		q.sh.posted(idle, n)
 	}
 	return n, err
 }

@@ -44,6 +44,9 @@ func (s *shard) drive(poll bool) bool {
 			break
 		}
 	}
+	if s.posts.Load() == 0 {
+		s.stopPosts() // before pending: a post it misses arms the timer again
+	}
 	more := s.pending()
 	s.mu.Unlock()
 	if more {
@@ -151,6 +154,83 @@ func (s *shard) pending() bool {
 func (s *shard) kickOrDrive(poll bool) {
 	if !s.e.cfg.RunToCompletion || !s.drive(poll) {
 		s.wake()
+	}
+}
+
+// Post batching. A post to an idle send queue is a request/response
+// program's: in run-to-completion mode it sends before it returns (drive). A
+// post behind outstanding WRs is a stream's, and a stream's program polls its
+// CQ for their completions: its QP waits on the ready list for that poll
+// (FlushPosts), which sends everything posted meanwhile in trains, one system
+// call for up to a train's worth of packets instead of one per post. The wait
+// is bounded: postBatch WRs posted behind send at once, and the post timer
+// (holdFor) wakes the shard goroutine for a program that posted and then
+// neither polls, posts nor arms its CQ.
+
+// postBatch is how many WRs posted behind outstanding ones a shard leaves for
+// the poller before a post sends them itself: a train's worth at one packet
+// per WR (a train carries up to 64 datagrams).
+const postBatch = 64
+
+// posted follows a post of n WRs on a QP the caller put on the ready list;
+// idle says the QP's send queue was empty before.
+func (s *shard) posted(idle bool, n int) {
+	if !s.e.cfg.RunToCompletion {
+		s.wake()
+		return
+	}
+	if idle || s.posts.Add(int32(n)) >= postBatch {
+		s.kickOrDrive(false)
+		return
+	}
+	if s.postArmed.CompareAndSwap(false, true) {
+		s.postMu.Lock()
+		if s.postTimer == nil {
+			s.postTimer = s.e.cfg.Clock.AfterFunc(holdFor, s.postDue)
+		} else {
+			s.postTimer.Reset(holdFor)
+		}
+		s.postMu.Unlock()
+	}
+}
+
+// postDue is the post timer: the shard goroutine sends what the poller left.
+func (s *shard) postDue() {
+	s.postArmed.Store(false)
+	if s.posts.Load() > 0 {
+		s.wake()
+	}
+}
+
+// stopPosts stops the post timer once no post waits, so a stream whose poller
+// sends its posts does not wake the shard goroutine every holdFor. It stops
+// the timer before it clears postArmed: a post that saw the timer armed put
+// its QP on the ready list before, where the caller's next look finds it.
+// Token holder only.
+func (s *shard) stopPosts() {
+	if !s.postArmed.Load() {
+		return
+	}
+	s.postMu.Lock()
+	if s.postTimer != nil {
+		s.postTimer.Stop()
+	}
+	s.postMu.Unlock()
+	s.postArmed.Store(false)
+}
+
+// FlushPosts sends what posts left for the CQ poller (see posted) on every
+// shard whose token is free, and wakes the shard goroutine of the others. In
+// run-to-completion mode roce's CQ.Poll and CQ.ReqNotify call it; otherwise it
+// does nothing.
+func (e *Engine) FlushPosts() {
+	if !e.cfg.RunToCompletion {
+		return
+	}
+	for _, s := range e.shards {
+		if s.posts.Load() > 0 {
+			s.kickOrDrive(false)
+		}
 	}
 }
 

@@ -12,7 +12,11 @@ import (
 // rtcWire is a wire in run-to-completion mode whose engine writes to a
 // recording link and polls the given datagrams, one batch per Poll.
 func rtcWire(t *testing.T, reads *[]link.Message) (*wire, *recLink) {
-	w := newWire(t, verbs.QPTypeRC, rcOpts{recvWR: 4, sendWR: 4})
+	return rtcWireOpts(t, reads, rcOpts{recvWR: 4, sendWR: 4})
+}
+
+func rtcWireOpts(t *testing.T, reads *[]link.Message, o rcOpts) (*wire, *recLink) {
+	w := newWire(t, verbs.QPTypeRC, o)
 	l := &recLink{noLink: noLink{t}}
 	w.e.cfg.Link, w.e.cfg.RunToCompletion = l, true
 	r := newReader(w.e, func(msgs []link.Message) (int, error) {
@@ -127,6 +131,7 @@ func TestRunToCompletionPollKeepsRequestOrder(t *testing.T) {
 		t.Fatalf("Poll read %d messages, want 1", n)
 	}
 	w.post(verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 64)}})
+	w.e.FlushPosts() // the poller's next poll: the post waited behind WR 1
 	var psns []bth.PSN
 	for _, m := range l.msgs {
 		if bth.Opcode(m.Buf[0]) == bth.RCSendOnly {
@@ -139,5 +144,131 @@ func TestRunToCompletionPollKeepsRequestOrder(t *testing.T) {
 	}
 	if len(psns) != 2 || psns[0] != wireSQPSN || psns[1] != wireSQPSN.Add(1) {
 		t.Fatalf("SEND PSNs on the wire %v, want %v then %v", psns, wireSQPSN, wireSQPSN.Add(1))
+	}
+}
+
+// sendPSNs returns the PSNs of the SENDs in msgs (each segment of a train),
+// in order.
+func sendPSNs(t *testing.T, msgs []link.Message) []bth.PSN {
+	t.Helper()
+	var psns []bth.PSN
+	for _, m := range msgs {
+		for i := range m.NumSegments() {
+			b := m.Segment(i)
+			if bth.Opcode(b[0]) != bth.RCSendOnly {
+				continue
+			}
+			pkt, err := bth.Parse(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			psns = append(psns, pkt.PSN())
+		}
+	}
+	return psns
+}
+
+// inSequence reports whether psns run from first, one by one.
+func inSequence(psns []bth.PSN, first bth.PSN) bool {
+	for i, p := range psns {
+		if p != first.Add(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRunToCompletionPostBatching: in run-to-completion mode a post to an
+// idle send queue sends before it returns; posts behind outstanding WRs wait
+// for the CQ poller, whose next poll (FlushPosts) sends them all in one link
+// write, or for the postBatch-th of them, or for the post timer.
+func TestRunToCompletionPostBatching(t *testing.T) {
+	cases := []struct {
+		name   string
+		behind int                     // posts after the first, one WR each
+		then   func(w *wire, s *shard) // what follows the posts
+		writes int                     // link writes after the first post's, want
+	}{
+		{"poll", 3, func(w *wire, _ *shard) { w.e.FlushPosts() }, 1},
+		{"batch bound", postBatch, func(*wire, *shard) {}, 1},
+		{"timer", 2, func(_ *wire, s *shard) {
+			if !s.postArmed.Load() {
+				t.Fatal("posts wait for the poller with no timer armed")
+			}
+			s.postDue()
+			select {
+			case <-s.kick: // the shard goroutine's turn
+			default:
+				t.Fatal("the post timer did not wake the shard goroutine")
+			}
+			s.mu.Lock()
+			s.process()
+			s.mu.Unlock()
+		}, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var none []link.Message
+			w, l := rtcWireOpts(t, &none, rcOpts{recvWR: 4, sendWR: 2 * postBatch})
+			s := w.q.sh
+			sb := w.mem.reg(1, pattern(64, 2), verbs.AccessLocalWrite)
+			send := func(id uint64) {
+				w.post(verbs.SendWR{WRID: id, Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 64)}})
+			}
+			send(0)
+			if l.writes != 1 {
+				t.Fatalf("a post to an idle send queue made %d link writes, want 1", l.writes)
+			}
+			for i := 1; i < c.behind; i++ {
+				send(uint64(i))
+			}
+			if l.writes != 1 {
+				t.Fatalf("posts behind an outstanding WR made %d link writes, want them held", l.writes-1)
+			}
+			send(uint64(c.behind))
+			c.then(w, s)
+			if got := l.writes - 1; got != c.writes {
+				t.Errorf("%d link writes for the posts behind, want %d", got, c.writes)
+			}
+			if psns := sendPSNs(t, l.msgs); len(psns) != c.behind+1 || !inSequence(psns, wireSQPSN) {
+				t.Errorf("SEND PSNs on the wire %v, want %d from %v in order", psns, c.behind+1, wireSQPSN)
+			}
+			if s.posts.Load() != 0 {
+				t.Errorf("%d posts still counted as waiting", s.posts.Load())
+			}
+		})
+	}
+}
+
+// TestRunToCompletionPostTimerStops: a poll that sends the posts stops the
+// post timer, so a stream whose poller keeps up never wakes the shard
+// goroutine; a timer that fires after the poller sent them wakes nobody.
+func TestRunToCompletionPostTimerStops(t *testing.T) {
+	var none []link.Message
+	w, l := rtcWireOpts(t, &none, rcOpts{recvWR: 4, sendWR: 8})
+	s := w.q.sh
+	sb := w.mem.reg(1, pattern(64, 2), verbs.AccessLocalWrite)
+	for id := range uint64(2) {
+		w.post(verbs.SendWR{WRID: id, Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 64)}})
+	}
+	if !s.postArmed.Load() {
+		t.Fatal("no post timer armed for the post behind")
+	}
+	w.e.FlushPosts()
+	if s.postArmed.Load() {
+		t.Error("the post timer still runs after the poll sent the posts")
+	}
+	select {
+	case <-s.kick: // the posts' own wake-ups, if any
+	default:
+	}
+	s.postDue() // a fire racing the stop
+	select {
+	case <-s.kick:
+		t.Error("a post timer with nothing left woke the shard goroutine")
+	default:
+	}
+	if psns := sendPSNs(t, l.msgs); len(psns) != 2 {
+		t.Errorf("SENDs %v written, want 2", psns)
 	}
 }

@@ -83,6 +83,12 @@ type shard struct {
 	heldTimer Timer       // sends what poll-driven slices hold (token holder)
 	heldArmed atomic.Bool // heldTimer is running
 
+	// Posts left for the CQ poller (rtc.go, posted).
+	posts     atomic.Int32 // WRs posted behind outstanding ones since the last refill
+	postArmed atomic.Bool  // postTimer is running
+	postMu    sync.Mutex
+	postTimer Timer // postMu guards; created on first use
+
 	inMu sync.Mutex
 	// inMu guards: in, ready.
 	in    []rxItem
@@ -217,6 +223,7 @@ func (s *shard) refill() {
 	if s.rpos == len(s.readyW) {
 		clear(s.readyW)
 		s.readyW, s.ready, s.rpos = s.ready, s.readyW[:0], 0
+		s.posts.Store(0) // the posts' QPs are taken
 	}
 	s.inMu.Unlock()
 }

@@ -17,13 +17,15 @@ import (
 // recLink records every message written, its gather list flattened.
 type recLink struct {
 	noLink
-	mu   sync.Mutex
-	msgs []link.Message
+	mu     sync.Mutex
+	msgs   []link.Message
+	writes int // WriteBatch calls (system calls, on a real link)
 }
 
 func (l *recLink) WriteBatch(m []link.Message) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.writes++
 	for _, x := range m {
 		var b []byte
 		for i := range x.NumSegments() {

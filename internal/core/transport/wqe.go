@@ -136,6 +136,13 @@ func (s *sendQueue) grow() {
 // (the ring exists from then on).
 func (s *sendQueue) slot(i uint64) *sendWQE { return &s.slots[i%uint64(len(s.slots))] }
 
+// idle reports whether every WR posted so far has retired.
+func (s *sendQueue) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.head == s.tail
+}
+
 func (s *sendQueue) loadTail() uint64 {
 	s.mu.Lock()
 	t := s.tail
