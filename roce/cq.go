@@ -57,18 +57,22 @@ func (c *CQ) CQE() int { return c.q.Cap() }
 func (c *CQ) Len() int { return c.q.Len() }
 
 // Poll is ibv_poll_cq: it copies up to len(wc) completions, oldest first, and returns
-// how many. It never blocks; wait on Notify after ReqNotify instead. After a CQ
-// overrun (CQ_ERR) it returns the completions still held, then an error. On a device
-// in run-to-completion mode (WithRunToCompletion), an empty CQ first takes what the
-// socket holds and runs it through the engine on the caller's goroutine.
+// how many. It never waits for a completion; wait on Notify after ReqNotify instead.
+// After a CQ overrun (CQ_ERR) it returns the completions still held, then an error.
+// On a device in run-to-completion mode (WithRunToCompletion), it first sends what
+// posts left for it, and an empty CQ takes what the socket holds and runs it through
+// the engine on the caller's goroutine; there it may wait for the engine's goroutines
+// to finish a bounded piece of work they hold (a read, a few slices of a shard).
 func (c *CQ) Poll(wc []WC) (int, error) {
 	if c.dev.closed.Load() {
 		return 0, closedErr("ibv_poll_cq", c.obj)
 	}
 	c.dev.eng.FlushPosts() // run to completion: what a stream posted since
 	n, err := c.q.Poll(wc)
-	if n == 0 && err == nil && c.dev.eng.Poll() > 0 {
-		// Run to completion: the poller receives what is queued itself.
+	if n == 0 && err == nil && c.dev.rtc {
+		// Run to completion: the poller receives what is queued itself, and
+		// what the engine's goroutines were receiving is done when Poll returns.
+		c.dev.eng.Poll()
 		n, err = c.q.Poll(wc)
 	}
 	if err != nil {
@@ -76,6 +80,14 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 	}
 	return n, nil
 }
+
+// Streaming reports whether the CQ's device carried a stream in the last
+// millisecond, in run-to-completion mode: posts behind several outstanding WRs,
+// or receives many packets at a time. A library that busy-polls for a program
+// gives its core up between empty polls then (the stream's progress needs the
+// peer, and cores), and spins otherwise (the answer to a request comes within a
+// round trip, and a yield costs a scheduler turn).
+func (c *CQ) Streaming() bool { return c.dev.eng.Streaming() }
 
 // ReqNotify is ibv_req_notify_cq: it arms the CQ once, so the next completion (the next
 // solicited or error completion when solicitedOnly) sends on Notify.

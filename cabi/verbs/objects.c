@@ -704,13 +704,16 @@ int gr_op_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	if (gr_child_refuses())
 		return -1;
-	int got = gr_poll_cq(GR_CQ(cq)->h, n, wc);
+	int yield = 0;
+	int got = gr_poll_cq(GR_CQ(cq)->h, n, wc, &yield);
 
 	/* A program that polls an empty CQ in a loop gives its core up once per
-	 * empty poll: on a host with more runnable threads than cores (the
-	 * engine's own among them) the poller would otherwise hold the core the
-	 * work it waits for needs. With a core free it returns at once. */
-	if (got == 0)
+	 * empty poll when the Go half says so: while the device carries a stream,
+	 * whose progress needs the peer and a core on a host with more runnable
+	 * threads than cores, or after a millisecond of empty polls. Waiting for
+	 * the answer to a request it spins: a yield sends the thread behind every
+	 * other runnable one. */
+	if (got == 0 && yield)
 		sched_yield();
 	return got;
 }

@@ -37,6 +37,8 @@ type Engine struct {
 	pollers []*poller    // run-to-completion: the receive paths Poll reads
 	retries *retryBudget // timer-driven retries, device-wide
 
+	streamUntil atomic.Int64 // UnixNano: a stream ran until then (rtc.go, Streaming)
+
 	mu sync.Mutex
 	// mu guards: writes of qps (lookups are lock-free).
 	qps qpTable

@@ -544,7 +544,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	if st < verbs.QPSRTS {
 		return 0, newErr(op, q.qpn, syscall.EINVAL, "QP in state %s", st)
 	}
-	idle := q.sq.idle()
+	behind := q.sq.outstanding()
 	n := 0
 	var err error
 	for i := range wrs {
@@ -558,7 +558,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	}
 	if n > 0 {
 		q.sh.readyQP(q)
-		q.sh.posted(idle, n)
+		q.sh.posted(behind, n)
 	}
 	return n, err
 }

@@ -148,14 +148,17 @@ func (r *reader) once() (int, error) {
 // hand-off to the shards happen under the path's lock, so that a batch read
 // after another (by this reader or by a poller) reaches the shards after it
 // and a QP never sees its packets out of the order they arrived in (a PSN
-// gap would cost a NAK and a go-back-N resend). When the path is empty it
-// waits outside the lock, where pollers are free to take what comes.
+// gap would cost a NAK and a go-back-N resend). The reader runs the shards it
+// fed under the lock too: a CQ poller that waits for the lock (Engine.Poll)
+// then finds the batch's completions made, or their shards woken. When the
+// path is empty it waits outside the lock, where pollers are free to take
+// what comes.
 func (r *reader) orderedOnce() error {
 	p := r.ordered
 	p.mu.Lock()
 	n, err := r.take()
-	p.mu.Unlock()
 	r.kick()
+	p.mu.Unlock()
 	if err != nil || n > 0 {
 		return err
 	}
@@ -177,12 +180,17 @@ func (r *reader) take() (int, error) {
 		return 0, err
 	}
 	r.kicked = r.kicked[:0]
+	pkts := 0
 	for i := range n {
+		pkts += r.msgs[i].NumSegments()
 		if r.trains != nil {
 			r.takeTrain(i)
 		} else if r.dispatch(rxItem{buf: r.bufs[i], n: len(r.msgs[i].Buf)}, &r.msgs[i]) {
 			r.bufs[i] = link.GetBuffer()
 		}
+	}
+	if pkts >= streamPackets && r.e.cfg.RunToCompletion {
+		r.e.markStream()
 	}
 	return n, nil
 }
@@ -190,6 +198,10 @@ func (r *reader) take() (int, error) {
 // kick runs or wakes the shards the last batch fed.
 func (r *reader) kick() {
 	for _, s := range r.kicked {
+		if r.poll && s.e.cfg.RunToCompletion {
+			s.waitDrive(true)
+			continue
+		}
 		s.kickOrDrive(r.poll)
 	}
 	r.kicked = r.kicked[:0]

@@ -39,6 +39,12 @@ func (s *shard) drive(poll bool) bool {
 	if !s.mu.TryLock() {
 		return false
 	}
+	s.driveLocked(poll)
+	return true
+}
+
+// driveLocked is drive once the caller holds the token, which it gives back.
+func (s *shard) driveLocked(poll bool) {
 	for i := 0; i < rtcSlices; i++ {
 		if poll && !s.pollSlice() || !poll && !s.slice() {
 			break
@@ -52,7 +58,35 @@ func (s *shard) drive(poll bool) bool {
 	if more {
 		s.wake()
 	}
-	return true
+}
+
+// A CQ poller waits for what another goroutine holds. A poll that found the
+// receive path's lock or a shard's token taken used to skip it and return
+// empty, and the program polled again at once, and again, while the holder
+// (the path's reader goroutine, mostly, woken by the same datagram) did the
+// work the poll was waiting for. With more runnable threads than cores the
+// holder is often the one without a core, and the spinning poller kept it
+// from one; worse, a reader goroutine that had waited for the path's lock
+// over a millisecond was handed it (sync.Mutex starvation mode) while it had
+// no core, and every poll skipped the path until the scheduler ran it (stock
+// ib_send_bw on cabi: 19286 of 32953 polls found the path taken). Waiting on
+// the lock puts the poller to sleep instead, which frees its core for the
+// holder, whose work is bounded: one batch read, rtcSlices slices.
+
+// waitDrive is drive for a CQ poller: it waits for the token held by another
+// goroutine instead of leaving the work to it.
+func (s *shard) waitDrive(poll bool) {
+	s.e.waitLock(&s.mu)
+	s.driveLocked(poll)
+}
+
+// waitLock takes mu for a CQ poller, counting the polls that had to wait
+// (Stats.PollerWaits).
+func (e *Engine) waitLock(mu *sync.Mutex) {
+	if !mu.TryLock() {
+		e.cfg.Stats.PollerWaits.Add(1)
+		mu.Lock()
+	}
 }
 
 // holdFor bounds how long a poll-driven slice's packets wait for the
@@ -122,17 +156,17 @@ func (s *shard) stopHold() {
 	}
 }
 
-// flushHeld sends the packets poll-driven slices hold on every shard whose
-// token is free: the poller found nothing new, so nothing is to be gained by
-// waiting.
+// flushHeld sends the packets poll-driven slices hold on every shard: the
+// poller found nothing new, so nothing is to be gained by waiting. It waits
+// for a token another goroutine holds: that goroutine's slices may be making
+// the completion the poller waits for.
 func (e *Engine) flushHeld() {
 	for _, s := range e.shards {
-		if s.mu.TryLock() {
-			if s.held > 0 {
-				s.flush()
-			}
-			s.mu.Unlock()
+		e.waitLock(&s.mu)
+		if s.held > 0 {
+			s.flush()
 		}
+		s.mu.Unlock()
 	}
 }
 
@@ -173,13 +207,16 @@ func (s *shard) kickOrDrive(poll bool) {
 const postBatch = 64
 
 // posted follows a post of n WRs on a QP the caller put on the ready list;
-// idle says the QP's send queue was empty before.
-func (s *shard) posted(idle bool, n int) {
+// behind is how many WRs were outstanding on its send queue before.
+func (s *shard) posted(behind, n int) {
 	if !s.e.cfg.RunToCompletion {
 		s.wake()
 		return
 	}
-	if idle || s.posts.Add(int32(n)) >= postBatch {
+	if behind >= streamPackets {
+		s.e.markStream()
+	}
+	if behind == 0 || s.posts.Add(int32(n)) >= postBatch {
 		s.kickOrDrive(false)
 		return
 	}
@@ -219,19 +256,49 @@ func (s *shard) stopPosts() {
 	s.postArmed.Store(false)
 }
 
-// FlushPosts sends what posts left for the CQ poller (see posted) on every
-// shard whose token is free, and wakes the shard goroutine of the others. In
-// run-to-completion mode roce's CQ.Poll and CQ.ReqNotify call it; otherwise it
-// does nothing.
+// FlushPosts sends what posts left for the CQ poller (see posted), waiting
+// for the token of a shard another goroutine holds. In run-to-completion mode
+// roce's CQ.Poll and CQ.ReqNotify call it; otherwise it does nothing.
 func (e *Engine) FlushPosts() {
 	if !e.cfg.RunToCompletion {
 		return
 	}
 	for _, s := range e.shards {
 		if s.posts.Load() > 0 {
-			s.kickOrDrive(false)
+			s.waitDrive(false)
 		}
 	}
+}
+
+// Streams. A program that busy-polls its CQ (a C program on cabi, spinning
+// on ibv_poll_cq) waits either for the answer to a request, which comes
+// within a round trip, or for a stream's progress, which needs the peer and,
+// on a host with more runnable threads than cores, a core for it. Spinning
+// through the first is what busy-polling is for; a yield there (sched_yield
+// sends the thread behind every other runnable one) cost stock ib_send_lat
+// on cabi 45-80 µs against 13 µs without. Spinning through the second takes
+// the core the stream's progress needs (stock ib_send_bw without yields fell
+// to 22-67 MB/s at load 13 where it made 160-556 with them). Streaming tells
+// the two apart for the poller's library: a stream is posts behind
+// streamPackets outstanding WRs or more (posted), or receive batches of
+// streamPackets packets or more. A request/response keeps a WR or two
+// outstanding and reads a datagram or two at a time.
+
+const (
+	streamFor     = time.Millisecond // how long a stream's last sign counts
+	streamPackets = 8                // packets in one read, or WRs outstanding, that make a stream
+)
+
+// markStream notes a sign of a stream now.
+func (e *Engine) markStream() {
+	e.streamUntil.Store(e.cfg.Clock.Now().Add(streamFor).UnixNano())
+}
+
+// Streaming reports whether the engine carried a stream within the last
+// streamFor: a post behind streamPackets outstanding WRs or more, or a
+// receive batch of streamPackets packets or more. Run-to-completion mode only; otherwise false.
+func (e *Engine) Streaming() bool {
+	return e.cfg.RunToCompletion && e.cfg.Clock.Now().UnixNano() < e.streamUntil.Load()
 }
 
 // readyQP puts q on the shard's ready list without waking the shard.
@@ -248,29 +315,27 @@ const pollBatch = 8
 
 // poller is a receive path read without waiting by whoever calls Poll; mu
 // keeps it to one reader at a time, the path's goroutine included (it waits
-// for more outside mu; a Poll that finds mu taken skips the path).
+// for more outside mu; a Poll that finds mu taken waits for it).
 type poller struct {
 	mu sync.Mutex
 	r  *reader
 }
 
-// Poll reads what is queued on the Link's receive paths, without waiting,
-// and runs the shards it fed on the calling goroutine where their tokens are
-// free, through to their completions: in run-to-completion mode the
-// goroutine that polls a CQ is the one that receives (roce's CQ.Poll calls
-// it when the CQ is empty). It returns how many messages it read. A path
-// another goroutine is reading is skipped. Outside run-to-completion mode,
-// or over a Link that cannot be read without waiting (link.Poller), it does
-// nothing.
+// Poll reads what is queued on the Link's receive paths, without waiting for
+// more, and runs the shards it fed on the calling goroutine, through to their
+// completions: in run-to-completion mode the goroutine that polls a CQ is the
+// one that receives (roce's CQ.Poll calls it when the CQ is empty). It
+// returns how many messages it read. It waits for a path or a shard another
+// goroutine holds (see waitDrive), so what a reader goroutine read before is
+// run or handed to the shard goroutine when it returns. Outside run-to-completion mode, or over a Link that
+// cannot be read without waiting (link.Poller), it does nothing.
 func (e *Engine) Poll() int {
 	if !e.cfg.RunToCompletion {
 		return 0
 	}
 	n := 0
 	for _, p := range e.pollers {
-		if !p.mu.TryLock() {
-			continue
-		}
+		e.waitLock(&p.mu)
 		k, err := p.r.take()
 		p.mu.Unlock()
 		p.r.kick()

@@ -1,7 +1,10 @@
 package transport
 
 import (
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/core/verbs"
@@ -19,20 +22,25 @@ func rtcWireOpts(t *testing.T, reads *[]link.Message, o rcOpts) (*wire, *recLink
 	w := newWire(t, verbs.QPTypeRC, o)
 	l := &recLink{noLink: noLink{t}}
 	w.e.cfg.Link, w.e.cfg.RunToCompletion = l, true
-	r := newReader(w.e, func(msgs []link.Message) (int, error) {
-		if len(*reads) == 0 {
-			return 0, nil
-		}
-		m := (*reads)[0]
-		*reads = (*reads)[1:]
-		b := append(msgs[0].Buf[:0], m.Buf...)
-		msgs[0] = m
-		msgs[0].Buf = b
-		return 1, nil
-	}, 4)
-	r.poll = true
-	w.e.pollers = append(w.e.pollers, &poller{r: r})
+	w.e.pollers = append(w.e.pollers, &poller{r: scriptReader(w, reads, 1)})
 	return w, l
+}
+
+// scriptReader is a poller's reader that takes up to batch datagrams of
+// reads at a time.
+func scriptReader(w *wire, reads *[]link.Message, batch int) *reader {
+	r := newReader(w.e, func(msgs []link.Message) (int, error) {
+		n := min(len(msgs), len(*reads))
+		for i, m := range (*reads)[:n] {
+			b := append(msgs[i].Buf[:0], m.Buf...)
+			msgs[i] = m
+			msgs[i].Buf = b
+		}
+		*reads = (*reads)[n:]
+		return n, nil
+	}, batch)
+	r.poll = true
+	return r
 }
 
 // TestRunToCompletionPostSends: in run-to-completion mode a post on an idle
@@ -93,9 +101,7 @@ func TestRunToCompletionCloseSendsHeldACK(t *testing.T) {
 	w, l := rtcWire(t, &reads)
 	rb := w.mem.reg(1, make([]byte, 256), verbs.AccessLocalWrite)
 	w.recv(verbs.RecvWR{WRID: 7, SGL: []verbs.SGE{rb.sge(0, 256)}})
-	it := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: wireRQPSN, AckReq: true}, pattern(64, 1))
-	reads = append(reads, link.Message{Buf: append([]byte(nil), it.bytes()...), Addr: w.peer, Local: addrA.Addr()})
-	it.release()
+	queueSend(w, &reads, wireRQPSN)
 	if n := w.e.Poll(); n != 1 || len(l.msgs) != 0 {
 		t.Fatalf("Poll read %d messages and wrote %d, want 1 read and the ACK held", n, len(l.msgs))
 	}
@@ -271,4 +277,107 @@ func TestRunToCompletionPostTimerStops(t *testing.T) {
 	if psns := sendPSNs(t, l.msgs); len(psns) != 2 {
 		t.Errorf("SENDs %v written, want 2", psns)
 	}
+}
+
+// TestRunToCompletionPollWaitsForHolder: a CQ poll that finds the receive
+// path or the QP's shard held by another goroutine (the path's reader
+// goroutine, woken by the same datagram) waits for it and returns with the
+// completion made, instead of returning empty for the program to spin on
+// while the holder, with no core, cannot finish.
+func TestRunToCompletionPollWaitsForHolder(t *testing.T) {
+	cases := []struct {
+		name string
+		held func(w *wire) *sync.Mutex
+	}{
+		{"path", func(w *wire) *sync.Mutex { return &w.e.pollers[0].mu }},
+		{"shard", func(w *wire) *sync.Mutex { return &w.q.sh.mu }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var reads []link.Message
+			w, _ := rtcWire(t, &reads)
+			rb := w.mem.reg(1, make([]byte, 256), verbs.AccessLocalWrite)
+			w.recv(verbs.RecvWR{WRID: 7, SGL: []verbs.SGE{rb.sge(0, 256)}})
+			queueSend(w, &reads, wireRQPSN)
+
+			mu := c.held(w)
+			mu.Lock() // another goroutine's
+			polled := make(chan int, 1)
+			go func() { polled <- w.e.Poll() }()
+			deadline := time.Now().Add(time.Minute) // a bound for a failure, not a timing
+			for w.e.cfg.Stats.PollerWaits.Load() == 0 {
+				if time.Now().After(deadline) {
+					mu.Unlock()
+					t.Fatal("the poll did not wait for the holder")
+				}
+				runtime.Gosched()
+			}
+			select {
+			case n := <-polled:
+				mu.Unlock()
+				t.Fatalf("the poll returned %d while the holder held on", n)
+			default:
+			}
+			mu.Unlock()
+			if n := <-polled; n != 1 {
+				t.Fatalf("Poll read %d messages, want 1", n)
+			}
+			if wcs := w.wcs(w.rcq); len(wcs) != 1 || wcs[0].WRID != 7 {
+				t.Fatalf("receive completions %v when the poll returned, want WR 7", wcs)
+			}
+		})
+	}
+}
+
+// TestRunToCompletionStreaming: a post behind streamPackets outstanding WRs,
+// or a read of streamPackets packets, marks a stream for streamFor; a
+// request/response's posts and reads do not.
+func TestRunToCompletionStreaming(t *testing.T) {
+	cases := []struct {
+		name   string
+		posts  int // posts of one SEND each, before the check
+		reads  int // datagrams in one read, before the check
+		stream bool
+	}{
+		{"request", 1, 0, false},
+		{"posts behind a few", streamPackets, 0, false},
+		{"posts behind many", streamPackets + 1, 0, true},
+		{"small read", 0, streamPackets - 1, false},
+		{"batch read", 0, streamPackets, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var reads []link.Message
+			w, _ := rtcWireOpts(t, &reads, rcOpts{recvWR: 2 * streamPackets, sendWR: 2 * streamPackets})
+			w.e.pollers[0].r = scriptReader(w, &reads, 2*streamPackets)
+			sb := w.mem.reg(1, pattern(64, 2), verbs.AccessLocalWrite)
+			for range c.posts {
+				w.post(verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 64)}})
+			}
+			rb := w.mem.reg(1, make([]byte, 256), verbs.AccessLocalWrite)
+			for i := range c.reads {
+				w.recv(verbs.RecvWR{SGL: []verbs.SGE{rb.sge(0, 256)}})
+				queueSend(w, &reads, wireRQPSN.Add(i))
+			}
+			if c.reads > 0 {
+				if n := w.e.Poll(); n != c.reads {
+					t.Fatalf("Poll read %d messages, want %d", n, c.reads)
+				}
+			}
+			if got := w.e.Streaming(); got != c.stream {
+				t.Fatalf("Streaming() = %v, want %v", got, c.stream)
+			}
+			w.clock.now = w.clock.now.Add(streamFor)
+			if w.e.Streaming() {
+				t.Error("still streaming streamFor after the last sign")
+			}
+		})
+	}
+}
+
+// queueSend queues a 64-byte SEND ONLY from the peer with psn on reads.
+func queueSend(w *wire, reads *[]link.Message, psn bth.PSN) {
+	it := w.packet(bth.Fields{Opcode: bth.RCSendOnly, PSN: psn, AckReq: true}, pattern(64, 1))
+	*reads = append(*reads, link.Message{Buf: append([]byte(nil), it.bytes()...), Addr: w.peer, Local: addrA.Addr()})
+	it.release()
 }

@@ -109,6 +109,7 @@ type Counters[T uint64 | atomic.Uint64] struct {
 	BackedOffTimeouts T              `metric:"roce_backed_off_timeouts_total" help:"Retransmission timeouts after an earlier one with no progress, each doubling the QP's timer."`
 	RetriesDeferred   T              `metric:"roce_retries_deferred_total" help:"Retransmission timeouts that waited for the device-wide retry budget."`
 	TurnsYielded      T              `metric:"roce_turns_yielded_total" help:"Times a QP had more to send at the end of its turn and went to the back of its shard's ready queue."`
+	PollerWaits       T              `metric:"roce_poller_waits_total" help:"CQ polls (run to completion) that waited for a receive path or a shard another goroutine of the engine held."`
 	ECNMarked         T              `metric:"roce_ecn_marked_packets_total" help:"Packets received with ECN CE set (mlx5 np_ecn_marked_roce_packets)."`
 	CNPsSent          T              `metric:"roce_cnps_total" labels:"direction=tx" help:"Congestion notification packets sent for CE-marked packets (tx, mlx5 np_cnp_sent) and received (rx)."`
 	CNPsRcvd          T              `metric:"roce_cnps_total" labels:"direction=rx" help:"Congestion notification packets sent for CE-marked packets (tx, mlx5 np_cnp_sent) and received (rx)."`

@@ -136,11 +136,11 @@ func (s *sendQueue) grow() {
 // (the ring exists from then on).
 func (s *sendQueue) slot(i uint64) *sendWQE { return &s.slots[i%uint64(len(s.slots))] }
 
-// idle reports whether every WR posted so far has retired.
-func (s *sendQueue) idle() bool {
+// outstanding is how many WRs posted so far have not retired.
+func (s *sendQueue) outstanding() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.head == s.tail
+	return int(s.tail - s.head)
 }
 
 func (s *sendQueue) loadTail() uint64 {
