@@ -110,10 +110,13 @@ func (s *shard) pollSlice() bool {
 	}
 	s.drainWC()
 	s.passDone.Store(s.e.cfg.Clock.Now().UnixNano())
-	if !s.onlyACKs(s.held) {
+	if !s.onlyACKs(s.held) || s.e.Streaming() {
 		// Requests, READ responses or atomic ACKs: a later slice's packets
 		// of the same QP must not overtake them (a peer would see a PSN
 		// gap), so they leave now, and the plain ACKs held before them too.
+		// In a stream the ACKs are what opens the peer's window: no reply
+		// of the poller's is coming to carry them, and a poller busy with
+		// the stream's completions would not poll empty for a while.
 		s.flush()
 		return true
 	}

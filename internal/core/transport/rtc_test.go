@@ -381,3 +381,27 @@ func queueSend(w *wire, reads *[]link.Message, psn bth.PSN) {
 	*reads = append(*reads, link.Message{Buf: append([]byte(nil), it.bytes()...), Addr: w.peer, Local: addrA.Addr()})
 	it.release()
 }
+
+// TestRunToCompletionStreamSendsACKs: a poller's slice holds a request's ACK
+// for the reply its program is about to post, but in a stream, where no reply
+// comes and the ACK is what opens the peer's window, the ACK leaves at once.
+func TestRunToCompletionStreamSendsACKs(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "request", true: "stream"}[stream], func(t *testing.T) {
+			var reads []link.Message
+			w, l := rtcWire(t, &reads)
+			rb := w.mem.reg(1, make([]byte, 256), verbs.AccessLocalWrite)
+			w.recv(verbs.RecvWR{WRID: 7, SGL: []verbs.SGE{rb.sge(0, 256)}})
+			queueSend(w, &reads, wireRQPSN)
+			if stream {
+				w.e.markStream()
+			}
+			if n := w.e.Poll(); n != 1 {
+				t.Fatalf("Poll read %d messages, want 1", n)
+			}
+			if sent := len(l.msgs) == 1 && bth.Opcode(l.msgs[0].Buf[0]) == bth.RCAck; sent != stream {
+				t.Fatalf("%d messages written by the poll, want the ACK sent %v", len(l.msgs), stream)
+			}
+		})
+	}
+}
