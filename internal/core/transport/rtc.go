@@ -71,7 +71,8 @@ func (s *shard) driveLocked(poll bool) {
 // no core, and every poll skipped the path until the scheduler ran it (stock
 // ib_send_bw on cabi: 19286 of 32953 polls found the path taken). Waiting on
 // the lock puts the poller to sleep instead, which frees its core for the
-// holder, whose work is bounded: one batch read, rtcSlices slices.
+// holder, whose hold is bounded: a reader goroutine's one batch and
+// rtcSlices slices, a shard goroutine's one slice (process).
 
 // waitDrive is drive for a CQ poller: it waits for the token held by another
 // goroutine instead of leaving the work to it.
@@ -299,7 +300,8 @@ func (e *Engine) markStream() {
 
 // Streaming reports whether the engine carried a stream within the last
 // streamFor: a post behind streamPackets outstanding WRs or more, or a
-// receive batch of streamPackets packets or more. Run-to-completion mode only; otherwise false.
+// receive batch of streamPackets packets or more. Outside run-to-completion
+// mode it is false.
 func (e *Engine) Streaming() bool {
 	return e.cfg.RunToCompletion && e.cfg.Clock.Now().UnixNano() < e.streamUntil.Load()
 }
@@ -330,8 +332,9 @@ type poller struct {
 // one that receives (roce's CQ.Poll calls it when the CQ is empty). It
 // returns how many messages it read. It waits for a path or a shard another
 // goroutine holds (see waitDrive), so what a reader goroutine read before is
-// run or handed to the shard goroutine when it returns. Outside run-to-completion mode, or over a Link that
-// cannot be read without waiting (link.Poller), it does nothing.
+// run or handed to the shard goroutine when it returns. Outside
+// run-to-completion mode, or over a Link that cannot be read without waiting
+// (link.Poller), it does nothing.
 func (e *Engine) Poll() int {
 	if !e.cfg.RunToCompletion {
 		return 0

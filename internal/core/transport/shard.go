@@ -184,13 +184,19 @@ func (s *shard) run() {
 }
 
 // process runs slices until no work is left, serving the commands that
-// wait between them.
+// wait between them. Between two slices it lets the token go for a moment: a
+// CQ poller waiting for it (waitDrive) gets it after at most a millisecond
+// (sync.Mutex then hands it to the goroutine that waited longest) and one
+// slice, however long the work goes on. Token holder; it holds the token
+// again when it returns.
 func (s *shard) process() {
 	for {
 		s.serveCommands()
 		if !s.slice() {
 			break
 		}
+		s.mu.Unlock()
+		s.mu.Lock()
 	}
 	if len(s.out) > 0 {
 		s.flush() // what poll-driven slices held (rtc.go)
