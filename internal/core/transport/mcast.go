@@ -140,7 +140,7 @@ func (e *Engine) mcastTable() mcastTable {
 
 // dispatchMcast hands a McastQPN datagram to every QP attached to its group
 // (m.Local), a copy each but the last (rxe_rcv_mcast_pkt), each QP checking it
-// as its own (type, state, Q_Key); true if a shard took it.
+// as its own (type, state, Q_Key: C10-15); true if a shard took it.
 func (r *reader) dispatchMcast(it rxItem, m *link.Message) bool {
 	e := r.e
 	qs := e.mcastTable()[m.Local.Unmap().WithZone("")]
