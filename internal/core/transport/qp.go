@@ -124,7 +124,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		return nil, newErr(op, qpn, syscall.EBUSY, "QPN in use")
 	}
 	q.qpn = qpn
-	q.setSourcePort(bth.QPSourcePort(qpn))
+	q.setSourcePort(bth.QPSourcePort(qpn), true)
 	q.sh = e.shardFor(qpn)
 	e.qps.insert(qpn, q)
 	e.mu.Unlock()
@@ -358,9 +358,9 @@ func (q *QP) applyAttr(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 	}
 	if mask&(verbs.QPAttrAV|verbs.QPAttrDestQPN) != 0 && q.typ != verbs.QPTypeUD {
 		if t.AV.SrcPort != 0 {
-			q.setSourcePort(t.AV.SrcPort)
+			q.setSourcePort(t.AV.SrcPort, false)
 		} else {
-			q.setSourcePort(bth.ConnectedSourcePort(t.AV.FlowLabel, q.qpn, t.DestQPN))
+			q.setSourcePort(bth.ConnectedSourcePort(t.AV.FlowLabel, q.qpn, t.DestQPN), true)
 		}
 	}
 }
@@ -706,13 +706,41 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	return n, err
 }
 
-// setSourcePort gives the QP rxe's source port p; it sends from p when the
-// link can (link.Link.SourcePort), else from the link's port.
-func (q *QP) setSourcePort(p uint16) {
+// sourcePortProbes bounds the ports a QP tries, rxe's own first, before it
+// sends from the link's port. rxe's port is a 14-bit hash of the two QPNs, so
+// processes sharing an address through roced (QPNs alike in each block, the
+// peer's small) often derive one port; the second's bind is refused, and
+// without the next ports its packets would all leave from 4791.
+const sourcePortProbes = 8
+
+// setSourcePort gives the QP rxe's source port p and sends from it when the
+// link can (link.Link.SourcePort). When another socket holds p, a derived
+// port (probe) moves to the next of rxe's range the link grants, at most
+// sourcePortProbes in all: any source port is valid, and one of the QP's own
+// keeps its flow apart. An explicit port (the address vector's) is p or
+// the link's own.
+func (q *QP) setSourcePort(p uint16, probe bool) {
 	q.sport, q.wport = p, 0
-	if q.e.cfg.Link.SourcePort(p) {
-		q.wport = p
+	n := 1
+	if probe {
+		n = sourcePortProbes
 	}
+	for range n {
+		if q.e.cfg.Link.SourcePort(p) {
+			q.wport = p
+			return
+		}
+		p = nextSourcePort(p)
+	}
+}
+
+// nextSourcePort is the port after p in rxe's source port range,
+// 0xC000-0xFFFF, wrapping around.
+func nextSourcePort(p uint16) uint16 {
+	if p < 0xC000 || p == 0xFFFF {
+		return 0xC000
+	}
+	return p + 1
 }
 
 // srcPort is the UDP source port the QP's packets leave from.
