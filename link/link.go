@@ -202,6 +202,35 @@ func WrapReceiveFuncs(fns []ReceiveFunc, wrap func(ReceiveFunc, []Message) (int,
 	return out
 }
 
+// ReceiveFiltered reads through fn and keeps the messages keep accepts,
+// moved forward in order by copying into the earlier slot's buffer (the
+// Link contract: a slot's buffer stays the caller's). A batch keep rejects
+// whole is followed by another read, so a waiting path never returns empty
+// for a filter's sake; a path that does not wait (a poll) returns what is
+// left, even nothing. keep may rewrite the message it is given (a train
+// that keeps some of its segments).
+func ReceiveFiltered(fn ReceiveFunc, msgs []Message, keep func(*Message) bool) (int, error) {
+	for {
+		n, err := fn(msgs)
+		k := 0
+		for i := 0; i < n; i++ {
+			if !keep(&msgs[i]) {
+				continue
+			}
+			if k != i {
+				m := &msgs[i]
+				msgs[k].Buf = append(msgs[k].Buf[:0], m.Buf...)
+				msgs[k].Addr, msgs[k].Local, msgs[k].TOS, msgs[k].TTL = m.Addr, m.Local, m.TOS, m.TTL
+				msgs[k].FlowLabel, msgs[k].SegSize = m.FlowLabel, m.SegSize
+			}
+			k++
+		}
+		if k > 0 || err != nil || n == 0 {
+			return k, err
+		}
+	}
+}
+
 // Poller is implemented by a Link whose receive paths can also be read
 // without waiting, by a goroutine other than the path's reader: each
 // function takes what is queued on its path (the ReceiveFuncs in the same

@@ -8,6 +8,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testsupport/parked"
 )
 
 // TestPollFuncs: a receive path polled while its reader goroutine is parked
@@ -31,7 +33,7 @@ func TestPollFuncs(t *testing.T) {
 			got <- binary.BigEndian.Uint32(msgs[0].Buf)
 		}
 	}()
-	time.Sleep(10 * time.Millisecond) // let it park
+	parked.Wait(t, "link.(*UDP).ReadBatch", 1, 10*time.Second) // it sleeps in the netpoller
 	msgs := make([]Message, 4)
 	for i := range msgs {
 		msgs[i].Buf = make([]byte, MaxDatagram)

@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/testsupport/parked"
 )
 
 func listen(t testing.TB, addr string, cfg Config) *UDP {
@@ -158,7 +160,7 @@ func TestUDPCloseUnblocksRead(t *testing.T) {
 		_, err := u.ReadBatch(newMsgs(4))
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // let the reader park in the netpoller
+	parked.Wait(t, "link.(*UDP).ReadBatch", 1, 10*time.Second) // the reader sleeps in the netpoller
 	if err := u.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +178,22 @@ func TestUDPCloseUnblocksRead(t *testing.T) {
 	if _, err := u.WriteBatch([]Message{{Buf: []byte{1}, Addr: u.LocalAddr()}}); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("WriteBatch after Close = %v, want net.ErrClosed", err)
 	}
+}
+
+// rmemAlloc is the receive memory the kernel charges u's main socket
+// (SO_MEMINFO's first field, SK_MEMINFO_RMEM_ALLOC): it grows with each
+// datagram queued and shrinks only when one is read.
+func rmemAlloc(t *testing.T, u *UDP) int {
+	t.Helper()
+	var v int
+	var err error
+	if cerr := u.readers[0].rc.Control(func(fd uintptr) { v, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MEMINFO) }); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err != nil {
+		t.Fatalf("SO_MEMINFO: %v", err)
+	}
+	return v
 }
 
 func TestUDPWriteWrongFamily(t *testing.T) {
@@ -228,13 +246,19 @@ func TestUDPTruncatedDropped(t *testing.T) {
 func TestUDPTruncatedKeepsBuffers(t *testing.T) {
 	a := listen(t, "127.0.0.1:0", Config{})
 	b := listen(t, "127.0.0.2:0", Config{BatchSize: 2})
-	if _, err := a.WriteBatch([]Message{
-		{Buf: make([]byte, 100), Addr: b.LocalAddr()},
-		{Buf: []byte("short"), Addr: b.LocalAddr()},
-	}); err != nil {
-		t.Fatal(err)
+	// Both queued before the read, so one recvmmsg takes both: each send
+	// waits until the socket's receive memory grew by its datagram.
+	for _, d := range [][]byte{make([]byte, 100), []byte("short")} {
+		before := rmemAlloc(t, b)
+		if _, err := a.WriteBatch([]Message{{Buf: d, Addr: b.LocalAddr()}}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); rmemAlloc(t, b) <= before; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("a %d-byte datagram not queued on the receiver after 10 s", len(d))
+			}
+		}
 	}
-	time.Sleep(20 * time.Millisecond) // both queued, so one recvmmsg sees both
 	bufs := [][]byte{make([]byte, 16), make([]byte, 16)}
 	msgs := []Message{{Buf: bufs[0]}, {Buf: bufs[1]}}
 	n, err := b.ReadBatch(msgs)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testsupport/parked"
 )
 
 // TestCQWait: Wait returns a completion that arrives while it sleeps, returns
@@ -43,7 +45,7 @@ func cqWait(t *testing.T, opts ...Option) {
 		}
 		got <- err
 	}()
-	time.Sleep(10 * time.Millisecond) // let Wait arm and sleep
+	parked.Wait(t, "roce.(*CQ).Wait", 1, wcTimeout) // Wait armed and sleeps on Notify
 	_ = must[int](t)(a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRSend, Flags: SendSignaled,
 		SGL: []SGE{{Addr: a.mr.Addr(), Length: 8, LKey: a.mr.LKey()}}}}))
 	if err := <-got; err != nil {

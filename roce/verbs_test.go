@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testsupport/parked"
 )
 
 func TestErrorFormatAndUnwrap(t *testing.T) {
@@ -572,7 +574,7 @@ func TestCQWaitEndsWhenDeviceCloses(t *testing.T) {
 		_, err := c.Wait(context.Background(), make([]WC, 1))
 		done <- err
 	}()
-	time.Sleep(10 * time.Millisecond) // let Wait arm and sleep on Notify
+	parked.Wait(t, "roce.(*CQ).Wait", 1, wcTimeout) // Wait armed and sleeps on Notify
 	noErr(t, d.Close())
 	select {
 	case err := <-done:

@@ -143,28 +143,9 @@ func (g *Link) PollFuncs() []link.ReceiveFunc {
 // otherwise).
 func (g *Link) WaitFuncs() []link.WaitFunc { return link.WaitFuncs(g.Link) }
 
-// diverted reads through fn and keeps what is not for QP1. A function that
-// does not wait (a poll) returns what is left, even nothing.
+// diverted reads through fn and keeps what is not for QP1.
 func (g *Link) diverted(fn link.ReceiveFunc, msgs []link.Message) (int, error) {
-	for {
-		n, err := fn(msgs)
-		k := 0
-		for i := 0; i < n; i++ {
-			if g.conn.divert(&msgs[i]) {
-				continue
-			}
-			if k != i {
-				m := msgs[i]
-				msgs[k].Buf = append(msgs[k].Buf[:0], m.Buf...)
-				msgs[k].Addr, msgs[k].Local, msgs[k].TOS, msgs[k].TTL = m.Addr, m.Local, m.TOS, m.TTL
-				msgs[k].FlowLabel, msgs[k].SegSize = m.FlowLabel, m.SegSize
-			}
-			k++
-		}
-		if k > 0 || err != nil || n == 0 {
-			return k, err
-		}
-	}
+	return link.ReceiveFiltered(fn, msgs, func(m *link.Message) bool { return !g.conn.divert(m) })
 }
 
 // Close closes the wrapped link and the Conn.

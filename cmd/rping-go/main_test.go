@@ -94,6 +94,31 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
+func (s *syncBuf) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}
+
+// listenWait bounds how long a client tries again while its server is not
+// listening yet: the server is a goroutine of the test, but a loaded host
+// may start it late.
+const listenWait = 30 * time.Second
+
+// tryClient runs rping-go with a client's args, again while the server
+// rejects it as not listening yet (REJECTED), for up to listenWait; out and
+// errb hold the last run's output.
+func tryClient(ctx context.Context, args []string, out, errb *syncBuf) int {
+	for deadline := time.Now().Add(listenWait); ; time.Sleep(20 * time.Millisecond) {
+		out.Reset()
+		errb.Reset()
+		code := run(ctx, args, out, errb)
+		if code == 0 || !strings.Contains(errb.String(), "REJECTED") || time.Now().After(deadline) || ctx.Err() != nil {
+			return code
+		}
+	}
+}
+
 // TestLoopback runs rping-go -s on 127.0.0.2 and rping-go -c on 127.0.0.1
 // over real UDP, CM over QP1, for rping's sizes, and checks every line of
 // -v output against what rping prints for the same data.
@@ -127,18 +152,8 @@ func TestLoopback(t *testing.T) {
 			go func() {
 				scode <- run(ctx, []string{"-s", "-a", "127.0.0.2", "-p", "7174", "-v", "-S", size, "--udp-port", port}, &sout, &serr)
 			}()
-			var ccode int
-			for attempt := 0; attempt < 50; attempt++ {
-				cout.b.Reset()
-				cerr.b.Reset()
-				ccode = run(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "-C", count, "-S", size, "-v", "-V",
-					"--udp-port", port, "--stats"}, &cout, &cerr)
-				// The server may not be listening yet: rejected, try again.
-				if ccode == 0 || !strings.Contains(cerr.String(), "REJECTED") {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			ccode := tryClient(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "-C", count, "-S", size, "-v", "-V",
+				"--udp-port", port, "--stats"}, &cout, &cerr)
 			if ccode != 0 {
 				t.Fatalf("client exit %d\nstdout:\n%s\nstderr:\n%s\nserver stderr:\n%s", ccode, cout.String(), cerr.String(), serr.String())
 			}
@@ -206,16 +221,8 @@ func TestPersistentServer(t *testing.T) {
 		scode <- run(sctx, []string{"-s", "-P", "-a", "127.0.0.2", "-v", "--udp-port", port}, &sout, &serr)
 	}()
 	for i := 0; i < 3; i++ {
-		var code int
-		for attempt := 0; attempt < 50; attempt++ {
-			var cout, cerr syncBuf
-			code = run(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "-C", "2", "-V", "--udp-port", port}, &cout, &cerr)
-			if code == 0 || !strings.Contains(cerr.String(), "REJECTED") {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if code != 0 {
+		var cout, cerr syncBuf
+		if code := tryClient(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "-C", "2", "-V", "--udp-port", port}, &cout, &cerr); code != 0 {
 			t.Fatalf("client %d exit %d", i, code)
 		}
 	}

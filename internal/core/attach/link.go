@@ -74,29 +74,10 @@ func (l *Link) mine(b []byte) bool {
 	return ok && qpn >= l.first && qpn <= l.last
 }
 
-// filtered reads through fn and keeps what is for the block. A message
-// moves by copying into the earlier slot's buffer (the link.Link contract);
-// a train keeps its segments that are the block's, in order.
+// filtered reads through fn and keeps what is for the block; a train keeps
+// its segments that are the block's, in order.
 func (l *Link) filtered(fn link.ReceiveFunc, msgs []link.Message) (int, error) {
-	for {
-		n, err := fn(msgs)
-		k := 0
-		for i := 0; i < n; i++ {
-			if !l.keep(&msgs[i]) {
-				continue
-			}
-			if k != i {
-				m := msgs[i]
-				msgs[k].Buf = append(msgs[k].Buf[:0], m.Buf...)
-				msgs[k].Addr, msgs[k].Local, msgs[k].TOS, msgs[k].TTL = m.Addr, m.Local, m.TOS, m.TTL
-				msgs[k].FlowLabel, msgs[k].SegSize = m.FlowLabel, m.SegSize
-			}
-			k++
-		}
-		if k > 0 || err != nil || n == 0 {
-			return k, err
-		}
-	}
+	return link.ReceiveFiltered(fn, msgs, l.keep)
 }
 
 // keep checks every datagram of m and reports whether anything is left;

@@ -27,11 +27,15 @@ func TestConcurrentPostPopModify(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 
+	// The posters start once the modifier has run, so it runs beside them
+	// even when a loaded host would schedule it last.
+	modifying := make(chan struct{})
 	var postWG sync.WaitGroup
 	for p := 0; p < posters; p++ {
 		postWG.Add(1)
 		go func(p int) {
 			defer postWG.Done()
+			<-modifying
 			batch := make([]verbs.RecvWR, 0, 4)
 			for i := 0; i < perPost; {
 				batch = batch[:0]
@@ -90,6 +94,9 @@ func TestConcurrentPostPopModify(t *testing.T) {
 			}
 			if a, err := q.Query(); err != nil || a.MaxSGE != 2 {
 				t.Errorf("Query = %+v, %v", a, err)
+			}
+			if i == 0 {
+				close(modifying)
 			}
 			time.Sleep(10 * time.Microsecond)
 		}

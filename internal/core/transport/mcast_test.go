@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"syscall"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"github.com/goroce/goroce/internal/core/verbs"
 	"github.com/goroce/goroce/link"
@@ -21,6 +21,12 @@ type plainLink struct{ link.Link }
 // the Link, so it can be joined again, and the group's receive path ends
 // without the device-fatal event a dying Link raises.
 func TestAttachMcastRules(t *testing.T) {
+	synctest.Test(t, attachMcastRules)
+}
+
+// attachMcastRules runs in a bubble, so synctest.Wait can tell when the
+// receive path of a group that was left has ended.
+func attachMcastRules(t *testing.T) {
 	la, lb := link.Pipe(addrA, addrB)
 	t.Cleanup(func() { lb.Close() })
 	n := newNode(t, la, 2)
@@ -70,7 +76,7 @@ func TestAttachMcastRules(t *testing.T) {
 	if err := ud3.AttachMcast(g); err != nil {
 		t.Fatalf("attach after the group was left: %v", err)
 	}
-	time.Sleep(20 * time.Millisecond)
+	synctest.Wait() // the left group's reader returned (net.ErrClosed) or never will
 	if n.hasEvent(verbs.EventDeviceFatal) || n.e.fatal.Load() {
 		t.Fatal("a group's receive path ending was taken for the Link dying")
 	}

@@ -536,7 +536,7 @@ func TestClassCWithRecvWRRaisesNoEvent(t *testing.T) {
 	}
 	r.feed(bth.Fields{Opcode: bth.RCSendOnly, PSN: rigPSN}, filled(100, 1))
 	r.expectNAK(bth.NAKInvalidRequest, rigPSN)
-	w := waitWC(t, r.n.rcq, 1, time.Second)[0]
+	w := waitWC(t, r.n.rcq, 1, 10*time.Second)[0]
 	if w.WRID != 9 || w.Status != verbs.WCLocLenErr {
 		t.Fatalf("receive %s, want LOC_LEN_ERR", wcString(w))
 	}

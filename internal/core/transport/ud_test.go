@@ -62,13 +62,21 @@ func udExchange(t *testing.T, a, b *node) {
 	if _, err := qa.PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
-	for i, w := range waitWC(t, a.scq, 4, time.Second) {
+	for i, w := range waitWC(t, a.scq, 4, 10*time.Second) {
 		if w.WRID != uint64(i+1) || w.Status != verbs.WCSuccess {
 			t.Fatalf("send completion %s", wcString(w))
 		}
 	}
-	rwc := waitWC(t, b.rcq, 2, time.Second)
-	noMoreWC(t, b.rcq, 10*time.Millisecond)
+	rwc := waitWC(t, b.rcq, 2, 10*time.Second)
+	// b's shard takes the four datagrams of one QP in order: once both
+	// wrong-Q_Key drops are counted, nothing of this exchange is left to
+	// complete (on real sockets that can be well after the two receives).
+	for deadline := time.Now().Add(10 * time.Second); b.e.Stats().Snapshot().BadQKey < 2; time.Sleep(50 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Q_Key drops counted %d after 10 s, want 2", b.e.Stats().Snapshot().BadQKey)
+		}
+	}
+	noMoreWC(t, b.rcq, 0)
 	for i, want := range []int{1024, 100} {
 		w := rwc[i]
 		if w.Status != verbs.WCSuccess || w.ByteLen != uint32(grhLen+want) || w.SrcQP != qa.QPN() || w.Flags&verbs.WCGRH == 0 {

@@ -212,11 +212,11 @@ func TestModifyQPStateMachine(t *testing.T) {
 	if err := q.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
 		t.Fatal(err)
 	}
-	wcs := waitWC(t, n.scq, 1, time.Second)
+	wcs := waitWC(t, n.scq, 1, 10*time.Second)
 	if wcs[0].WRID != 6 || wcs[0].Status != verbs.WCWRFlushErr {
 		t.Fatalf("send flush %s", wcString(wcs[0]))
 	}
-	if w := waitWC(t, n.rcq, 1, time.Second)[0]; w.WRID != 5 || w.Status != verbs.WCWRFlushErr {
+	if w := waitWC(t, n.rcq, 1, 10*time.Second)[0]; w.WRID != 5 || w.Status != verbs.WCWRFlushErr {
 		t.Fatalf("recv flush %s", wcString(w))
 	}
 	if err := q.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState); err != nil {
