@@ -66,8 +66,9 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 	}
 	c.dev.eng.FlushPosts() // run to completion: what a stream posted since
 	n, err := c.q.Poll(wc)
-	if n == 0 && err == nil && c.dev.rtc {
-		// The engine's goroutines may have finished what Poll waited for.
+	if n == 0 && err == nil {
+		// Also when Poll read nothing: the engine goroutines it waited for
+		// may have made the completions.
 		c.dev.eng.Poll()
 		n, err = c.q.Poll(wc)
 	}
@@ -78,11 +79,8 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 }
 
 // Streaming reports whether the CQ's device carried a stream in the last
-// millisecond, in run-to-completion mode: posts behind several outstanding WRs,
-// or receives many packets at a time. A library that busy-polls for a program
-// gives its core up between empty polls then (the stream's progress needs the
-// peer, and cores), and spins otherwise (the answer to a request comes within a
-// round trip, and a yield costs a scheduler turn).
+// millisecond (run-to-completion mode): a library that busy-polls for a program
+// yields its core between empty polls then, and spins otherwise.
 func (c *CQ) Streaming() bool { return c.dev.eng.Streaming() }
 
 // ReqNotify is ibv_req_notify_cq: it arms the CQ once, so the next completion (the next

@@ -115,7 +115,6 @@ type Device struct {
 
 	lnk   link.Link
 	eng   *transport.Engine
-	rtc   bool            // run-to-completion mode (WithRunToCompletion)
 	sess  *attach.Session // roced's grant, when attached
 	alink *attach.Link    // the block's socket, when attached
 	mem   *memory
@@ -275,7 +274,7 @@ func newDevice(addr netip.Addr, l link.Link, o *options) (*Device, error) {
 	if err != nil {
 		return nil, wrapErr("ibv_open_device", "", -1, err)
 	}
-	d.eng, d.rtc = eng, o.rtc
+	d.eng = eng
 	d.emit(AsyncEvent{Type: EventPortActive, Port: 1})
 	return d, nil
 }

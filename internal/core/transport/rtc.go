@@ -48,19 +48,10 @@ func (s *shard) driveLocked(poll bool) {
 	}
 }
 
-// A CQ poller waits for what another goroutine holds. A poll that found the
-// receive path's lock or a shard's token taken used to skip it and return
-// empty, and the program polled again at once, and again, while the holder
-// (the path's reader goroutine, mostly, woken by the same datagram) did the
-// work the poll was waiting for. With more runnable threads than cores the
-// holder is often the one without a core, and the spinning poller kept it
-// from one; worse, a reader goroutine that had waited for the path's lock
-// over a millisecond was handed it (sync.Mutex starvation mode) while it had
-// no core, and every poll skipped the path until the scheduler ran it (stock
-// ib_send_bw on cabi: 19286 of 32953 polls found the path taken). Waiting on
-// the lock puts the poller to sleep instead, which frees its core for the
-// holder, whose hold is bounded: a reader goroutine's one batch and
-// rtcSlices slices, a shard goroutine's one slice (process).
+// A CQ poller waits for what another goroutine holds instead of skipping it:
+// skipping spun the poller while the holder (the path's reader, mostly) had no
+// core to finish the work the poll waited for. Each hold is bounded: one batch
+// and rtcSlices slices, or one slice of the shard goroutine.
 
 // waitDrive is drive for a CQ poller: it waits for the token held by another
 // goroutine instead of leaving the work to it.
@@ -252,19 +243,11 @@ func (e *Engine) FlushPosts() {
 	}
 }
 
-// Streams. A program that busy-polls its CQ (a C program on cabi, spinning
-// on ibv_poll_cq) waits either for the answer to a request, which comes
-// within a round trip, or for a stream's progress, which needs the peer and,
-// on a host with more runnable threads than cores, a core for it. Spinning
-// through the first is what busy-polling is for; a yield there (sched_yield
-// sends the thread behind every other runnable one) cost stock ib_send_lat
-// on cabi 45-80 µs against 13 µs without. Spinning through the second takes
-// the core the stream's progress needs (stock ib_send_bw without yields fell
-// to 22-67 MB/s at load 13 where it made 160-556 with them). Streaming tells
-// the two apart for the poller's library: a stream is posts behind
-// streamPackets outstanding WRs or more (posted), or receive batches of
-// streamPackets packets or more. A request/response keeps a WR or two
-// outstanding and reads a datagram or two at a time.
+// Streams. A busy-polling program waits either for a request's answer, due
+// within a round trip, which it should spin for (a sched_yield cost stock
+// ib_send_lat on cabi 45-80 µs), or for a stream's progress, which needs the
+// peer and a core, which it should yield for (stock ib_send_bw spinning fell
+// from 160-556 to 22-67 MB/s at load 13). Streaming tells the two apart.
 
 const (
 	streamFor     = time.Millisecond // how long a stream's last sign counts
