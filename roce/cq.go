@@ -57,9 +57,8 @@ func (c *CQ) Len() int { return c.q.Len() }
 // Poll is ibv_poll_cq: it copies up to len(wc) completions, oldest first, and returns
 // how many, without blocking (wait on Notify after ReqNotify). After a CQ overrun
 // (CQ_ERR) it returns the completions held, then an error. With WithRunToCompletion it
-// first sends what posts left for it, and an empty CQ runs what the socket holds
-// through the engine on this goroutine, which may wait for a bounded piece of work
-// the engine's goroutines hold (a read, a slice of a shard).
+// sends what posts left for it, and an empty CQ runs what the socket holds through the
+// engine on this goroutine (waiting for a read or slice an engine goroutine holds).
 func (c *CQ) Poll(wc []WC) (int, error) {
 	if c.dev.closed.Load() {
 		return 0, closedErr("ibv_poll_cq", c.obj)
@@ -67,8 +66,7 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 	c.dev.eng.FlushPosts() // run to completion: what a stream posted since
 	n, err := c.q.Poll(wc)
 	if n == 0 && err == nil {
-		// Also when Poll read nothing: the engine goroutines it waited for
-		// may have made the completions.
+		// Even if Poll read nothing: the goroutines it waited for may have.
 		c.dev.eng.Poll()
 		n, err = c.q.Poll(wc)
 	}
