@@ -76,9 +76,8 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 	return n, nil
 }
 
-// Streaming reports whether the CQ's device carried a stream in the last
-// millisecond (run-to-completion mode): a library that busy-polls for a program
-// yields its core between empty polls then, and spins otherwise.
+// Streaming reports whether the device carried a stream in the last millisecond (run
+// to completion): a busy-polling library yields its core between empty polls then.
 func (c *CQ) Streaming() bool { return c.dev.eng.Streaming() }
 
 // ReqNotify is ibv_req_notify_cq: it arms the CQ once, so the next completion (the next
