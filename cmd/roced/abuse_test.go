@@ -131,10 +131,13 @@ func memory(t *testing.T, p *daemonProc) (rss, heap, goroutines float64) {
 }
 
 // reqFlood sends n REQs for the rping port to dst, each from its own address in
-// 127.b1.0.0/16 and with its own comm ID from firstID, paced so that loopback
-// drops none, and returns the highest RSS and heap seen meanwhile.
+// 127.b1.0.0/16 and with its own comm ID from firstID, under flow control so that
+// loopback drops none, and returns the highest RSS and heap seen meanwhile.
 func reqFlood(t *testing.T, p *daemonProc, dst netip.AddrPort, b1 byte, firstID uint32, n int) (peakRSS, peakHeap float64) {
+	fc := newFlowControl(t, dst)
+	defer fc.check()
 	for i := range n {
+		fc.before(i)
 		src := netip.AddrFrom4([4]byte{127, b1, byte(i >> 8), byte(1 + i%250)})
 		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)))
 		if err != nil {
@@ -145,9 +148,6 @@ func reqFlood(t *testing.T, p *daemonProc, dst netip.AddrPort, b1 byte, firstID 
 			t.Fatal(err)
 		}
 		c.Close()
-		if i%50 == 49 {
-			time.Sleep(time.Millisecond)
-		}
 		if i%500 == 499 {
 			rss, heap, _ := memory(t, p)
 			peakRSS, peakHeap = max(peakRSS, rss), max(peakHeap, heap)
