@@ -2,7 +2,6 @@ package tryit
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -10,10 +9,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 )
 
 // jobUp bounds how long a background line may take to come up on a loaded
@@ -53,28 +53,10 @@ func commands(t *testing.T, readme string) []string {
 type job struct {
 	line   string
 	cmd    *exec.Cmd
-	out    lockedBuffer
+	out    syncbuf.Buffer
 	done   chan error
 	waited bool
 	err    error
-}
-
-// lockedBuffer is a job's output, read while the job writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // upLine is what a background job prints once it serves, for the tools
