@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +32,7 @@ type cpuSample struct {
 	idle, total uint64        // /proc/stat's aggregate cpu line, in clock ticks
 	syscalls    uint64        // 0 when no syscallCounter
 	allocs      uint64        // heap objects allocated since the process started
+	at          time.Time
 }
 
 // cpuCost is one benchmark's budget; the per-packet figures divide the whole
@@ -42,6 +42,7 @@ type cpuCost struct {
 	idle          float64 // share of the machine's CPU time idle (0-1), -1 unknown
 	syscallsPerK  float64 // system calls per 1000 data packets, -1 unknown
 	allocsPerPkt  float64 // heap allocations per data packet, by the whole process
+	allocsPerSec  float64 // the same per second of the loop
 }
 
 // cpuMeter measures a cpuCost across a timed loop.
@@ -68,11 +69,16 @@ func (m *cpuMeter) sample() cpuSample {
 	if m.sc != nil {
 		s.syscalls = m.sc.read()
 	}
-	allocs := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}}
-	metrics.Read(allocs)
-	if allocs[0].Value.Kind() == metrics.KindUint64 {
-		s.allocs = allocs[0].Value.Uint64()
-	}
+	// ReadMemStats, not runtime/metrics: it stops the world and flushes every
+	// P's span cache first, so allocations made before the sample are counted
+	// before it. runtime/metrics counts a cached span's objects only when the
+	// span is swapped out, which charged the raw baseline's hundreds of
+	// thousands of allocations, made before the timed loop, to the first
+	// engine benchmark after it (0.18-0.31 per packet under load).
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	s.allocs = ms.Mallocs
+	s.at = time.Now()
 	return s
 }
 
@@ -86,6 +92,7 @@ func (m *cpuMeter) stop(pkts float64) cpuCost {
 		idle:         -1,
 		syscallsPerK: -1,
 		allocsPerPkt: float64(end.allocs-m.start.allocs) / pkts,
+		allocsPerSec: float64(end.allocs-m.start.allocs) / max(end.at.Sub(m.start.at).Seconds(), 1e-9),
 	}
 	if dt := end.total - m.start.total; end.total > m.start.total && dt > 0 {
 		c.idle = float64(end.idle-m.start.idle) / float64(dt)
@@ -98,12 +105,22 @@ func (m *cpuMeter) stop(pkts float64) cpuCost {
 
 // maxAllocsPerPkt is what report lets through under GOROCE_BENCH_STRICT: the
 // engine allocates nothing per packet, and the timers, goroutine stacks and
-// runtime work of a whole process stay far under one allocation per 100 packets.
+// runtime work of a whole process stay far under one allocation per 100 packets
+// at the rates the benchmarks run at on a quiet host.
 const maxAllocsPerPkt = 0.01
+
+// maxBackgroundAllocsPerSec is the allocation rate a run may show above
+// maxAllocsPerPkt and still pass: that background (timers, tickers, roced's
+// police loop of an attached device) allocates per second, not per packet,
+// and a loaded host's slow run moves so few packets that it reads as per
+// packet (28-72 a second measured beside two CPU hogs, 0.005-0.011 per
+// packet of a 300-650 µs ping-pong). A fast path that allocates per packet
+// runs at thousands of packets a second and exceeds both.
+const maxBackgroundAllocsPerSec = 200
 
 var (
 	lastAllocsMu sync.Mutex
-	lastAllocs   = map[string]float64{} // benchmark name: allocations per packet of its last run
+	lastAllocs   = map[string]cpuCost{} // benchmark name: its last run's budget
 	allocOrder   []string
 )
 
@@ -114,7 +131,7 @@ func (c cpuCost) report(b *testing.B) {
 	if _, ok := lastAllocs[b.Name()]; !ok {
 		allocOrder = append(allocOrder, b.Name())
 	}
-	lastAllocs[b.Name()] = c.allocsPerPkt
+	lastAllocs[b.Name()] = c
 	lastAllocsMu.Unlock()
 	b.ReportMetric(c.allocsPerPkt, "allocs/pkt")
 	b.ReportMetric(c.userUS, "user-µs/pkt")
@@ -286,8 +303,9 @@ func strictAllocs() bool {
 		if strings.HasPrefix(name, "BenchmarkRaw") {
 			continue // the baselines measure the kernel, not goroce's fast path
 		}
-		if a := lastAllocs[name]; a > maxAllocsPerPkt {
-			fmt.Printf("FAIL: %s: %.3f heap allocations per packet (at most %g): the fast path allocates\n", name, a, maxAllocsPerPkt)
+		if c := lastAllocs[name]; c.allocsPerPkt > maxAllocsPerPkt && c.allocsPerSec > maxBackgroundAllocsPerSec {
+			fmt.Printf("FAIL: %s: %.3f heap allocations per packet (at most %g), %.0f a second (at most %d): the fast path allocates\n",
+				name, c.allocsPerPkt, maxAllocsPerPkt, c.allocsPerSec, maxBackgroundAllocsPerSec)
 			ok = false
 		}
 	}

@@ -469,14 +469,7 @@ func runCCPair(t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin, stock stri
 		}
 	}
 	st := checkOursStats(t, "roce-perftest", r.oursErr)
-	after, err := g.Counters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := after.Sub(before)
-	if bad := d.Unexpected(); len(bad) > 0 {
-		t.Errorf("rxe counters: %v (all: %v)", bad, d)
-	}
+	d := rxeSince(ctx, t, g, before)
 	dir := "rxe -> roce-perftest"
 	if oursClient {
 		dir = "roce-perftest -> rxe"

@@ -366,40 +366,22 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ptOurs, c p
 	if err != nil {
 		t.Fatal(err)
 	}
-	var opts []string
-	if c.size > 0 && !c.atomic() {
-		opts = append(opts, "-s", strconv.Itoa(c.size))
-	}
-	if c.iters > 0 {
-		opts = append(opts, "-n", strconv.Itoa(c.iters))
-	}
-	opts = append(append(opts, "-F", "-p", strconv.Itoa(lab.Port(pingpongPort))), c.extra...)
-	stockOpts := opts
-	if c.events() {
-		stockOpts = append([]string{"-e"}, opts...)
-	}
-	stock := func(g *labtest.Guest) string {
-		return fmt.Sprintf("ib_%s -d rxe0 -x %d %s", c.test, g.GIDIndex, strings.Join(stockOpts, " "))
-	}
-	type side struct {
-		who, out string
-		rc       int
-		server   bool
-	}
-	var sides []side
+	port := lab.Port(pingpongPort)
+	opts := c.options(port)
+	var sides []ptSide
 	var oursErr string
 	if dir == ptRxeToRxe {
 		b := lab.Guest(t, "b")
-		job, err := g.Start(ctx, stock(g))
+		job, err := g.Start(ctx, c.stockCommand(g, port))
 		if err != nil {
 			t.Fatal(err)
 		}
-		cli := retryStockClient(ctx, t, b, stock(b)+" "+g.IP.String(), nil)
+		cli := retryStockClient(ctx, t, b, c.stockCommand(b, port)+" "+g.IP.String(), nil)
 		srv, err := waitJob(job, 20*time.Second)
 		if err != nil {
 			t.Errorf("stock server: %v", err)
 		}
-		sides = []side{{"ib_" + c.test + " server (guest a)", srv.Out, srv.RC, true},
+		sides = []ptSide{{"ib_" + c.test + " server (guest a)", srv.Out, srv.RC, true},
 			{"ib_" + c.test + " client (guest b)", cli.Out, cli.RC, false}}
 	} else {
 		sender := lab.HostIP
@@ -408,13 +390,89 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ptOurs, c p
 		}
 		defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short(), sender)()
 		bin, ours := o.command(c, lab.HostIP.String(), opts)
-		r := runPairWatched(ctx, t, lab, g, bin, c, stock(g), ours, dir == ptOursToRxe, &before, &res)
-		sides = []side{{o.who, r.oursOut, r.oursRC, dir == ptRxeToOurs}, {"ib_" + c.test, r.stock.Out, r.stock.RC, dir == ptOursToRxe}}
+		r := runPairWatched(ctx, t, lab, g, bin, c, c.stockCommand(g, port), ours, dir == ptOursToRxe, &before, &res)
+		sides = r.ptSides(o.who, "ib_"+c.test, dir == ptRxeToOurs)
 		oursErr = r.oursErr
-		if r.oursRC != 0 {
-			sides[0].out += r.oursErr
+	}
+	res.usec = checkPTSides(t, c, o, dir, sides)
+	if dir != ptRxeToRxe {
+		if o.atomicsChecked && c.atomic() && !strings.Contains(oursErr, "executed exactly once") {
+			t.Errorf("%s did not check the atomics:\n%s", o.who, oursErr)
+		}
+		res.oursStats = checkOursStats(t, o.who, oursErr)
+	}
+	d := rxeSince(ctx, t, g, before)
+	res.rxe = d
+	// Every request goroce sent must have reached rxe's transport: a packet with a
+	// bad ICRC, P_Key or address is dropped silently and would be missing here.
+	// Between the guests, a (the server) counts the client's requests.
+	want := c.minRxePackets(dir)
+	if dir == ptRxeToRxe {
+		want = c.minRxePackets(ptOursToRxe)
+	}
+	if d["rcvd_pkts"] < uint64(want) {
+		t.Errorf("rxe rcvd_pkts=%d, want at least %d", d["rcvd_pkts"], want)
+	}
+	if !t.Failed() {
+		res.verdict = "pass"
+		if res.rerun {
+			res.verdict = "pass on a second run (rxe 6.1 event stall, see stall_test.go)"
 		}
 	}
+	t.Logf("rxe: %v", d)
+	if dir != ptRxeToRxe {
+		t.Logf("goroce: %s", lastLine(oursErr))
+	}
+}
+
+// options is what both sides of c get on TCP port: perftest's command line
+// but the device, the GID index and the stock side's -e.
+func (c ptCase) options(port int) []string {
+	var opts []string
+	if c.size > 0 && !c.atomic() {
+		opts = append(opts, "-s", strconv.Itoa(c.size))
+	}
+	if c.iters > 0 {
+		opts = append(opts, "-n", strconv.Itoa(c.iters))
+	}
+	return append(append(opts, "-F", "-p", strconv.Itoa(port)), c.extra...)
+}
+
+// stockCommand is the stock ib_TEST command line of c in g (no server
+// address), with -e where c.events().
+func (c ptCase) stockCommand(g *labtest.Guest, port int) string {
+	opts := c.options(port)
+	if c.events() {
+		opts = append([]string{"-e"}, opts...)
+	}
+	return fmt.Sprintf("ib_%s -d rxe0 -x %d %s", c.test, g.GIDIndex, strings.Join(opts, " "))
+}
+
+// ptSide is what one side of a perftest run printed.
+type ptSide struct {
+	who, out string
+	rc       int
+	server   bool
+}
+
+// ptSides are the two sides of a run between ours (who) and the stock tool;
+// oursServer says which served. Our stderr is added to our output when we
+// failed.
+func (r pairRun) ptSides(who, stock string, oursServer bool) []ptSide {
+	ours := ptSide{who, r.oursOut, r.oursRC, oursServer}
+	if r.oursRC != 0 {
+		ours.out += r.oursErr
+	}
+	return []ptSide{ours, {stock, r.stock.Out, r.stock.RC, !oursServer}}
+}
+
+// checkPTSides checks both sides of a perftest run of c: each exits 0 and
+// prints the results rows it must (bytes, iterations, a figure). It returns
+// the usec/iter figure of the results table: goroce's, or between the guests
+// the client's.
+func checkPTSides(t *testing.T, c ptCase, o ptOurs, dir ptDirection, sides []ptSide) float64 {
+	t.Helper()
+	var usec float64
 	for _, side := range sides {
 		if side.rc != 0 {
 			t.Errorf("%s exit %d:\n%s", side.who, side.rc, side.out)
@@ -462,47 +520,13 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ptOurs, c p
 				t.Errorf("%s: row %+v; want %d bytes, %d iterations, a positive figure", side.who, row, size, iters)
 			}
 			if (side.who == o.who || dir == ptRxeToRxe && !side.server) && row.value > 0 && i == 0 {
-				res.usec = row.value
+				usec = row.value
 				if !lat {
-					res.usec = float64(size) / (row.value * (1 << 20)) * 1e6
+					usec = float64(size) / (row.value * (1 << 20)) * 1e6
 				}
 			}
 			t.Logf("%s: %s", side.who, row.line)
 		}
 	}
-	if dir != ptRxeToRxe {
-		if o.atomicsChecked && c.atomic() && !strings.Contains(oursErr, "executed exactly once") {
-			t.Errorf("%s did not check the atomics:\n%s", o.who, oursErr)
-		}
-		res.oursStats = checkOursStats(t, o.who, oursErr)
-	}
-	after, err := g.Counters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := after.Sub(before)
-	res.rxe = d
-	if bad := d.Unexpected(); len(bad) > 0 {
-		t.Errorf("rxe counters: %v (all: %v)", bad, d)
-	}
-	// Every request goroce sent must have reached rxe's transport: a packet with a
-	// bad ICRC, P_Key or address is dropped silently and would be missing here.
-	// Between the guests, a (the server) counts the client's requests.
-	want := c.minRxePackets(dir)
-	if dir == ptRxeToRxe {
-		want = c.minRxePackets(ptOursToRxe)
-	}
-	if d["rcvd_pkts"] < uint64(want) {
-		t.Errorf("rxe rcvd_pkts=%d, want at least %d", d["rcvd_pkts"], want)
-	}
-	if !t.Failed() {
-		res.verdict = "pass"
-		if res.rerun {
-			res.verdict = "pass on a second run (rxe 6.1 event stall, see stall_test.go)"
-		}
-	}
-	t.Logf("rxe: %v", d)
-	if dir != ptRxeToRxe {
-		t.Logf("goroce: %s", lastLine(oursErr))
-	}
+	return usec
 }

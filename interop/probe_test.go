@@ -168,14 +168,7 @@ func runProbe(t *testing.T, lab *labtest.Lab, r probeRow, client, server string)
 	}
 	var counters []string
 	for _, g := range guests {
-		after, err := g.Counters(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := after.Sub(before[g.Name])
-		if bad := d.Unexpected(r.allow...); len(bad) > 0 {
-			t.Errorf("guest %s: rxe counters %v (all: %v)", g.Name, bad, d)
-		}
+		d := rxeSince(ctx, t, g, before[g.Name], r.allow...)
 		if d["rcvd_pkts"] == 0 {
 			t.Errorf("guest %s: rxe received nothing", g.Name)
 		}

@@ -2,19 +2,15 @@ package roce
 
 import "syscall"
 
-// accessKnown is every flag the kernel knows (IB_ACCESS_SUPPORTED: bits 0 to 9
-// and the optional range). Other bits are EINVAL.
+// accessKnown is IB_ACCESS_SUPPORTED (bits 0 to 9, the optional range); others: EINVAL.
 const accessKnown = 1<<10 - 1 | AccessOptionalRange
 
-// accessSupported is rxe's RXE_ACCESS_SUPPORTED_MR, which is also its
-// RXE_ACCESS_SUPPORTED_QP: the remote rights, LOCAL_WRITE, MW_BIND, ON_DEMAND,
-// both FLUSH placements and the optional range.
+// accessSupported is rxe's RXE_ACCESS_SUPPORTED_MR, also its RXE_ACCESS_SUPPORTED_QP.
 const accessSupported = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic |
 	AccessMWBind | AccessOnDemand | AccessFlushGlobal | AccessFlushPersistent | AccessOptionalRange
 
-// checkMRAccess applies the access rules of ibv_reg_mr(3), the kernel's
-// ib_check_mr_access and rxe_reg_user_mr (RegMR lists them), and returns the
-// flags to keep: the optional range removed.
+// checkMRAccess applies ibv_reg_mr(3)'s access rules (ib_check_mr_access,
+// rxe_reg_user_mr) and returns the flags to keep, the optional range removed.
 func checkMRAccess(op, obj string, access Access) (Access, error) {
 	switch {
 	case access&^accessKnown != 0:
@@ -31,9 +27,8 @@ func checkMRAccess(op, obj string, access Access) (Access, error) {
 	return access &^ AccessOptionalRange, nil
 }
 
-// checkQPAccess applies rxe's rule for qp_access_flags: EINVAL outside
-// RXE_ACCESS_SUPPORTED_QP. It returns the flags to keep, the optional range
-// removed as for an MR.
+// checkQPAccess applies rxe's qp_access_flags rule (RXE_ACCESS_SUPPORTED_QP, else
+// EINVAL) and returns the flags to keep, the optional range removed.
 func checkQPAccess(op, obj string, access Access) (Access, error) {
 	if access&^accessSupported != 0 {
 		return 0, newErr(op, obj, syscall.EINVAL, "unsupported access flags %#x", uint32(access&^accessSupported))

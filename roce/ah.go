@@ -15,10 +15,8 @@ type AH struct {
 	closed bool
 }
 
-// CreateAH is ibv_create_ah. EINVAL when the attribute is not a RoCEv2 route from this
-// device (see checkAV); ENOMEM when max_ah AHs exist. A multicast DGID (an IPv4
-// group as ::ffff:a.b.c.d, or an IPv6 one) makes an AH to the group: UD sends
-// through it name RemoteQPN McastQPN and reach every QP attached to the group.
+// CreateAH is ibv_create_ah: EINVAL when attr is not a RoCEv2 route from this device
+// (checkAV), ENOMEM when max_ah AHs exist. A multicast DGID makes an AH to the group.
 func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	const op = "ibv_create_ah"
 	d := pd.dev
@@ -42,8 +40,7 @@ func (ah *AH) AV() *AddressVector { return &ah.av }
 // Attr returns a copy of the AH's attributes (ibv_query_ah).
 func (ah *AH) Attr() AHAttr { return ah.av }
 
-// Close is ibv_destroy_ah. UD WRs already posted with the AH are unaffected: the
-// engine copies the address vector when the WR is posted.
+// Close is ibv_destroy_ah. UD WRs already posted with the AH keep their copy of it.
 func (ah *AH) Close() error {
 	ah.mu.Lock()
 	defer ah.mu.Unlock()
@@ -56,12 +53,10 @@ func (ah *AH) Close() error {
 	return nil
 }
 
-// checkAV validates an address vector for this device: RoCE carries every packet in
-// a GRH, so IsGlobal must be set; the destination must be an address of the same
-// family as the device's (an IPv4 device reaches IPv4-mapped GIDs only), and a
-// multicast group only where group allows it (an AH: UD multicast; never a
-// connected QP's path); the source GID index must name the RoCEv2 entry the socket
-// is bound to. The destination is normalised (IPv4-mapped to IPv4) in place.
+// checkAV validates an address vector: IsGlobal (RoCE carries every packet in a GRH); a
+// destination of the device's IP family; a multicast group only where group allows it
+// (an AH, never a connected QP's path); the source GID index of the RoCEv2 entry the
+// socket is bound to. It normalises the destination (IPv4-mapped to IPv4) in place.
 func (d *Device) checkAV(op, obj string, av *AddressVector, group bool) error {
 	switch {
 	case !av.IsGlobal:

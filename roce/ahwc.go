@@ -6,24 +6,20 @@ import (
 	"syscall"
 )
 
-// GRHLen is the size of the GRH area at the start of every UD receive buffer
-// (struct ibv_grh): the IPv6 header of the datagram, or for IPv4 20 bytes of
-// zeros and then the IPv4 header.
+// GRHLen is the size of the GRH area opening every UD receive buffer (struct ibv_grh):
+// the datagram's IPv6 header, or 20 zero bytes and the IPv4 header.
 const GRHLen = 40
 
-// InitAHFromWC is ibv_init_ah_from_wc: the address vector that answers the sender
-// of a UD receive, from its completion and the GRH area (the first GRHLen bytes of
-// the receive buffer). As in libibverbs: without WCGRH in wc.Flags the result is
-// not global (and CreateAH refuses it on RoCE); the header is IPv4 when the IPv6
-// version nibble is not 6, or when the bytes 20..40 are an IPv4 header with a
-// valid checksum; the destination becomes the source GID index (it must be this
-// device's GID), the source becomes the DGID, and the hop limit (TTL), traffic
-// class (TOS) and flow label are the received ones.
+// InitAHFromWC is ibv_init_ah_from_wc: the address vector that answers the sender of a
+// UD receive, from its completion and GRH area. As in libibverbs: without WCGRH the
+// result is not global (CreateAH refuses it on RoCE); the header is IPv4 when the IPv6
+// version nibble is not 6 or bytes 20..40 are an IPv4 header with a valid checksum; the
+// destination gives the source GID index, the source the DGID, and hop limit, traffic
+// class and flow label are the received ones.
 //
-// Errors: EINVAL for a short grh, a datagram sent to a multicast group ("no point
-// searching multicast GIDs in GID table", so an answer to a multicast sender needs
-// an AH of its own) or to an address that is not this device's; EPROTONOSUPPORT for
-// a header that is neither IPv4 nor IPv6 over UDP.
+// Errors: EINVAL for a short grh, a datagram sent to a multicast group (answering needs
+// an AH of its own) or to an address not this device's; EPROTONOSUPPORT for a header
+// that is neither IPv4 nor IPv6 over UDP.
 func (d *Device) InitAHFromWC(wc *WC, grh []byte) (AHAttr, error) {
 	const op = "ibv_init_ah_from_wc"
 	if d.closed.Load() {
@@ -59,8 +55,7 @@ func (d *Device) InitAHFromWC(wc *WC, grh []byte) (AHAttr, error) {
 	if dst.IsMulticast() {
 		return AHAttr{}, newErr(op, "", syscall.EINVAL, "the datagram was sent to multicast group %v", dst)
 	}
-	// The RoCEv2 GID the datagram was sent to; the table's other entry is the
-	// link-local default GID, which no datagram reaches.
+	// The RoCEv2 GID; the link-local default GID is no datagram's destination.
 	if d.GID().Addr() != dst {
 		return AHAttr{}, newErr(op, "", syscall.EINVAL, "destination %v is not a GID of this device", dst)
 	}
@@ -94,10 +89,8 @@ func grhVersion(grh []byte) int {
 	return 6
 }
 
-// CreateAHFromWC is ibv_create_ah_from_wc: CreateAH with the attributes of
-// InitAHFromWC, so a UD server answers each client without parsing the GRH. Its
-// errors are InitAHFromWC's and CreateAH's (EINVAL when wc has no GRH: RoCE needs
-// one).
+// CreateAHFromWC is ibv_create_ah_from_wc: CreateAH of InitAHFromWC's attributes, so a
+// UD server answers each client without parsing the GRH; those two verbs' errors.
 func (pd *PD) CreateAHFromWC(wc *WC, grh []byte) (*AH, error) {
 	av, err := pd.dev.InitAHFromWC(wc, grh)
 	if err != nil {

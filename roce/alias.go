@@ -5,24 +5,16 @@ import (
 	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// The values of the verbs API, the structs a program fills in and reads and the
-// enumerations, are declared once, in the package the engine stores them with
-// (internal/core/verbs, which documents every field); roce names each of them
-// again, so a program imports one package and its values reach the engine as
-// they are.
-
 // SGE is a scatter/gather element (struct ibv_sge): a range of registered memory.
 type SGE = verbs.SGE
 
-// RecvWR is a receive work request (struct ibv_recv_wr) for QP.PostRecv and
-// SRQ.PostRecv.
+// RecvWR is a receive work request (struct ibv_recv_wr).
 type RecvWR = verbs.RecvWR
 
 // SendWR is a send work request (struct ibv_send_wr) for QP.PostSend.
 type SendWR = verbs.SendWR
 
-// FlushWR is what a WRFlush work request asks for (ibv_wr_flush's type, level
-// and len).
+// FlushWR is a WRFlush work request's type, level and len (ibv_wr_flush).
 type FlushWR = verbs.FlushWR
 
 // MWBindWR is the bind of a WRBindMW work request (wr.bind_mw).
@@ -31,20 +23,17 @@ type MWBindWR = verbs.MWBindWR
 // WC is a work completion (struct ibv_wc), as CQ.Poll returns it.
 type WC = verbs.WC
 
-// AddressVector says how to reach a peer (struct ibv_ah_attr with its struct
-// ibv_global_route): the attributes of CreateAH, QPAttr.AV, and SendWR.AH
-// through AH.AV(). RoCE carries every packet in a GRH, so IsGlobal must be true.
+// AddressVector says how to reach a peer (struct ibv_ah_attr with ibv_global_route):
+// CreateAH's attributes, QPAttr.AV, SendWR.AH (AH.AV()). IsGlobal must be true on RoCE.
 type AddressVector = verbs.AddressVector
 
 // AHAttr holds the attributes of an address handle (struct ibv_ah_attr).
 type AHAttr = AddressVector
 
-// QPCap holds the queue sizes of a QP (struct ibv_qp_cap): requested in
-// QPInitAttr.Cap, reported in QPAttr.Cap by Query.
+// QPCap holds the queue sizes of a QP (struct ibv_qp_cap).
 type QPCap = verbs.QPCap
 
-// QPAttr holds the attributes of a QP (struct ibv_qp_attr): the input of Modify,
-// whose QPAttrMask says which fields count, and the output of Query.
+// QPAttr holds the attributes of a QP (struct ibv_qp_attr), for Modify and Query.
 type QPAttr = verbs.QPAttr
 
 // SRQAttr holds the attributes of an SRQ (struct ibv_srq_attr).
@@ -53,8 +42,7 @@ type SRQAttr = verbs.SRQAttr
 // QPInfo is a debugging snapshot of one QP, from Device.QPs.
 type QPInfo = verbs.QPInfo
 
-// FLUSH placement types and selectivity levels (enum ibv_placement_type,
-// enum ibv_selectivity_level), for FlushWR.
+// FLUSH placement types and selectivity levels, for FlushWR.
 const (
 	FlushGlobal     = bth.FlushGlobal     // IBV_FLUSH_GLOBAL
 	FlushPersistent = bth.FlushPersistent // IBV_FLUSH_PERSISTENT
@@ -196,8 +184,7 @@ const (
 	MTU4096 = verbs.MTU4096
 )
 
-// MTUFromBytes returns the path MTU code of n bytes, or 0 when n is not 256,
-// 512, 1024, 2048 or 4096.
+// MTUFromBytes returns the path MTU code of n bytes, 0 unless n is 256, ..., 4096.
 func MTUFromBytes(n int) MTU { return verbs.MTUFromBytes(n) }
 
 // QP attribute mask bits (enum ibv_qp_attr_mask).

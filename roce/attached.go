@@ -10,29 +10,25 @@ import (
 	"github.com/goroce/goroce/link"
 )
 
-// WithRoced sets the Unix socket of the roced that Open attaches through
-// when roced serves the address (default: $GOROCE_ROCED_SOCKET, else
-// /run/goroce/roced.sock). "" never attaches: Open binds the address
-// itself.
+// WithRoced sets the Unix socket of the roced that Open attaches through when roced
+// serves the address (default $GOROCE_ROCED_SOCKET, else /run/goroce/roced.sock); ""
+// never attaches.
 func WithRoced(socket string) Option {
 	return func(o *options) { o.roced, o.rocedSet = socket, true }
 }
 
-// WithLinkWrapper has Open pass the socket it binds through wrap before the
-// engine reads it: package cm/gsi takes QP1's datagrams off it this way. An
-// attached device's socket carries no QP1 (roced owns it) and is not
+// WithLinkWrapper has Open pass the socket it binds through wrap (package cm/gsi takes
+// QP1's datagrams this way). An attached device's socket carries no QP1 and is not
 // wrapped.
 func WithLinkWrapper(wrap func(link.Link) link.Link) Option {
 	return func(o *options) { o.wrap = wrap }
 }
 
-// Attached reports whether the device is shared through roced: roced owns
-// the address, QP1 and the connection manager, and this process has a
-// block of QPNs and the socket that receives exactly their datagrams.
+// Attached reports whether the device is shared through roced, which owns the address,
+// QP1 and the connection manager; this process has a block of QPNs and its socket.
 func (d *Device) Attached() bool { return d.sess != nil }
 
-// dial attaches to roced for addr:port, or returns nil when Open should
-// bind the address itself.
+// dial attaches to roced for addr:port; nil: Open binds the address itself.
 func dial(addr netip.Addr, o *options) (*attach.Session, error) {
 	path := attach.SocketPath()
 	if o.rocedSet {
@@ -77,11 +73,9 @@ func openAttached(addr netip.Addr, s *attach.Session, o *options) (*Device, erro
 	s.SetReporter(d.report)
 	attach.Bind(d, s)
 	go func() {
-		// roced went away: nothing more will arrive for this block, and its
-		// socket may be another process's soon. DEVICE_FATAL, as a device
-		// whose driver unloads.
-		// The block's socket closes too: a roced started again cannot
-		// bind its group while any member of the old one is open.
+		// roced went away: DEVICE_FATAL, as when a driver unloads. The block's socket
+		// closes too: a restarted roced cannot bind its group while a member of the old
+		// one is open.
 		<-s.Done()
 		if !d.closed.Load() {
 			u.Close()
@@ -99,7 +93,7 @@ func (d *Device) closeSession() {
 	}
 }
 
-// charge takes one kind against the uid's quota roced keeps.
+// charge takes one of kind from the uid's quota at roced.
 func (d *Device) charge(kind attach.Kind, op, obj string) error {
 	if d.sess == nil {
 		return nil
@@ -137,15 +131,13 @@ func (d *Device) report() []byte {
 	return r.Encode()
 }
 
-// attachHint adds, to a bind that failed because the address is taken,
-// why this process could not attach through roced instead.
+// attachHint adds to a bind that failed with EADDRINUSE why attaching to roced failed.
 func (o *options) attachHint(err error) error {
 	if o.attachErr == nil || !errors.Is(err, syscall.EADDRINUSE) {
 		return err
 	}
 	e := wrapErr("ibv_open_device", "", -1, err).(*Error)
 	e.Detail += fmt.Sprintf(" (roced may serve it, but attaching failed: %v; see roced's -socket-mode and -socket-group)", o.attachErr)
-	// errors.Is finds the refusal too (EACCES or EPERM), for a tool to
-	// say why.
+	// errors.Is finds the refusal too, for a tool to say why.
 	return e.With(o.attachErr)
 }

@@ -2,8 +2,7 @@ package roce
 
 import "math"
 
-// DeviceCapFlags are the device_cap_flags of ibv_device_attr (enum ibv_device_cap_flags),
-// with the libibverbs bit values.
+// DeviceCapFlags are ibv_device_attr's device_cap_flags, with libibverbs' bit values.
 type DeviceCapFlags uint32
 
 // Device capability bits this device can report.
@@ -24,18 +23,16 @@ const (
 	DeviceManagedFlowSte DeviceCapFlags = 1 << 29 // IBV_DEVICE_MANAGED_FLOW_STEERING
 )
 
-// DeviceCapFlagsEx are the device_cap_flags_ex of ibv_device_attr_ex: the bits of
-// DeviceCapFlags and those above bit 31 (IB_UVERBS_DEVICE_*).
+// DeviceCapFlagsEx are device_cap_flags_ex: DeviceCapFlags and bits 32+ (IB_UVERBS_*).
 type DeviceCapFlagsEx uint64
 
 // Extended device capability bits this device reports, as rxe since Linux 6.2.
 const (
 	// DeviceFlushGlobal: FLUSH to global visibility (IB_UVERBS_DEVICE_FLUSH_GLOBAL).
 	DeviceFlushGlobal DeviceCapFlagsEx = 1 << 38
-	// DeviceFlushPersistent: FLUSH to persistence
-	// (IB_UVERBS_DEVICE_FLUSH_PERSISTENT). As on rxe, it takes an MR of
-	// persistent memory, and Go memory never is (RegMR refuses
-	// AccessFlushPersistent).
+	// DeviceFlushPersistent: FLUSH to persistence (IB_UVERBS_DEVICE_FLUSH_PERSISTENT),
+	// reported as rxe does, though no MR can grant it (package doc, FLUSH and
+	// ATOMIC_WRITE).
 	DeviceFlushPersistent DeviceCapFlagsEx = 1 << 39
 	// DeviceAtomicWrite: ATOMIC_WRITE (IB_UVERBS_DEVICE_ATOMIC_WRITE).
 	DeviceAtomicWrite DeviceCapFlagsEx = 1 << 40
@@ -51,8 +48,8 @@ const (
 	AtomicGlob AtomicCap = 2 // IBV_ATOMIC_GLOB
 )
 
-// DeviceAttr is what Device.Query returns (struct ibv_device_attr). Field names drop
-// the max_ prefix only where Go would stutter; every field keeps its C meaning.
+// DeviceAttr is what Device.Query returns (struct ibv_device_attr); each field keeps
+// its C meaning, the max_ prefix dropped only where Go would stutter.
 type DeviceAttr struct {
 	FWVer          string         // fw_ver
 	NodeGUID       uint64         // node_guid (host order; printed as the big-endian bytes)
@@ -65,8 +62,7 @@ type DeviceAttr struct {
 	MaxQP          int            // max_qp
 	MaxQPWR        int            // max_qp_wr: send and receive queue depth limit
 	DeviceCapFlags DeviceCapFlags // device_cap_flags
-	// DeviceCapFlagsEx is ibv_query_device_ex's device_cap_flags_ex:
-	// DeviceCapFlags and the extended bits (FLUSH, ATOMIC_WRITE).
+	// DeviceCapFlagsEx: ibv_query_device_ex's device_cap_flags_ex.
 	DeviceCapFlagsEx DeviceCapFlagsEx
 	MaxSGE           int       // max_sge: SGEs per send or receive WR
 	MaxSGERD         int       // max_sge_rd
@@ -97,14 +93,13 @@ type DeviceAttr struct {
 	MaxPKeys         int       // max_pkeys
 	LocalCAAckDelay  uint8     // local_ca_ack_delay
 	PhysPortCnt      uint8     // phys_port_cnt
-	// MaxInlineData is the largest max_inline_data a QP may ask for. It is not in
-	// ibv_device_attr (there a too-large request just fails); it is here so callers
-	// can size requests without trial and error.
+	// MaxInlineData is the largest max_inline_data a QP may ask for. Not in
+	// ibv_device_attr, where a too-large request just fails: here to size requests.
 	MaxInlineData int
 }
 
-// Limits are the resource limits a Device enforces; pass them with WithLimits. A zero
-// field keeps the default, which mirrors rxe (rxe_param.h) where that makes sense.
+// Limits are the resource limits a Device enforces (WithLimits). A zero field keeps the
+// default, which mirrors rxe (rxe_param.h) where that makes sense.
 type Limits struct {
 	MaxQP           int    // max_qp: QPs at once
 	MaxQPWR         int    // max_qp_wr: send and receive queue depth
@@ -126,11 +121,9 @@ type Limits struct {
 	MaxMcastGrp int
 	// MaxMcastQPAttach is max_mcast_qp_attach: QPs attached to one group.
 	MaxMcastQPAttach int
-	// MaxTotalMcastQPAttach is max_total_mcast_qp_attach: attachments of all
-	// QPs to all groups.
+	// MaxTotalMcastQPAttach is max_total_mcast_qp_attach: all attachments at once.
 	MaxTotalMcastQPAttach int
-	// NoSRQResize turns off IBV_DEVICE_SRQ_RESIZE, so ibv_modify_srq with
-	// IBV_SRQ_MAX_WR fails with ENOSYS, as on devices without it.
+	// NoSRQResize turns off IBV_DEVICE_SRQ_RESIZE: SRQ resizes fail with ENOSYS.
 	NoSRQResize bool
 }
 
@@ -264,8 +257,7 @@ func (s PortState) String() string {
 	return "PORT_UNKNOWN"
 }
 
-// PortAttr is what Device.QueryPort returns (struct ibv_port_attr), for the fields
-// that mean something on RoCE.
+// PortAttr is what Device.QueryPort returns (struct ibv_port_attr), for RoCE.
 type PortAttr struct {
 	State        PortState // state: ACTIVE, or DOWN once the link died
 	MaxMTU       MTU       // max_mtu: the largest path MTU a QP may use (4096)
@@ -284,6 +276,5 @@ const LinkLayerEthernet = 2
 // DefaultPKey is the only P_Key in the table (index 0), the full-membership default.
 const DefaultPKey = 0xffff
 
-// maxMsgSize is the largest message (rxe's RXE_MAX_MSG_SIZE, 8 MiB would be rxe; we
-// allow 2 GiB, the SGE length limit).
+// maxMsgSize is max_msg_sz, 2 GiB, the SGE length limit (rxe's RXE_PORT_MAX_MSG_SZ).
 const maxMsgSize = 1 << 31

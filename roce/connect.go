@@ -2,14 +2,11 @@ package roce
 
 import "fmt"
 
-// ConnectAttr is everything a QP needs to go from RESET to RTS with one peer:
-// the INIT attributes, the peer's QPN and first PSN, the path, and for RC the
-// retry timers and READ/atomic depths. It gathers the attributes of the
-// RESET→INIT→RTR→RTS sequence that ibv_rc_pingpong's pp_connect_ctx,
-// perftest's ctx_connect and rdma_cm's rdma_init_qp_attr each fill in, so that
-// every program makes the same ibv_modify_qp calls with the same masks.
-// Fields a QP type does not use are ignored: UD uses only QKey and SQPSN, UC
-// no RC timers or depths.
+// ConnectAttr is what a QP needs to go from RESET to RTS with one peer, gathered as
+// ibv_rc_pingpong's pp_connect_ctx, perftest's ctx_connect and rdma_cm's
+// rdma_init_qp_attr fill it in, so every program makes the same ibv_modify_qp calls
+// with the same masks. Fields a QP type does not use are ignored: UD uses only QKey and
+// SQPSN, UC no RC timers or depths.
 type ConnectAttr struct {
 	// INIT. The P_Key index is 0 and the port 1, the only ones a device has.
 	AccessFlags Access // RC, UC: the remote access the QP grants (qp_access_flags)
@@ -31,9 +28,8 @@ type ConnectAttr struct {
 	MaxRDAtomic uint8  // RC: READs/atomics the QP has outstanding at once
 }
 
-// Init is ibv_modify_qp to INIT with the attributes libibverbs requires for the
-// QP's type: P_Key index 0, port 1, and the access flags (RC, UC) or the Q_Key
-// (UD) of a.
+// Init is ibv_modify_qp to INIT with the attributes libibverbs requires for the QP's
+// type: P_Key index 0, port 1, and a's access flags (RC, UC) or Q_Key (UD).
 func (q *QP) Init(a *ConnectAttr) error {
 	attr := QPAttr{State: QPSInit, PKeyIndex: 0, PortNum: 1}
 	mask := QPAttrState | QPAttrPKeyIndex | QPAttrPort
@@ -47,13 +43,10 @@ func (q *QP) Init(a *ConnectAttr) error {
 	return q.modifyTo(&attr, mask)
 }
 
-// Connect moves the QP to RTS with a: through INIT first when the QP is in
-// RESET, then RTR and RTS, each with exactly the attributes and mask
-// libibverbs requires for the QP's type (IBA 11.2.4.2: RTR takes the path,
-// MTU, destination QPN, receive PSN and for RC the responder depth and RNR
-// timer; RTS the send PSN and for RC the timers and requester depth). A QP
-// already past INIT is EINVAL, from ibv_modify_qp. An error leaves the QP in
-// the last state reached.
+// Connect moves the QP to RTS with a, through INIT first from RESET, then RTR and RTS,
+// each with exactly the attributes and mask libibverbs requires for the QP's type (IBA
+// 11.2.4.2). A QP already past INIT is EINVAL; an error leaves the QP in the last state
+// reached.
 func (q *QP) Connect(a *ConnectAttr) error {
 	st, err := q.State()
 	if err != nil {
@@ -86,8 +79,7 @@ func (q *QP) Connect(a *ConnectAttr) error {
 	return q.modifyTo(&rts, mask)
 }
 
-// modifyTo is Modify with the target state named in the error, as the stock
-// tools name it ("failed to modify QP to RTR").
+// modifyTo is Modify naming the target state in its error, as the stock tools do.
 func (q *QP) modifyTo(attr *QPAttr, mask QPAttrMask) error {
 	if err := q.Modify(attr, mask); err != nil {
 		return fmt.Errorf("modify QP to %v: %w", attr.State, err)

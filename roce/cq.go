@@ -7,8 +7,7 @@ import (
 	"github.com/goroce/goroce/internal/core/cq"
 )
 
-// CQ is a completion queue (struct ibv_cq) with its completion channel built in:
-// Notify returns the channel ReqNotify arms.
+// CQ is a completion queue (struct ibv_cq), its completion channel built in (Notify).
 type CQ struct {
 	dev *Device
 	q   *cq.Queue
@@ -16,9 +15,8 @@ type CQ struct {
 	obj string
 }
 
-// CreateCQ is ibv_create_cq: a CQ with room for at least cqe completions, 1 ≤ cqe ≤
-// max_cqe (EINVAL otherwise; ENOMEM when max_cq CQs exist). CQE reports the actual
-// size.
+// CreateCQ is ibv_create_cq: room for at least cqe completions, 1 ≤ cqe ≤ max_cqe
+// (EINVAL otherwise; ENOMEM when max_cq CQs exist). CQE reports the actual size.
 func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	const op = "ibv_create_cq"
 	if d.closed.Load() {
@@ -40,7 +38,7 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	return c, nil
 }
 
-// queue is the engine's CQ, nil for a nil *CQ (which the engine then refuses).
+// queue is the engine's CQ; nil for a nil *CQ, which the engine refuses.
 func (c *CQ) queue() *cq.Queue {
 	if c == nil {
 		return nil
@@ -57,17 +55,15 @@ func (c *CQ) CQE() int { return c.q.Cap() }
 func (c *CQ) Len() int { return c.q.Len() }
 
 // Poll is ibv_poll_cq: it copies up to len(wc) completions, oldest first, and returns
-// how many. It never blocks; wait on Notify after ReqNotify instead. After a CQ
-// overrun (CQ_ERR) it returns the completions still held, then an error. On a device
-// in run-to-completion mode (WithRunToCompletion), an empty CQ first takes what the
-// socket holds and runs it through the engine on the caller's goroutine.
+// how many, without blocking (wait on Notify after ReqNotify). After a CQ overrun
+// (CQ_ERR) it returns the completions held, then an error. With WithRunToCompletion an
+// empty CQ first runs what the socket holds through the engine on this goroutine.
 func (c *CQ) Poll(wc []WC) (int, error) {
 	if c.dev.closed.Load() {
 		return 0, closedErr("ibv_poll_cq", c.obj)
 	}
 	n, err := c.q.Poll(wc)
 	if n == 0 && err == nil && c.dev.eng.Poll() > 0 {
-		// Run to completion: the poller receives what is queued itself.
 		n, err = c.q.Poll(wc)
 	}
 	if err != nil {
@@ -77,7 +73,7 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 }
 
 // ReqNotify is ibv_req_notify_cq: it arms the CQ once, so the next completion (the next
-// solicited or error completion when solicitedOnly) sends on Notify.
+// solicited or error one when solicitedOnly) sends on Notify.
 func (c *CQ) ReqNotify(solicitedOnly bool) error {
 	if c.dev.closed.Load() {
 		return closedErr("ibv_req_notify_cq", c.obj)
@@ -85,21 +81,18 @@ func (c *CQ) ReqNotify(solicitedOnly bool) error {
 	return wrapErr("ibv_req_notify_cq", c.obj, -1, c.q.ReqNotify(solicitedOnly))
 }
 
-// Notify is the completion channel (ibv_comp_channel + ibv_get_cq_event): it receives
-// once per armed ReqNotify that fired. Events need no acknowledgement.
+// Notify is the completion channel (ibv_comp_channel + ibv_get_cq_event): one receive
+// per armed ReqNotify that fired, with nothing to acknowledge.
 func (c *CQ) Notify() <-chan struct{} { return c.q.Notify() }
 
-// SetNotifyFunc makes f run whenever Notify is signalled, on the engine's
-// goroutine: a completion channel that is not a Go channel (the file descriptor
-// of libibverbs' ibv_comp_channel) learns of each event without a goroutine
-// waiting. f must return at once and must not call verbs of this CQ. nil
-// removes it.
+// SetNotifyFunc makes f run on the engine's goroutine whenever Notify is signalled, for
+// a completion channel that is not a Go channel (libibverbs' ibv_comp_channel fd). f
+// must return at once and not call verbs of this CQ; nil removes it.
 func (c *CQ) SetNotifyFunc(f func()) { c.q.SetNotifyFunc(f) }
 
-// Wait returns at least one completion, like Poll, but blocks until one arrives or ctx
-// ends (ctx's error). It is the loop every event-driven verbs program writes: poll,
-// arm with ReqNotify, poll again (a completion may have arrived in between), then
-// sleep on Notify. Close of the device ends the wait with its closed error.
+// Wait is Poll that blocks until a completion arrives or ctx ends (ctx's error): the
+// loop of every event-driven verbs program (poll, ReqNotify, poll again, sleep on
+// Notify). Closing the device ends it with the closed error.
 func (c *CQ) Wait(ctx context.Context, wc []WC) (int, error) {
 	for {
 		if n, err := c.Poll(wc); n > 0 || err != nil {
@@ -121,9 +114,8 @@ func (c *CQ) Wait(ctx context.Context, wc []WC) (int, error) {
 	}
 }
 
-// Resize is ibv_resize_cq: it makes room for at least cqe completions and returns the
-// actual size. It keeps every completion held; cqe below their number or above
-// max_cqe is EINVAL and leaves the CQ unchanged.
+// Resize is ibv_resize_cq: room for at least cqe completions, keeping those held; it
+// returns the actual size. Below their number or above max_cqe is EINVAL, no change.
 func (c *CQ) Resize(cqe int) (int, error) {
 	if c.dev.closed.Load() {
 		return 0, closedErr("ibv_resize_cq", c.obj)
@@ -132,8 +124,7 @@ func (c *CQ) Resize(cqe int) (int, error) {
 	return n, wrapErr("ibv_resize_cq", c.obj, -1, err)
 }
 
-// Close is ibv_destroy_cq. It fails with EBUSY, changing nothing, while a QP uses the
-// CQ.
+// Close is ibv_destroy_cq: EBUSY, changing nothing, while a QP uses the CQ.
 func (c *CQ) Close() error {
 	const op = "ibv_destroy_cq"
 	if err := c.q.Close(); err != nil {

@@ -51,12 +51,12 @@ type options struct {
 	firstQPN, lastQPN uint32 // the block roced granted
 }
 
-// WithPort binds a UDP port other than 4791. Both ends of a connection must use the
-// same port: RoCEv2 always sends to the port it listens on.
+// WithPort binds a UDP port other than 4791. Both ends must use the same port: RoCEv2
+// always sends to the port it listens on.
 func WithPort(port uint16) Option { return func(o *options) { o.port = port } }
 
-// WithMTU sets the port's active MTU instead of deriving it from the interface MTU.
-// QPs may still ask for any path MTU up to MTU4096 (max_mtu), as on rxe.
+// WithMTU sets the port's active MTU instead of deriving it from the interface MTU. QPs
+// may still ask for any path MTU up to MTU4096 (max_mtu), as on rxe.
 func WithMTU(m MTU) Option { return func(o *options) { o.mtu = m } }
 
 // WithShards sets the number of engine goroutines that own QPs (0: GOMAXPROCS).
@@ -66,53 +66,43 @@ func WithShards(n int) Option { return func(o *options) { o.shards = n } }
 // (Wireshark dissects UDP 4791 as InfiniBand).
 func WithPcap(w io.Writer) Option { return func(o *options) { o.pcap = w } }
 
-// WithLink makes Open use l instead of binding a UDP socket; the Device takes
-// ownership and closes it. Tests use it with link.Pipe.
+// WithLink makes Open use l instead of binding a UDP socket; the Device owns and closes
+// it. Tests use it with link.Pipe.
 func WithLink(l link.Link) Option { return func(o *options) { o.link = l } }
 
-// WithLimits replaces the default device limits (see DefaultLimits); zero fields keep
-// their defaults.
+// WithLimits replaces the default limits (DefaultLimits); zero fields keep the default.
 func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
 
 // WithEventBuffer sets the capacity of the Events channel. Events that do not fit are
-// dropped and counted (Device.DroppedEvents); the engine never waits for a reader.
+// dropped and counted (Device.DroppedEvents): the engine never waits for a reader.
 func WithEventBuffer(n int) Option { return func(o *options) { o.eventBuf = n } }
 
-// WithCongestionControl sets the device's congestion control (DCQCN,
-// package dcqcn). Without it a device runs dcqcn.DefaultConfig, on. A
-// LineRate of 0 is the speed of the interface that holds the device's
-// address when the kernel reports one, else dcqcn.DefaultLineRate. A Config
-// with Enabled false turns it off: no ECT, no CNPs, no pacing, as rxe.
+// WithCongestionControl sets the device's congestion control (package dcqcn; default
+// dcqcn.DefaultConfig, on). LineRate 0 is the interface's speed, else DefaultLineRate.
+// Enabled false turns it off: no ECT, no CNPs, no pacing, as rxe.
 func WithCongestionControl(c dcqcn.Config) Option { return func(o *options) { o.cc = &c } }
 
-// WithLinkConfig tunes the UDP socket Open binds: batch size, socket buffers,
-// and whether it uses UDP GSO and GRO (link.Config.NoGSO, NoGRO), which the
-// engine learns from the link (link.Offloads), as it does from a link given
-// with WithLink or OpenLink. With GSO the engine hands each run of
-// equal-size packets of one UDP flow to the socket as one train: one trip
-// through the kernel for up to 64 packets. With GRO it reads a run of
-// datagrams of one flow as one message and splits it, every packet still
-// checked on its own.
+// WithLinkConfig tunes the UDP socket Open binds: batch size, socket buffers, UDP GSO
+// (sending a flow's equal-size packets as one train) and GRO (link.Config.NoGSO,
+// NoGRO). The engine learns them from the link, as for WithLink and OpenLink.
 func WithLinkConfig(c link.Config) Option { return func(o *options) { o.linkCfg = c } }
 
-// WithRunToCompletion turns run-to-completion on or off (the default is
-// off). On, the goroutine that has the work does it when the QP's engine
-// shard is idle: PostSend builds and sends its packets before it returns, and
-// the goroutine that reads the socket runs the receive side through to the
-// completion, instead of handing either to the shard's goroutine. It removes
-// goroutine wake-ups from a small message's round trip; a busy shard still
-// takes the work as in the default mode.
+// WithRunToCompletion turns run-to-completion on (default off): when a QP's engine
+// shard is idle, PostSend builds and sends its packets before it returns, and the
+// goroutine that reads the socket (or polls an empty CQ) runs the receive side through
+// to the completion, with no goroutine wake-up in a small message's round trip. A busy
+// shard takes the work as in the default mode.
 func WithRunToCompletion(on bool) Option { return func(o *options) { o.rtc = on } }
 
 // WithReaders sets how many receive sockets Open binds to the address with
-// SO_REUSEPORT, each read by its own goroutine (link.Config.Readers): the
-// kernel spreads flows over them by their source ports, which RoCE varies per
-// QP. 0 or 1 is one socket. For hosts with more cores than shards need.
+// SO_REUSEPORT, each read by its own goroutine (link.Config.Readers); the kernel
+// spreads flows over them by source port, which RoCE varies per QP. 0 or 1 is one
+// socket.
 func WithReaders(n int) Option { return func(o *options) { o.readers = n } }
 
 // Device is an opened RoCEv2 device (struct ibv_context): one UDP socket on one local
-// IP address, the transport engine that runs its QPs, and the verbs objects created on
-// it. All methods are safe for concurrent use.
+// IP address, the engine that runs its QPs, and its verbs objects. Safe for concurrent
+// use.
 type Device struct {
 	addr   netip.Addr
 	lport  uint16
@@ -140,8 +130,7 @@ type Device struct {
 	droppedEvents atomic.Uint64
 
 	// objMu guards the handle tables the engine's event callback reads. It is never
-	// held while calling into the engine, so a shard that raises an event cannot
-	// deadlock against a verb.
+	// held while calling into the engine, so an event cannot deadlock against a verb.
 	objMu sync.RWMutex
 	qps   map[uint32]*QP
 	cqs   map[*cq.Queue]*CQ
@@ -156,10 +145,9 @@ type Device struct {
 	ids                                atomic.Uint32 // handle numbers for PD, CQ, SRQ, AH
 }
 
-// Open is ibv_open_device for a device on the local IP address addr: it binds UDP port
-// 4791 (or WithPort) on exactly that address and starts the engine. The port is
-// ACTIVE at once and a PORT_ACTIVE event is queued, as rxe reports when its netdev is
-// up.
+// Open is ibv_open_device for the local IP address addr: it binds UDP port 4791 (or
+// WithPort) on exactly that address and starts the engine. The port is ACTIVE at once,
+// with a PORT_ACTIVE event queued, as rxe reports when its netdev is up.
 func Open(addr netip.Addr, opts ...Option) (*Device, error) {
 	o := options{port: RoCEv2Port}
 	for _, f := range opts {
@@ -199,9 +187,8 @@ func Open(addr netip.Addr, opts ...Option) (*Device, error) {
 	return d, nil
 }
 
-// OpenLink is Open over an existing link (a fake link in tests, or a socket set up by
-// the caller). The device address is l.LocalAddr().Addr(). The Device owns l and
-// closes it on Close.
+// OpenLink is Open over an existing link (a test's, or a socket set up by the caller)
+// on address l.LocalAddr().Addr(). The Device owns l and closes it on Close.
 func OpenLink(l link.Link, opts ...Option) (*Device, error) {
 	o := options{}
 	for _, f := range opts {
@@ -319,11 +306,9 @@ func interfaceOf(addr netip.Addr) *net.Interface {
 	return lo
 }
 
-// congestionControl is the device's congestion control: c (nil: the
-// default), its line rate, if 0, what the kernel reports for addr's
-// interface when it is a NIC (/sys/class/net/IF/speed, Mb/s). Virtual
-// devices have no device link and their speed means nothing (a tap says
-// 10 Mb/s, a veth 10 Gb/s, a bridge none): they get the default.
+// congestionControl is c (nil: the default) with, for a LineRate of 0, the speed the
+// kernel reports for addr's interface if it is a NIC (/sys/class/net/IF/speed, Mb/s).
+// Virtual devices' speeds mean nothing (tap 10 Mb/s, veth 10 Gb/s, bridge none).
 func congestionControl(addr netip.Addr, c *dcqcn.Config) dcqcn.Config {
 	cfg := dcqcn.DefaultConfig()
 	if c != nil {
@@ -347,10 +332,9 @@ func isNIC(name string) bool {
 	return err == nil
 }
 
-// activeMTU derives the port's active MTU from the MTU of the interface that holds
-// addr, the way rxe does from its netdev: the largest IB MTU that fits in the
-// interface MTU less the RoCEv2 headers. Without an interface it assumes Ethernet
-// (1500), which gives 1024, rxe's usual value.
+// activeMTU is the largest IB MTU that fits in the MTU of addr's interface less the
+// RoCEv2 headers, as rxe derives it from its netdev; without an interface, Ethernet's
+// 1500 gives 1024, rxe's usual value.
 func activeMTU(addr netip.Addr) MTU {
 	ifMTU := 1500
 	if ifi := interfaceOf(addr); ifi != nil {
@@ -366,8 +350,7 @@ func activeMTU(addr netip.Addr) MTU {
 	return MTU256
 }
 
-// CongestionControl returns the device's congestion control, its defaults
-// filled in (the line rate it found for the interface, for one).
+// CongestionControl returns the device's congestion control, defaults filled in.
 func (d *Device) CongestionControl() dcqcn.Config { return d.eng.Config().CC }
 
 func (d *Device) Addr() netip.Addr { return d.addr }
@@ -375,8 +358,7 @@ func (d *Device) Addr() netip.Addr { return d.addr }
 // LocalAddr returns the address and UDP port the device is bound to.
 func (d *Device) LocalAddr() netip.AddrPort { return netip.AddrPortFrom(d.addr, d.lport) }
 
-// Name returns a device name in the style of ibv_get_device_name, e.g.
-// "goroce(127.0.0.1)".
+// Name returns a name in the style of ibv_get_device_name: "goroce(127.0.0.1)".
 func (d *Device) Name() string { return fmt.Sprintf("goroce(%v)", d.addr) }
 
 // Query is ibv_query_device: the device's attributes and limits.
@@ -402,8 +384,7 @@ func (d *Device) QueryPort(port int) (PortAttr, error) {
 	return pa, nil
 }
 
-// QueryGID is ibv_query_gid for port 1: the GID at index (see GIDIndexRoCEv2 for the
-// table layout).
+// QueryGID is ibv_query_gid for port 1 (the GID table: see the package doc).
 func (d *Device) QueryGID(index int) (GID, error) {
 	if d.closed.Load() {
 		return GID{}, closedErr("ibv_query_gid", "")
@@ -414,9 +395,8 @@ func (d *Device) QueryGID(index int) (GID, error) {
 	return d.gids[index], nil
 }
 
-// GIDIndex returns the index of the RoCEv2 GID of the device address: 1, or 0 for a
-// device on an IPv6 link-local address. Pass it as SGIDIndex and exchange the GID
-// itself with the peer.
+// GIDIndex returns the index of the device address's RoCEv2 GID, 1 (0 on an IPv6
+// link-local address): the SGIDIndex to use; exchange the GID itself with the peer.
 func (d *Device) GIDIndex() int { return d.gidIdx }
 
 // GID returns the RoCEv2 GID of the device address (the entry at GIDIndex).
@@ -436,14 +416,12 @@ func (d *Device) QueryPKey(index int) (uint16, error) {
 // Stats returns a snapshot of the engine's wire counters.
 func (d *Device) Stats() Stats { return d.eng.Stats().Snapshot() }
 
-// DroppedEvents returns how many async events were dropped because the Events channel
-// was full.
+// DroppedEvents returns how many async events did not fit in the Events channel.
 func (d *Device) DroppedEvents() uint64 { return d.droppedEvents.Load() }
 
-// Close is ibv_close_device. It stops the engine, closes the socket and the Events
-// channel, and makes every later verb on the device or its objects fail with an
-// error that matches net.ErrClosed (errno ENODEV). Objects need not be destroyed
-// first. Close is idempotent.
+// Close is ibv_close_device: it stops the engine, closes the socket and the Events
+// channel, and makes every later verb on the device or its objects fail with ENODEV,
+// matching net.ErrClosed. Objects need not be destroyed first. Idempotent.
 func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
@@ -464,7 +442,7 @@ func (d *Device) Close() error {
 
 func (d *Device) obj(kind string, id uint32) string { return fmt.Sprintf("%s %#x", kind, id) }
 
-// reserve counts one more object against limit; false when the limit is reached.
+// reserve counts one more object against limit; false at the limit.
 func reserve(n interface {
 	Add(int64) int64
 }, limit int) bool {
@@ -475,14 +453,11 @@ func reserve(n interface {
 	return true
 }
 
-// barrier returns once every engine shard has finished the step it was
-// in when barrier was called. The engine resolves keys and copies data within one
-// step and keeps no region across steps, so after unregister plus barrier no access
-// through the old keys is in flight (Engine.Barrier: one command per shard).
+// barrier waits until no access through an unregistered key is in flight.
 func (d *Device) barrier() { d.eng.Barrier() }
 
-// QPs returns a snapshot of every QP on the device, for debugging (roced serves it
-// as /debug/qps). Per-QP data is kept out of Stats to keep metrics low-cardinality.
+// QPs returns a snapshot of every QP, for debugging (roced's /debug/qps); per-QP data
+// stays out of Stats to keep metrics low-cardinality.
 func (d *Device) QPs() []QPInfo {
 	if d.closed.Load() {
 		return nil

@@ -6,11 +6,9 @@ import (
 	"github.com/goroce/goroce/internal/core/transport"
 )
 
-// AsyncEvent is one affiliated or unaffiliated asynchronous event (struct
-// ibv_async_event), as ibv_get_async_event returns it. Exactly one of QP, CQ and SRQ is
-// set for an affiliated event; Port is set for a port event; DEVICE_FATAL has none. There is nothing to
-// acknowledge: ibv_ack_async_event has no Go counterpart, the garbage collector keeps
-// the handles alive.
+// AsyncEvent is an async event (struct ibv_async_event): QP, CQ or SRQ for an
+// affiliated one, Port for a port event, none for DEVICE_FATAL; nothing to acknowledge
+// (the GC).
 type AsyncEvent struct {
 	Type EventType // event_type
 	QP   *QP       // QP events: COMM_EST, QP_FATAL, QP_LAST_WQE_REACHED, ...
@@ -65,10 +63,8 @@ func eventName(t EventType) string {
 	return fmt.Sprintf("EVENT(%d)", uint8(t))
 }
 
-// Events is ibv_get_async_event as a channel. The channel is buffered (see
-// WithEventBuffer); when it is full new events are dropped and counted in
-// DroppedEvents, so a slow reader can never stall the engine. Close closes the
-// channel.
+// Events is ibv_get_async_event as a channel, closed by Close. It is buffered
+// (WithEventBuffer); events that do not fit are dropped and counted (DroppedEvents).
 func (d *Device) Events() <-chan AsyncEvent { return d.events }
 
 // emit queues ev without blocking.
@@ -85,14 +81,12 @@ func (d *Device) emit(ev AsyncEvent) {
 	}
 }
 
-// onEngineEvent is the engine's OnEvent callback. It runs on a shard goroutine: it only
-// maps the engine's objects to their handles and queues the event.
+// onEngineEvent is the engine's OnEvent callback, on a shard goroutine: it maps the
+// engine's objects to handles and queues the event.
 func (d *Device) onEngineEvent(ev transport.Event) {
 	out := AsyncEvent{Type: ev.Type}
-	// The type decides which object the event is about; the engine may fill in
-	// more than one (LAST_WQE_REACHED carries the QP and its SRQ). SRQ events
-	// never come from the engine: roce raises SRQ_LIMIT_REACHED from the SRQ's
-	// limit handler (SRQ.limitReached) and SRQ_ERR on DEVICE_FATAL.
+	// The type decides the object (LAST_WQE_REACHED carries the QP and its SRQ). SRQ
+	// events are roce's own (SRQ.limitReached, onDeviceFatal).
 	d.objMu.RLock()
 	switch ev.Type {
 	case EventCQErr:
@@ -109,17 +103,16 @@ func (d *Device) onEngineEvent(ev transport.Event) {
 	}
 	d.objMu.RUnlock()
 	if out.CQ == nil && out.SRQ == nil && out.QP == nil && out.Port == 0 {
-		// The object was destroyed while its event was in flight (or is not one of
-		// ours, such as a QP the connection manager made on the engine directly).
+		// Destroyed meanwhile, or not ours (a QP the connection manager made on the
+		// engine).
 		return
 	}
 	d.emit(out)
 }
 
-// onDeviceFatal handles the engine's catastrophic error (its link died): it queues
-// DEVICE_FATAL, then puts every SRQ in the error state with SRQ_ERR, since no WR
-// posted to it can ever be fetched again. The engine moves the QPs to ERR itself
-// (QP_FATAL each); the port goes DOWN with the PORT_ERR that follows.
+// onDeviceFatal handles the engine's catastrophic error: DEVICE_FATAL, then SRQ_ERR for
+// every SRQ, put in error since no WR of it can be fetched again. The engine fails the
+// QPs (QP_FATAL each); the port goes DOWN with the PORT_ERR that follows.
 func (d *Device) onDeviceFatal() {
 	d.emit(AsyncEvent{Type: EventDeviceFatal})
 	d.objMu.RLock()

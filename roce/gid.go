@@ -6,46 +6,33 @@ import (
 	"net/netip"
 )
 
-// GID is a 128-bit global identifier (union ibv_gid). On RoCEv2 it is an IPv6
-// address, or an IPv4 address in its IPv4-mapped form ::ffff:a.b.c.d. The bytes are
-// in network order, as they travel in a GRH and in the pingpong/perftest exchanges.
+// GID is a 128-bit global identifier (union ibv_gid): on RoCEv2 an IPv6 address, or an
+// IPv4 one as ::ffff:a.b.c.d, in network order as in a GRH and the pingpong exchanges.
 type GID [16]byte
 
 // GIDFromAddr returns the RoCEv2 GID of an IP address.
 func GIDFromAddr(a netip.Addr) GID { return GID(a.As16()) }
 
-// Addr returns the IP address the GID stands for; an IPv4-mapped GID yields the IPv4
-// address.
+// Addr returns the GID's IP address; an IPv4-mapped GID yields the IPv4 address.
 func (g GID) Addr() netip.Addr { return netip.AddrFrom16(g).Unmap() }
 
 // IsZero reports whether the GID is all zeros (an empty table slot).
 func (g GID) IsZero() bool { return g == GID{} }
 
-// String formats the GID the way ibv_devinfo -v does: an IPv6 address, with
-// IPv4-mapped GIDs as ::ffff:a.b.c.d.
+// String formats the GID as ibv_devinfo -v does, IPv4-mapped ones as ::ffff:a.b.c.d.
 func (g GID) String() string { return netip.AddrFrom16(g).String() }
 
-// GID table layout. It mirrors rxe so that the usual command lines carry over: rxe's
-// index 0 is the link-local GID derived from the MAC and index 1 is the IPv4-mapped
-// address, which is why rxe users pass -g 1 (perftest -x 1) for RoCEv2 over IPv4.
-//
-//	index 0 (GIDIndexDefault): fe80::<node GUID>, the default GID. It is listed so
-//	        the indexes line up with rxe, but the device's socket is not bound to it,
-//	        so a QP or AH that names it as its source GID is refused with EINVAL.
-//	index 1 (GIDIndexRoCEv2):  the address the Device was opened on: ::ffff:a.b.c.d
-//	        for IPv4, the IPv6 address itself for IPv6.
-//
-// A Device opened on an IPv6 link-local address has only that address, at index 0,
-// since it already is the link-local GID.
+// GID table indexes, as on rxe (package doc, GID table): GIDIndexDefault is fe80::<node
+// GUID>, listed but refused as a source GID (EINVAL); GIDIndexRoCEv2 is the device
+// address. A device on an IPv6 link-local address has only that, at index 0.
 const (
 	GIDIndexDefault = 0
 	GIDIndexRoCEv2  = 1
 )
 
 // NodeGUID is the node GUID of the device on address a (ibv_get_device_guid,
-// DeviceAttr.NodeGUID), known before the device is opened. It is derived from the
-// address as rxe derives it from the MAC, so the same address gives the same GUID
-// on every open.
+// DeviceAttr.NodeGUID): derived from the address as rxe derives it from the MAC, so it
+// is known before Open and the same on every open.
 func NodeGUID(a netip.Addr) uint64 {
 	h := fnv.New64a()
 	b := a.As16()

@@ -7,29 +7,23 @@ import (
 	"github.com/goroce/goroce/internal/core/transport"
 )
 
-// McastQPN is the destination QP of a UD send to a multicast group (0xFFFFFF):
-// the datagram reaches every QP attached to the group.
+// McastQPN (0xFFFFFF) is the RemoteQPN of a UD send to a multicast group.
 const McastQPN = transport.McastQPN
 
-// mcastState is the device's multicast bookkeeping, for max_mcast_grp,
-// max_mcast_qp_attach and max_total_mcast_qp_attach.
+// mcastState counts attachments against the max_mcast_* limits.
 type mcastState struct {
 	groups map[netip.Addr]int // group → attached QPs
 	total  int                // attachments on the device
 }
 
-// AttachMcast is ibv_attach_mcast: the UD QP receives the datagrams sent to the
-// multicast group gid (an IPv4 group as ::ffff:a.b.c.d, or an IPv6 one) with
-// DestQP McastQPN, as every other QP attached to it does. On RoCE lid is unused.
-// The first QP of the device attached to a group joins the IP group on the
-// device's network interface, as the kernel does for rdma_join_multicast (IGMP
-// or MLD). Attaching twice is not an error, as with uverbs.
+// AttachMcast is ibv_attach_mcast: the UD QP receives the datagrams sent to multicast
+// group gid with DestQP McastQPN (package doc, UD multicast); lid is unused on RoCE.
+// Attaching twice is not an error, as with uverbs.
 //
-// Errors: EINVAL for a QP that is not UD, a GID that is not multicast or of the
-// other IP family than the device's; ENOMEM when max_mcast_grp groups, or
-// max_mcast_qp_attach QPs in this group, or max_total_mcast_qp_attach
-// attachments exist; ENOSYS when the device's link cannot join groups; the
-// errno of the join otherwise.
+// Errors: EINVAL for a QP that is not UD, a GID that is not multicast or of the other
+// IP family; ENOMEM at max_mcast_grp groups, max_mcast_qp_attach QPs in the group or
+// max_total_mcast_qp_attach attachments; ENOSYS when the link cannot join groups; the
+// join's errno otherwise.
 func (q *QP) AttachMcast(gid GID, lid uint16) error {
 	const op = "ibv_attach_mcast"
 	d := q.pd.dev
@@ -66,8 +60,8 @@ func (q *QP) AttachMcast(gid GID, lid uint16) error {
 	return nil
 }
 
-// DetachMcast is ibv_detach_mcast. EINVAL when the QP is not attached to gid.
-// The last QP of the device to leave a group leaves the IP group.
+// DetachMcast is ibv_detach_mcast: EINVAL when the QP is not attached to gid. The
+// device's last QP to leave a group leaves the IP group.
 func (q *QP) DetachMcast(gid GID, lid uint16) error {
 	const op = "ibv_detach_mcast"
 	d := q.pd.dev
@@ -113,8 +107,7 @@ func (d *Device) forgetMcastLocked(q *QP, g netip.Addr) {
 	}
 }
 
-// forgetAllMcast drops every attachment of a destroyed QP (the engine detached
-// it from its groups).
+// forgetAllMcast drops a destroyed QP's attachments (the engine detached it).
 func (d *Device) forgetAllMcast(q *QP) {
 	d.mcMu.Lock()
 	defer d.mcMu.Unlock()

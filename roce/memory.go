@@ -8,15 +8,13 @@ import (
 	"github.com/goroce/goroce/internal/core/transport"
 )
 
-// memShards spreads the key tables over several locks so shards resolving keys in
-// parallel do not contend on one cache line. Key indexes are random, so their low
-// bits spread evenly.
+// memShards spreads the key tables over locks, so shards resolving keys in parallel do
+// not contend; key indexes are random, so their low bits spread evenly.
 const memShards = 16
 
-// A key (lkey or rkey) is index<<8 | key byte, as on rxe: the 24-bit index names
-// the object and the key byte is the part a memory window bind changes
-// (ibv_inc_rkey). Every live object has its own index, so one lookup by index
-// finds whatever a key names, and the full key is compared after it.
+// A key is index<<8 | key byte, as on rxe: the 24-bit index names a live object (one
+// lookup finds it, then the whole key is compared), the key byte is what a memory
+// window bind changes (ibv_inc_rkey).
 const keyByteMask = 0xff
 
 // keyKind says what a key index belongs to.
@@ -28,8 +26,7 @@ const (
 	kindWindow                    // a memory window's rkey
 )
 
-// keyEntry is one live index. region is the MR for kindLKey and kindRKey; w is
-// the window for kindWindow.
+// keyEntry is a live index: region for an MR's keys, w for a window.
 type keyEntry struct {
 	kind   keyKind
 	key    uint32
@@ -37,21 +34,17 @@ type keyEntry struct {
 	w      *window
 }
 
-// memory is the device's key registry: MR lkeys and rkeys and memory window rkeys.
-// It implements transport.Memory. Lookups are on the engine's hot path: an RLock
-// and a map read, no allocation.
+// memory is the device's key registry (transport.Memory): MR lkeys and rkeys, window
+// rkeys. Lookups, on the engine's hot path, are an RLock and a map read.
 type memory struct {
 	shards [memShards]memShard
 
-	// keyMu guards: lastKey (so consecutive keys are never adjacent), and
-	// serialises index allocation so a check and an insert cannot interleave.
+	// keyMu guards lastKey and serialises index allocation (check, then insert).
 	keyMu   sync.Mutex
 	lastKey uint32
 
-	// mwMu serialises binds, invalidations, window deallocation and MR
-	// deregistration, so an MR cannot lose its last window and gain a new one
-	// while it is being deregistered. It is taken before a shard lock, never
-	// after.
+	// mwMu serialises binds, invalidations, window deallocation and MR deregistration,
+	// so an MR being deregistered cannot gain a window. Taken before a shard lock.
 	mwMu sync.Mutex
 	// mwMu guards: boundMWs.
 	boundMWs map[*transport.Region]int // MR → windows bound to it (rxe num_mw)
@@ -88,10 +81,8 @@ func (m *memory) LocalRegion(lkey uint32) *transport.Region {
 	return r
 }
 
-// RemoteRegion resolves an rkey: an MR's rkey, or the rkey of a memory window
-// that is bound (valid, with a nonzero length) and carries exactly this key
-// byte. For a window the region is the window itself (its bounds, its access
-// rights, its PD); nil otherwise.
+// RemoteRegion resolves an rkey: an MR's, or that of a bound memory window with exactly
+// this key byte, whose region is the window itself (bounds, access, PD); else nil.
 func (m *memory) RemoteRegion(rkey uint32) *transport.Region {
 	s := m.shard(rkey)
 	s.mu.RLock()
@@ -112,11 +103,9 @@ func (m *memory) RemoteRegion(rkey uint32) *transport.Region {
 	return r
 }
 
-// register assigns r fresh keys and publishes it. Keys come from crypto/rand: a
-// remote peer that learns one rkey can infer nothing about the others, and the
-// index of a closed MR is not handed out again while that index is still live
-// anywhere. 0 is never a key, and a key is never adjacent to the one issued just
-// before it.
+// register gives r fresh keys and publishes it. Keys come from crypto/rand, so one rkey
+// tells a peer nothing of the others; an index is reused only once free, 0 is never a
+// key, and a key is never adjacent to the one issued before it.
 func (m *memory) register(r *transport.Region) error {
 	m.keyMu.Lock()
 	defer m.keyMu.Unlock()
@@ -157,10 +146,8 @@ func (m *memory) indexInUse(key uint32) bool {
 	return ok
 }
 
-// newKeyLocked draws a random key whose index is unused and nonzero, whose index
-// differs from other's, and that is not within 1 of the previous key. keyMu is
-// held, so no concurrent allocation can take the same index between the check and
-// the insert.
+// newKeyLocked draws a random key with an unused nonzero index other than other's, not
+// within 1 of the previous key. keyMu is held, so the index stays free until inserted.
 func (m *memory) newKeyLocked(other uint32) (uint32, error) {
 	var b [4]byte
 	for {
@@ -176,10 +163,8 @@ func (m *memory) newKeyLocked(other uint32) (uint32, error) {
 	}
 }
 
-// unregister removes r's keys, unless memory windows are still bound to r: then
-// it changes nothing and returns false (ibv_dereg_mr "fails if any memory window
-// is still bound to this MR"). New lookups fail once it returns true; lookups
-// already in progress may still hold r (see MR.Close for the barrier).
+// unregister removes r's keys, or returns false, changing nothing, while windows are
+// bound to r (ibv_dereg_mr). Lookups already under way may still hold r (MR.Close).
 func (m *memory) unregister(r *transport.Region) bool {
 	m.mwMu.Lock()
 	defer m.mwMu.Unlock()

@@ -11,11 +11,10 @@ import (
 	"github.com/goroce/goroce/internal/core/transport"
 )
 
-// MR is a registered memory region (struct ibv_mr) over a Go byte slice. The engine
-// reads and writes the slice directly, the way a NIC does DMA: while a WR that names
-// the MR is outstanding, or while the peer may RDMA into it, the program must not
-// read or write the bytes concurrently (the same rule as in C; the race detector
-// cannot see engine accesses as synchronised with yours).
+// MR is a registered memory region (struct ibv_mr) over a Go byte slice, which the
+// engine reads and writes directly, as a NIC does DMA: while a WR names the MR or the
+// peer may RDMA into it, the program must not touch the bytes (as in C; the race
+// detector cannot see the engine's accesses as synchronised with yours).
 type MR struct {
 	pd  *PD
 	reg *transport.Region
@@ -25,32 +24,25 @@ type MR struct {
 	closed bool
 }
 
-// RegMR is ibv_reg_mr. The MR's address (Addr) is the address of buf[0] in this
-// process, so SGEs and remote addresses are computed as in C: mr.Addr()+offset. Keys
-// are random 32-bit values from crypto/rand, never sequential, and the lkey and rkey
-// differ.
+// RegMR is ibv_reg_mr. The MR's Addr is that of buf[0] in this process, so addresses
+// are computed as in C: mr.Addr()+offset. The lkey and rkey differ and are random.
 //
-// Errors: EINVAL for an empty buf, a length above max_mr_size, unknown access bits,
-// or REMOTE_WRITE / REMOTE_ATOMIC without LOCAL_WRITE (the rule ibv_reg_mr(3)
-// states); EOPNOTSUPP for ON_DEMAND, ZERO_BASED and HUGETLB, which rxe refuses too;
-// ENOMEM when max_mr MRs exist. Flags of the optional range (AccessRelaxedOrdering
-// and the rest of AccessOptionalRange) are accepted and dropped, as libibverbs does
-// when the kernel cannot take them: Access does not report them.
+// Errors: EINVAL for an empty buf, a length above max_mr_size, unknown access bits, or
+// REMOTE_WRITE / REMOTE_ATOMIC without LOCAL_WRITE (ibv_reg_mr(3)); EOPNOTSUPP for
+// ON_DEMAND, ZERO_BASED and HUGETLB, as on rxe; ENOMEM when max_mr MRs exist. Flags of
+// AccessOptionalRange (AccessRelaxedOrdering, ...) are accepted and dropped, as
+// libibverbs does when the kernel cannot take them: Access does not report them.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	return pd.regMR("ibv_reg_mr", buf, goAddr(buf), access)
 }
 
-// RegMRIOVA is ibv_reg_mr_iova: RegMR with iova as the address of buf[0] on the
-// wire and in SGEs, independent of where buf lives in this process. Every remote
-// READ, WRITE and atomic through the rkey, and every SGE through the lkey, names
-// bytes by iova: iova+off is buf[off], and anything outside [iova, iova+len(buf))
-// is refused (a remote access error for a peer). An iova of 0 makes the MR zero
-// based (the man page: "Specifying 0 for hca_va has the same effect as
-// IBV_ACCESS_ZERO_BASED").
+// RegMRIOVA is ibv_reg_mr_iova: RegMR with iova as the address of buf[0] on the wire
+// and in SGEs: iova+off is buf[off], and anything outside [iova, iova+len(buf)) is
+// refused (a remote access error for a peer). An iova of 0 makes the MR zero based, as
+// the man page says.
 //
-// Errors: those of RegMR, and EINVAL when iova+len(buf) wraps around 2^64 or when
-// iova and buf[0] lie at different offsets within a page (the kernel's
-// ib_uverbs_reg_mr rule, which a C program meets the same way).
+// Errors: those of RegMR, and EINVAL when iova+len(buf) wraps around 2^64 or when iova
+// and buf[0] lie at different page offsets (the kernel's ib_uverbs_reg_mr rule).
 func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
 	const op = "ibv_reg_mr_iova"
 	obj := pd.dev.obj("pd", pd.id)
@@ -110,11 +102,10 @@ func (pd *PD) regMR(op string, buf []byte, iova uint64, access Access) (*MR, err
 // LKey returns the local key, for SGEs.
 func (mr *MR) LKey() uint32 { return mr.reg.LKey }
 
-// RKey returns the remote key the peer puts in RDMA and atomic WRs.
+// RKey returns the remote key, for the peer's RDMA and atomic WRs.
 func (mr *MR) RKey() uint32 { return mr.reg.RKey }
 
-// Addr returns the address of the first byte of the region: where buf[0] lives
-// in this process, or the iova given to RegMRIOVA.
+// Addr returns the region's address: of buf[0] in this process, or RegMRIOVA's iova.
 func (mr *MR) Addr() uint64 { return mr.reg.Addr }
 
 func (mr *MR) Len() int { return len(mr.reg.Buf) }
@@ -130,13 +121,11 @@ func (mr *MR) String() string {
 	return fmt.Sprintf("mr lkey %#x rkey %#x len %d", mr.reg.LKey, mr.reg.RKey, len(mr.reg.Buf))
 }
 
-// Close is ibv_dereg_mr. Once it returns, the keys resolve to nothing, and no
-// access the engine started through them is still running: it waits for every engine
-// shard to finish the step it was in (Engine.Barrier), so no remote write lands in the
-// buffer after Close returns. WRs that still name the keys complete with
-// an error, as in C. EBUSY, changing nothing, while memory windows are bound to the
-// MR (ibv_dereg_mr "fails if any memory window is still bound to this MR"; rxe says
-// EINVAL, this device says EBUSY as for every object destroyed while in use).
+// Close is ibv_dereg_mr. Once it returns, the keys resolve to nothing and no access
+// through them is still running (Engine.Barrier), so no remote write lands in the
+// buffer afterwards; WRs that still name the keys complete with an error, as in C.
+// EBUSY, changing nothing, while memory windows are bound to the MR (rxe says EINVAL;
+// EBUSY is this device's errno for every object destroyed while in use).
 func (mr *MR) Close() error {
 	const op = "ibv_dereg_mr"
 	mr.mu.Lock()

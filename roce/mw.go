@@ -11,21 +11,17 @@ type MWType uint8
 
 // Memory window types with their libibverbs values.
 const (
-	// MWType1 is bound with QP.BindMW (ibv_bind_mw), stays bound until it is
-	// bound again (a zero-length bind unbinds it) or deallocated, and cannot be
-	// invalidated.
+	// MWType1 is bound by QP.BindMW until rebound or deallocated; never invalidated.
 	MWType1 MWType = 1 // IBV_MW_TYPE_1
-	// MWType2 is type 2B, as on rxe: bound by a BIND_MW work request to the QP
-	// that posts it, used only through that QP, and freed again by LOCAL_INV
-	// or by a peer's SEND_WITH_INV naming its rkey.
+	// MWType2 is type 2B: bound to the posting QP by a BIND_MW WR and used only through
+	// it; freed by LOCAL_INV or a peer's SEND_WITH_INV.
 	MWType2 MWType = 2 // IBV_MW_TYPE_2
 )
 
 func (t MWType) String() string { return fmt.Sprintf("type %d", uint8(t)) }
 
-// MW is a memory window (struct ibv_mw): a window onto part of an MR with its own
-// rkey and its own remote access rights, which can be moved or revoked without
-// deregistering the MR.
+// MW is a memory window (struct ibv_mw): an rkey onto part of an MR with its own
+// rights, moved or revoked without deregistering the MR.
 type MW struct {
 	pd  *PD
 	typ MWType
@@ -37,8 +33,8 @@ type MW struct {
 	closed bool
 }
 
-// AllocMW is ibv_alloc_mw. The window grants nothing until it is bound. EINVAL for
-// a type other than MWType1 and MWType2; ENOMEM when max_mw windows exist.
+// AllocMW is ibv_alloc_mw; the window grants nothing until bound. EINVAL for a type
+// other than MWType1 and MWType2; ENOMEM when max_mw windows exist.
 func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	const op = "ibv_alloc_mw"
 	d := pd.dev
@@ -62,9 +58,8 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	return &MW{pd: pd, typ: typ, w: w, obj: fmt.Sprintf("mw %#x", w.rkey>>8)}, nil
 }
 
-// RKey returns the window's current rkey (mw->rkey): its index, fixed for the
-// window's life, and the key byte of its latest bind. A peer must use the rkey of
-// the bind it was told about; an older one resolves to nothing.
+// RKey returns the window's current rkey (mw->rkey): its fixed index and the key byte
+// of its latest bind; an older rkey resolves to nothing.
 func (mw *MW) RKey() uint32 {
 	m := mw.pd.dev.mem
 	s := m.shard(mw.w.rkey)
@@ -80,10 +75,8 @@ func (mw *MW) PD() *PD { return mw.pd }
 // String formats the window as "mw type 2 rkey 0x…".
 func (mw *MW) String() string { return fmt.Sprintf("mw %v rkey %#x", mw.typ, mw.RKey()) }
 
-// Close is ibv_dealloc_mw. A bound window is unbound first, so its MR may be
-// deregistered afterwards. Once Close returns, the window's rkey resolves to
-// nothing and no access the engine started through it is still running (the same
-// barrier as MR.Close).
+// Close is ibv_dealloc_mw; a bound window is unbound first, freeing its MR. Once it
+// returns the rkey resolves to nothing, with the same barrier as MR.Close.
 func (mw *MW) Close() error {
 	const op = "ibv_dealloc_mw"
 	mw.mu.Lock()
@@ -102,13 +95,12 @@ func (mw *MW) Close() error {
 	return nil
 }
 
-// IncRKey is ibv_inc_rkey: rkey with its key byte (the low 8 bits) advanced by
-// one. Pass IncRKey(mw.RKey()) as the new rkey of a BIND_MW work request, so a
-// peer still holding the previous rkey is refused.
+// IncRKey is ibv_inc_rkey: rkey with its key byte (low 8 bits) advanced by one, the new
+// rkey of a BIND_MW WR, so a peer holding the previous rkey is refused.
 func IncRKey(rkey uint32) uint32 { return rkey&^keyByteMask | (rkey+1)&keyByteMask }
 
-// MWBindInfo is struct ibv_mw_bind_info: the MR range a window opens onto and
-// the rights it grants. MR nil with Addr and Length 0 unbinds a type 1 window.
+// MWBindInfo is struct ibv_mw_bind_info: the MR range a window opens onto and the
+// rights it grants; MR nil with Addr and Length 0 unbinds a type 1 window.
 type MWBindInfo struct {
 	MR           *MR
 	Addr, Length uint64 // the range of the MR, by its address (MR.Addr()+offset)
@@ -122,10 +114,9 @@ type MWBind struct {
 	Info  MWBindInfo
 }
 
-// Bind returns the body of a BIND_MW work request (SendWR.BindMW) that binds
-// the window to info with the next key byte: MWRKey is the window's rkey now
-// and RKey is IncRKey of it. Post it with WRBindMW on an RC or UC QP of the
-// window's PD; once it has completed, RKey is the window's rkey.
+// Bind returns a BIND_MW WR body (SendWR.BindMW) binding the window to info with the
+// next key byte (MWRKey now, RKey IncRKey of it). Post it with WRBindMW on an RC or UC
+// QP of the window's PD; once it has completed, RKey is the window's rkey.
 func (mw *MW) Bind(info MWBindInfo) MWBindWR {
 	k := mw.RKey()
 	b := MWBindWR{MWRKey: k, RKey: IncRKey(k), Addr: info.Addr, Length: info.Length, Access: info.Access}
@@ -135,18 +126,16 @@ func (mw *MW) Bind(info MWBindInfo) MWBindWR {
 	return b
 }
 
-// BindMW is ibv_bind_mw for a type 1 window: it posts a BIND_MW work request on
-// q and returns the rkey the window has once the QP executed it (the key byte of
-// the window's rkey advanced by one, as rxe's provider does). The bind runs in
-// order with q's other send WRs and completes on its send CQ with WCBindMW
-// (signaled) or WCMWBindErr, after which the QP is in ERR (rxe_check_bind_mw's
-// and IBA 10.6.7.2's rules: an MR with AccessMWBind and LOCAL_WRITE for a
-// writable window, a range inside the MR). Post the next bind of the same window
-// once this one has completed.
+// BindMW is ibv_bind_mw for a type 1 window: it posts a BIND_MW WR on q and returns the
+// window's rkey once it is executed (key byte plus one, as rxe's provider). The bind
+// runs in order with q's send WRs and completes with WCBindMW (signaled) or
+// WCMWBindErr, leaving the QP in ERR, when IBA 10.6.7.2 refuses it (the MR needs
+// AccessMWBind, and LOCAL_WRITE for a writable window; the range must lie inside it).
+// Post the window's next bind once this one has completed.
 //
-// Errors, as libibverbs and rxe's provider: EINVAL for a window that is not type
-// 1, an MR-less bind with an address or length, AccessZeroBased, or a QP that
-// is not RC or UC; EPERM for an MR of another PD; and PostSend's.
+// Errors, as libibverbs and rxe: EINVAL for a window not of type 1, an MR-less bind
+// with an address or length, AccessZeroBased, or a QP not RC or UC; EPERM for an MR of
+// another PD; and PostSend's.
 func (q *QP) BindMW(mw *MW, b MWBind) (uint32, error) {
 	const op = "ibv_bind_mw"
 	i := b.Info

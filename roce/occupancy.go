@@ -1,7 +1,6 @@
 package roce
 
-// QueueOccupancy is how full a device's queues are, summed over its CQs and SRQs.
-// It exists for monitoring (roced exports it as gauges) without per-queue labels.
+// QueueOccupancy is how full the device's CQs and SRQs are, summed (roced's gauges).
 type QueueOccupancy struct {
 	CQs         int // CQs open
 	CQEntries   int // completions they hold, not yet polled
@@ -11,9 +10,8 @@ type QueueOccupancy struct {
 	SRQCapacity int // their summed max_wr
 }
 
-// QueueOccupancy samples every CQ and SRQ of the device. Each queue is read under its
-// own lock, one after the other, so the sum is not one instant; it never blocks the
-// engine for longer than one queue's read.
+// QueueOccupancy samples every CQ and SRQ, each under its own lock: not one instant,
+// and never blocking the engine longer than one queue's read.
 func (d *Device) QueueOccupancy() QueueOccupancy {
 	var o QueueOccupancy
 	d.objMu.RLock()

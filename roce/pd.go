@@ -5,8 +5,7 @@ import (
 	"syscall"
 )
 
-// PD is a protection domain (struct ibv_pd). MRs, AHs, SRQs and QPs belong to one PD,
-// and the engine lets a QP touch only memory registered in its own PD.
+// PD is a protection domain (struct ibv_pd): a QP touches only memory of its own PD.
 type PD struct {
 	dev *Device
 	id  uint32
@@ -34,8 +33,8 @@ func (pd *PD) Device() *Device { return pd.dev }
 // Handle returns the PD's number (the handle rdma-core prints).
 func (pd *PD) Handle() uint32 { return pd.id }
 
-// Close is ibv_dealloc_pd. It fails with EBUSY, changing nothing, while MRs, AHs, SRQs
-// or QPs of the PD are still alive.
+// Close is ibv_dealloc_pd: EBUSY, changing nothing, while MRs, AHs, SRQs or QPs use the
+// PD.
 func (pd *PD) Close() error {
 	const op = "ibv_dealloc_pd"
 	obj := pd.dev.obj("pd", pd.id)
@@ -52,8 +51,7 @@ func (pd *PD) Close() error {
 	return nil
 }
 
-// use takes a reference for a new child object; it fails when the PD or its device is
-// closed.
+// use takes a reference for a new child object, unless the PD or device is closed.
 func (pd *PD) use(op string) error {
 	if pd.dev.closed.Load() {
 		return closedErr(op, "")

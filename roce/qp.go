@@ -21,9 +21,8 @@ type QPInitAttr struct {
 	SQSigAll bool   // sq_sig_all: every send WR completes signaled, whatever its flags
 }
 
-// QP is a queue pair (struct ibv_qp): a thin handle on the engine's QP. Its state and
-// queues live in the transport engine; the handle keeps the CQ, SRQ and PD references
-// that make destroying them fail with EBUSY while the QP lives.
+// QP is a queue pair (struct ibv_qp), a handle on the engine's QP that holds the CQ,
+// SRQ and PD references (destroying them is EBUSY while the QP lives).
 type QP struct {
 	pd   *PD
 	qp   *transport.QP
@@ -38,10 +37,10 @@ type QP struct {
 	mcast map[netip.Addr]bool // the groups attached; Device.mcMu guards
 }
 
-// CreateQP is ibv_create_qp. The QP starts in RESET. EINVAL for a missing CQ, a CQ or
+// CreateQP is ibv_create_qp; the QP starts in RESET. EINVAL for a missing CQ, a CQ or
 // SRQ of another device or PD, a type other than RC, UC and UD, or caps above the
 // device limits (max_qp_wr, max_sge, max_inline_data); ENOMEM when max_qp QPs exist.
-// The actual caps are available from Query.
+// Query reports the actual caps.
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	const op = "ibv_create_qp"
 	d := pd.dev
@@ -60,8 +59,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SRQ != nil {
 		ti.SRQ = attr.SRQ.q
 	}
-	// The engine owns the checks of type and caps against the device limits; run
-	// them before reserving, so a bad attribute is EINVAL even at max_qp.
+	// The engine's checks first, so that a bad attribute is EINVAL even at max_qp.
 	if err := d.eng.CheckQPInit(&ti); err != nil {
 		return nil, wrapErr(op, obj, -1, err)
 	}
@@ -77,8 +75,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		pd.release()
 		return nil, err
 	}
-	// The engine attaches the QP to its CQs and SRQ (their Close is EBUSY from
-	// then on) and detaches on Destroy.
+	// The engine attaches the QP to its CQs and SRQ (their Close: EBUSY).
 	tq, err := d.eng.CreateQP(&ti)
 	if err != nil {
 		d.uncharge(attach.KindQP)
@@ -94,8 +91,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	return q, nil
 }
 
-// checkQPInit checks what only roce knows: that the CQs and the SRQ are objects of
-// this device and PD. The engine checks the rest (Engine.CheckQPInit).
+// checkQPInit checks what only roce knows: the CQs and SRQ are of this device and PD.
 func (d *Device) checkQPInit(op, obj string, pd *PD, a *QPInitAttr) error {
 	switch {
 	case a.SendCQ != nil && a.SendCQ.dev != d || a.RecvCQ != nil && a.RecvCQ.dev != d:
@@ -106,7 +102,7 @@ func (d *Device) checkQPInit(op, obj string, pd *PD, a *QPInitAttr) error {
 	return nil
 }
 
-// QPN returns the QP number, which the peer needs as its DestQPN (or RemoteQPN for UD).
+// QPN returns the QP number: the peer's DestQPN (RemoteQPN for UD).
 func (q *QP) QPN() uint32 { return q.qpn }
 
 func (q *QP) Type() QPType { return q.init.Type }
@@ -115,14 +111,11 @@ func (q *QP) InitAttr() QPInitAttr { return q.init }
 
 func (q *QP) PD() *PD { return q.pd }
 
-// Modify is ibv_modify_qp. It validates everything first and changes nothing on
-// failure: EINVAL for an illegal transition, a missing required or a forbidden
-// attribute for the transition and QP type (IBA 11.2.4.2, as libibverbs and rxe),
-// or an attribute out of range (path MTU above max_mtu, max_rd_atomic or
-// max_dest_rd_atomic above the device's, a P_Key index other than 0, a port other
-// than 1, an address vector that checkAV refuses, unknown access flags). The
-// engine checks the transition and the ranges; roce checks what needs its GID
-// table and access vocabulary.
+// Modify is ibv_modify_qp. It changes nothing on failure: EINVAL for an illegal
+// transition, a missing required or a forbidden attribute for the transition and QP
+// type (IBA 11.2.4.2, as libibverbs and rxe), or a value out of range (path MTU above
+// max_mtu, max_rd_atomic or max_dest_rd_atomic above the device's, a P_Key index but 0,
+// a port but 1, an address vector checkAV refuses, unknown access flags).
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	const op = "ibv_modify_qp"
 	d := q.pd.dev
@@ -139,8 +132,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	return wrapErr(op, q.obj, -1, q.qp.Modify(&a, mask))
 }
 
-// checkQPAttr checks the attributes that need roce's knowledge: the address vector
-// against the GID table, the access flags against the verbs' vocabulary.
+// checkQPAttr checks what needs roce: the AV against the GID table, the access flags.
 func (d *Device) checkQPAttr(op, obj string, a *QPAttr, mask QPAttrMask) error {
 	if mask&QPAttrAV != 0 {
 		if err := d.checkAV(op, obj, &a.AV, false); err != nil {
@@ -157,7 +149,7 @@ func (d *Device) checkQPAttr(op, obj string, a *QPAttr, mask QPAttrMask) error {
 	return nil
 }
 
-// Query is ibv_query_qp: the QP's current attributes, including its state and caps.
+// Query is ibv_query_qp: the QP's current attributes, state and caps included.
 func (q *QP) Query() (QPAttr, error) {
 	const op = "ibv_query_qp"
 	if q.pd.dev.closed.Load() {
@@ -173,11 +165,11 @@ func (q *QP) State() (QPState, error) {
 	return a.State, err
 }
 
-// PostSend is ibv_post_send. It checks and queues the WRs in order and stops at the
-// first bad one: it returns how many were queued and an error whose Index names the
-// bad WR (bad_wr). EINVAL for an opcode the QP type does not allow, too many SGEs, an
-// inline WR above max_inline_data, or a QP not in RTS (or SQD/SQE, which queue);
-// ENOMEM when the send queue is full. Data-path failures arrive as completions.
+// PostSend is ibv_post_send: it queues the WRs in order up to the first bad one and
+// returns how many it queued and an error whose Index is the bad WR (bad_wr). EINVAL
+// for an opcode the QP type lacks, too many SGEs, inline data above max_inline_data, or
+// a QP not in RTS (SQD and SQE queue); ENOMEM when the send queue is full. Data-path
+// failures arrive as completions.
 func (q *QP) PostSend(wrs []SendWR) (int, error) {
 	if q.pd.dev.closed.Load() {
 		return 0, closedErr("ibv_post_send", q.obj)
@@ -189,9 +181,8 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) {
 	return n, nil
 }
 
-// PostRecv is ibv_post_recv, with the same (n, error) convention as PostSend. A QP
-// created with an SRQ has no receive queue of its own: posting to it is EINVAL (post
-// to the SRQ). EINVAL for too many SGEs, ENOMEM when the receive queue is full.
+// PostRecv is ibv_post_recv, with PostSend's (n, error) convention. EINVAL for a QP
+// with an SRQ (post to the SRQ) or too many SGEs, ENOMEM when the queue is full.
 func (q *QP) PostRecv(wrs []RecvWR) (int, error) {
 	const op = "ibv_post_recv"
 	if q.pd.dev.closed.Load() {
@@ -212,8 +203,8 @@ func (q *QP) PostRecv(wrs []RecvWR) (int, error) {
 	return n, nil
 }
 
-// Close is ibv_destroy_qp. Outstanding WRs are discarded without completions, as in
-// C; afterwards the QP's CQs, SRQ and PD may be destroyed.
+// Close is ibv_destroy_qp: outstanding WRs are discarded without completions, as in C;
+// then the QP's CQs, SRQ and PD may be destroyed.
 func (q *QP) Close() error {
 	const op = "ibv_destroy_qp"
 	q.mu.Lock()

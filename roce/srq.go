@@ -13,8 +13,7 @@ type SRQInitAttr struct {
 	Attr SRQAttr // attr: MaxWR and MaxSGE; Limit is ignored
 }
 
-// SRQ is a shared receive queue (struct ibv_srq). Any number of QPs of the same PD
-// take receive WRs from it, whichever QP a message arrives on.
+// SRQ is a shared receive queue (struct ibv_srq) for QPs of its PD.
 type SRQ struct {
 	pd  *PD
 	q   *srq.Queue
@@ -22,9 +21,8 @@ type SRQ struct {
 	obj string
 }
 
-// CreateSRQ is ibv_create_srq. MaxWR must be in [1, max_srq_wr] and MaxSGE in
-// [1, max_srq_sge] (EINVAL); ENOMEM when max_srq SRQs exist. The actual sizes are
-// available from Query.
+// CreateSRQ is ibv_create_srq: MaxWR in [1, max_srq_wr] and MaxSGE in [1, max_srq_sge]
+// (EINVAL); ENOMEM when max_srq SRQs exist. Query reports the actual sizes.
 func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 	const op = "ibv_create_srq"
 	d := pd.dev
@@ -59,10 +57,8 @@ func (d *Device) srqCaps() srq.Caps {
 	return srq.Caps{MaxWR: uint32(d.limits.MaxSRQWR), MaxSGE: uint32(d.limits.MaxSRQSGE), Resize: !d.limits.NoSRQResize}
 }
 
-// limitReached is the queue's limit handler and the one path of SRQ_LIMIT_REACHED:
-// the srq package disarms the queue before calling it, so it runs once per arming
-// (ibv_modify_srq(3)). It may run on the engine shard whose Pop crossed the limit or
-// on the goroutine calling Modify; it only counts and queues an event.
+// limitReached raises SRQ_LIMIT_REACHED, once per arming (srq disarms the queue before
+// calling it), on an engine shard or in Modify; it only counts and queues an event.
 func (s *SRQ) limitReached() {
 	s.pd.dev.eng.Stats().SRQLimitEvents.Add(1)
 	s.pd.dev.emit(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
@@ -71,10 +67,8 @@ func (s *SRQ) limitReached() {
 // Handle returns the SRQ's number (srq_num), used in error messages and events.
 func (s *SRQ) Handle() uint32 { return s.id }
 
-// PostRecv is ibv_post_srq_recv. It checks and queues the WRs in order and stops at
-// the first bad one: it returns how many were queued, and an error whose Index is
-// that WR (the Go form of bad_wr). EINVAL for more SGEs than max_sge, ENOMEM when the
-// SRQ is full. WRs before the bad one stay posted.
+// PostRecv is ibv_post_srq_recv, with QP.PostSend's (n, error) convention (WRs before a
+// bad one stay posted). EINVAL for more SGEs than max_sge, ENOMEM when the SRQ is full.
 func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
 	const op = "ibv_post_srq_recv"
 	if s.pd.dev.closed.Load() {
@@ -89,8 +83,8 @@ func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
 
 // Modify is ibv_modify_srq. SRQMaxWR resizes the queue (ENOSYS without
 // IBV_DEVICE_SRQ_RESIZE; EINVAL below the WRs outstanding or above max_srq_wr);
-// SRQLimit arms the limit event (EINVAL above max_wr; 0 disarms). If any attribute is
-// invalid nothing changes. The actual values are written back into attr.
+// SRQLimit arms the limit event (0 disarms; EINVAL above max_wr). An invalid attribute
+// changes nothing. The actual values are written back into attr.
 func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
 	const op = "ibv_modify_srq"
 	if s.pd.dev.closed.Load() {
@@ -112,8 +106,7 @@ func (s *SRQ) Query() (SRQAttr, error) {
 	return SRQAttr(a), wrapErr(op, s.obj, -1, err)
 }
 
-// Close is ibv_destroy_srq. It fails with EBUSY, changing nothing, while a QP uses the
-// SRQ.
+// Close is ibv_destroy_srq: EBUSY, changing nothing, while a QP uses the SRQ.
 func (s *SRQ) Close() error {
 	const op = "ibv_destroy_srq"
 	if err := s.q.Close(); err != nil {

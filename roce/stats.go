@@ -6,9 +6,7 @@ import (
 	"github.com/goroce/goroce/internal/core/transport"
 )
 
-// Stats is a snapshot of a device's counters (Device.Stats): the engine's
-// counter table, whose struct tags name the Prometheus series package metrics
-// exports. Arrays are indexed by OpClass, NAKKind or latency bucket.
+// Stats is a snapshot of a device's counters; its tags name package metrics' series.
 type Stats = transport.StatsSnapshot
 
 // OpClass groups opcodes for counting (the op_class label).

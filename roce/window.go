@@ -16,15 +16,13 @@ const (
 	mwValid                  // type 1 always (possibly zero length); type 2 bound
 )
 
-// window is a memory window in the key registry. Its bind state changes only
-// with memory.mwMu and its shard's write lock held, and is read by lookups with
-// the shard's read lock: a lookup sees a bind whole or not at all.
+// window is a memory window in the key registry. Its bind state changes under
+// memory.mwMu and its shard's write lock, and lookups see a bind whole or not at all.
 type window struct {
 	typ MWType
 	pd  uint32
 
-	// The shard lock of the window's index guards: rkey, state, region, mr, qpn,
-	// addr, length, access.
+	// The shard lock of the window's index guards the fields below.
 	rkey         uint32
 	state        mwState
 	region       *transport.Region // what RemoteRegion returns; nil while zero length
@@ -34,19 +32,15 @@ type window struct {
 	access       Access
 }
 
-// accessMW is what a window bind may grant: rxe's RXE_ACCESS_SUPPORTED_MW (the
-// MR flags plus ZERO_BASED). Anything else is EOPNOTSUPP, as rxe_bind_mw says.
+// accessMW is what a bind may grant: rxe's RXE_ACCESS_SUPPORTED_MW (EOPNOTSUPP else).
 const accessMW = accessSupported | AccessZeroBased
 
-// bindErr is a refused bind. The send queue completes the WR with
-// IBV_WC_MW_BIND_ERR whatever the rule; the errno and rule are for the message.
+// bindErr is a refused bind; the WR completes with IBV_WC_MW_BIND_ERR in any case.
 func bindErr(errno syscall.Errno, format string, args ...any) error {
 	return newErr("bind_mw", "", errno, format, args...)
 }
 
-// allocWindow registers a new window of pd: a random unused index and key byte;
-// type 1 starts valid with zero length (it grants nothing until bound), type 2
-// starts free (rxe_alloc_mw).
+// allocWindow registers a window of pd: type 1 valid, zero length; type 2 free (rxe).
 func (m *memory) allocWindow(typ MWType, pd uint32) (*window, error) {
 	w := &window{typ: typ, pd: pd, state: mwValid}
 	if typ == MWType2 {
@@ -63,9 +57,8 @@ func (m *memory) allocWindow(typ MWType, pd uint32) (*window, error) {
 	return w, nil
 }
 
-// deallocWindow is rxe_dealloc_mw: the window lets go of its MR and QP, becomes
-// invalid and its index is freed. Lookups already in progress may still hold its
-// region (see MW.Close for the barrier).
+// deallocWindow is rxe_dealloc_mw: unbound, invalid, its index freed. Lookups under way
+// may still hold its region (MW.Close).
 func (m *memory) deallocWindow(w *window) {
 	m.mwMu.Lock()
 	defer m.mwMu.Unlock()
@@ -77,8 +70,7 @@ func (m *memory) deallocWindow(w *window) {
 	s.mu.Unlock()
 }
 
-// unbindLocked drops the window's MR reference and bounds. mwMu and the shard
-// lock are held.
+// unbindLocked drops the window's MR and bounds, under mwMu and the shard lock.
 func (m *memory) unbindLocked(w *window) {
 	if w.mr != nil {
 		if m.boundMWs[w.mr]--; m.boundMWs[w.mr] <= 0 {
@@ -99,12 +91,10 @@ func (m *memory) windowOf(key uint32) *window {
 	return nil
 }
 
-// BindMW implements transport.Memory: it executes a bind (rxe_bind_mw,
-// rxe_check_bind_mw, IBA 10.6.7.2.3), checking everything before it changes
-// anything. On success the window's key byte is the new rkey's, it grants
-// access to [Addr, Addr+Length) of the MR (offsets [0, Length) when zero
-// based), and a type 2 window is bound to the executing QP: only that QP may
-// use it (the region carries the QPN).
+// BindMW executes a bind (rxe_bind_mw, rxe_check_bind_mw, IBA 10.6.7.2.3), checking all
+// before changing anything: the window takes the new key byte and grants access to
+// [Addr, Addr+Length) of the MR (offsets from 0 when zero based); a type 2 window is
+// bound to the executing QP, whose QPN its region carries.
 func (m *memory) BindMW(b *transport.MWBind) error {
 	m.mwMu.Lock()
 	defer m.mwMu.Unlock()
@@ -144,8 +134,7 @@ func (m *memory) BindMW(b *transport.MWBind) error {
 	return nil
 }
 
-// checkBind holds the rules of a bind, in rxe's order. mr is nil for a zero
-// length bind.
+// checkBind holds a bind's rules, in rxe's order; mr is nil for a zero length bind.
 func checkBind(w *window, b *transport.MWBind, mr *transport.Region) error {
 	if b.Access&^accessMW != 0 {
 		return bindErr(syscall.EOPNOTSUPP, "access %#x not supported on a memory window", uint32(b.Access&^accessMW))
@@ -188,12 +177,10 @@ func checkBind(w *window, b *transport.MWBind, mr *transport.Region) error {
 	return nil
 }
 
-// Invalidate implements transport.Memory: LOCAL_INV and the responder half of
-// SEND_WITH_INV (IBA 10.6.7.2.5, rxe_invalidate_mw): only a bound type 2
-// window can be invalidated, by its exact rkey, from a QP of its PD, and a
-// type 2B window only from the QP it is bound to. An MR of ibv_reg_mr is no fast-registration MR and
-// cannot be invalidated either (rxe_invalidate_mr: "Type is wrong"). The window
-// returns to the free state and its rkey resolves to nothing.
+// Invalidate is LOCAL_INV and SEND_WITH_INV's responder half (IBA 10.6.7.2.5,
+// rxe_invalidate_mw): only a bound type 2 window, by its exact rkey, from a QP of its
+// PD and, bound as 2B, from its QP. An ibv_reg_mr MR is no fast-registration MR and
+// cannot be invalidated (rxe_invalidate_mr). The window becomes free, its rkey dead.
 func (m *memory) Invalidate(rkey, qpn, pd uint32) error {
 	m.mwMu.Lock()
 	defer m.mwMu.Unlock()

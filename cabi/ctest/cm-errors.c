@@ -5,15 +5,18 @@
  *   cm-errors -t unreachable -a ADDR -p PORT   connect to an address that never answers
  *   cm-errors -t reject      -a ADDR -p PORT   connect to a reject-server
  *   cm-errors -t reject-server -b ADDR -p PORT  reject one request with private data
+ *   cm-errors -t withdraw    -a ADDR           destroy an id whose event waits unread
  *
  * A client prints "cm-errors TEST: EVENT status S [private_data TEXT]" for the event that
- * ended its rdma_connect and exits 0; the checks are the caller's (the same binary runs
+ * ended its rdma_connect and exits 0; withdraw prints "cm-errors withdraw: quiet" when the
+ * channel's fd stopped polling readable with the id; the checks are the caller's (the same binary runs
  * on goroce's librdmacm and on rxe's). It exits 1 when a step before the connect fails, 2
  * on bad arguments.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +118,36 @@ static int client(const char *test, const char *addr, const char *port)
 	return 0;
 }
 
+/* withdraw: an event the program never read goes with its id, as the kernel's
+ * ucma drops them, so the channel no longer polls readable and a thread blocked
+ * in rdma_get_cm_event is not woken for nothing. */
+static int withdraw(const char *addr)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct pollfd p = {.events = POLLIN};
+	struct rdma_addrinfo *res;
+	struct rdma_cm_id *id;
+
+	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		return fail("create id");
+	if (get_addr(addr, "7471", 0, &res) || rdma_resolve_addr(id, NULL, res->ai_dst_addr, 2000))
+		return fail("rdma_resolve_addr");
+	p.fd = ch->fd;
+	if (poll(&p, 1, 30000) != 1)
+		return fail("no ADDR_RESOLVED event within 30 s");
+	if (rdma_destroy_id(id))
+		return fail("rdma_destroy_id");
+	p.revents = 0;
+	if (poll(&p, 1, 0) != 0) {
+		printf("cm-errors withdraw: the destroyed id's event still makes the channel readable\n");
+		return 1;
+	}
+	printf("cm-errors withdraw: quiet\n");
+	rdma_destroy_event_channel(ch);
+	rdma_freeaddrinfo(res);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *test = NULL, *addr = NULL, *port = "7480";
@@ -133,9 +166,11 @@ int main(int argc, char **argv)
 		goto usage;
 	if (!strcmp(test, "reject-server"))
 		return server(addr, port);
+	if (!strcmp(test, "withdraw"))
+		return withdraw(addr);
 	if (!strcmp(test, "noport") || !strcmp(test, "unreachable") || !strcmp(test, "reject"))
 		return client(test, addr, port);
 usage:
-	fprintf(stderr, "usage: cm-errors -t noport|unreachable|reject -a ADDR -p PORT | -t reject-server -b ADDR -p PORT\n");
+	fprintf(stderr, "usage: cm-errors -t noport|unreachable|reject -a ADDR -p PORT | -t reject-server -b ADDR -p PORT | -t withdraw -a ADDR\n");
 	return 2;
 }

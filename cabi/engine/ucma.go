@@ -88,22 +88,32 @@ func gr_cm_create_channel(h *C.uintptr_t, fd *C.int) C.int {
 	return 0
 }
 
+// gr_cm_destroy_channel drops the channel's events and every later one. The C
+// half closes the fd once no thread is inside rdma_get_cm_event: a thread
+// blocked there when the channel is destroyed stays blocked, as one in the
+// kernel's ucma does.
+//
 //export gr_cm_destroy_channel
 func gr_cm_destroy_channel(h C.uintptr_t) C.int {
 	ch := object[*cmChannel](h)
 	if ch == nil {
 		return C.EINVAL
 	}
-	for {
-		e, ok := ch.q.pop()
-		if !ok {
-			break
+	deleteHandle(h)
+	freeEvents(ch.q.stop())
+	return 0
+}
+
+// freeEvents frees withdrawn or dropped events, and ends the new id a
+// CONNECT_REQUEST carries (its request is rejected) since no program will see
+// it.
+func freeEvents(evs []*C.struct_gr_cm_event) {
+	for _, e := range evs {
+		if e.event == evConnectRequest && e.child_h != 0 {
+			gr_cm_destroy_id(e.child_h)
 		}
 		C.free(unsafe.Pointer(e))
 	}
-	ch.q.close()
-	deleteHandle(h)
-	return 0
 }
 
 // gr_cm_get_event pops the channel's oldest event after the C half read its
@@ -152,21 +162,32 @@ type cmID struct {
 	joins     map[netip.Addr]*mcast.Membership
 }
 
-// push queues an event of the id on its channel, filled by fill.
-func (id *cmID) push(typ C.int, status C.int, fill func(*C.struct_gr_cm_event)) {
+// push queues an event of the id on its channel, filled by fill, and reports
+// whether it did: once the id is destroyed its events are dropped, as
+// gr_cm_destroy_id withdraws those queued before (the C struct they point to is
+// freed).
+func (id *cmID) push(typ C.int, status C.int, fill func(*C.struct_gr_cm_event)) bool {
 	e := (*C.struct_gr_cm_event)(C.calloc(1, C.sizeof_struct_gr_cm_event))
 	e.event, e.status = typ, status
 	id.mu.Lock()
 	e.id = id.element
-	ch := id.ch
 	id.mu.Unlock()
 	if fill != nil {
-		fill(e)
+		fill(e) // may take id.mu
+	}
+	// Checked and queued under mu, which gr_cm_destroy_id takes after it
+	// cancels ctx and before it withdraws.
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.ctx.Err() != nil {
+		C.free(unsafe.Pointer(e))
+		return false
 	}
 	if debug {
 		fmt.Fprintf(os.Stderr, "goroce: rdma_cm event %d status %d for id %#x\n", typ, status, uintptr(e.id))
 	}
-	ch.q.push(e)
+	id.ch.q.push(e)
+	return true
 }
 
 // putPrivate copies p into e, padded with zeros to n bytes as the kernel reports it.
@@ -256,13 +277,14 @@ func gr_cm_destroy_id(h C.uintptr_t) C.int {
 		cancel()
 		conn.Disconnect(ctx)
 	}
-	ch.q.withdraw(func(e *C.struct_gr_cm_event) bool {
-		if e.id == el {
-			C.free(unsafe.Pointer(e))
-			return true
-		}
-		return false
-	})
+	// A listener's CONNECT_REQUESTs name it in listen_id (their id is 0: the
+	// new id's C struct does not exist yet, nor has a new id that was never
+	// delivered an element or events).
+	if el != 0 {
+		freeEvents(ch.q.withdraw(func(e *C.struct_gr_cm_event) bool {
+			return e.id == el || e.event == evConnectRequest && e.listen_id == el
+		}))
+	}
 	deleteHandle(h)
 	return 0
 }
@@ -273,18 +295,15 @@ func gr_cm_migrate_id(h, chH C.uintptr_t) C.int {
 	if id == nil || ch == nil {
 		return C.EINVAL
 	}
+	// Events not yet read move with the id, as the kernel's do, ahead of
+	// any new one (push waits for mu).
 	id.mu.Lock()
+	defer id.mu.Unlock()
 	old, el := id.ch, id.element
 	id.ch = ch
-	id.mu.Unlock()
-	// Events not yet read move with the id, as the kernel's do.
-	old.q.withdraw(func(e *C.struct_gr_cm_event) bool {
-		if e.id == el {
-			ch.q.push(e)
-			return true
-		}
-		return false
-	})
+	for _, e := range old.q.withdraw(func(e *C.struct_gr_cm_event) bool { return e.id == el }) {
+		ch.q.push(e)
+	}
 	return 0
 }
 
@@ -634,7 +653,7 @@ func (id *cmID) serve(d *device, l *cm.Listener) {
 		c.req, c.reqParam = r, r.REQ()
 		c.mu.Unlock()
 		q := r.REQ()
-		id.push(evConnectRequest, 0, func(e *C.struct_gr_cm_event) {
+		queued := id.push(evConnectRequest, 0, func(e *C.struct_gr_cm_event) {
 			e.listen_id, e.child_h = e.id, ch
 			e.id = 0
 			// From the listener's side, as the kernel's rdma_cm reports them:
@@ -652,6 +671,9 @@ func (id *cmID) serve(d *device, l *cm.Listener) {
 			}
 			putPrivate(e, r.PrivateData, privREQ)
 		})
+		if !queued {
+			gr_cm_destroy_id(ch) // the listener was destroyed: reject
+		}
 	}
 }
 
@@ -666,11 +688,14 @@ func (id *cmID) serveUD(d *device, l *cm.UDListener) {
 		c.mu.Lock()
 		c.udReq = r
 		c.mu.Unlock()
-		id.push(evConnectRequest, 0, func(e *C.struct_gr_cm_event) {
+		queued := id.push(evConnectRequest, 0, func(e *C.struct_gr_cm_event) {
 			e.listen_id, e.child_h = e.id, ch
 			e.id = 0
 			putPrivate(e, r.PrivateData, privSIDRRQ)
 		})
+		if !queued {
+			gr_cm_destroy_id(ch)
+		}
 	}
 }
 

@@ -34,10 +34,18 @@ static pthread_mutex_t mut = PTHREAD_MUTEX_INITIALIZER;
 static struct cma_dev *devs;
 static int ndevs = -1;
 
+/* A channel lives until it is destroyed and no thread is inside
+ * rdma_get_cm_event on it: a thread blocked there when the program destroys the
+ * channel stays blocked on the still-open fd, as one in the kernel's ucma does,
+ * instead of waking to a closed fd (rping's event thread is one). */
 struct cma_channel {
 	struct rdma_event_channel ch;
 	uintptr_t h;
+	int readers;    /* threads inside rdma_get_cm_event; chan_mut guards */
+	int destroyed;  /* chan_mut guards */
 };
+
+static pthread_mutex_t chan_mut = PTHREAD_MUTEX_INITIALIZER;
 
 struct cma_id {
 	struct rdma_cm_id id;
@@ -147,12 +155,31 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 	return &c->ch;
 }
 
+/* channel_put ends one use of c: a reader leaving, or the program destroying
+ * it; the last frees it. */
+static void channel_put(struct cma_channel *c, int destroy)
+{
+	int last;
+
+	pthread_mutex_lock(&chan_mut);
+	if (destroy)
+		c->destroyed = 1;
+	else
+		c->readers--;
+	last = c->destroyed && !c->readers;
+	pthread_mutex_unlock(&chan_mut);
+	if (last) {
+		close(c->ch.fd);
+		free(c);
+	}
+}
+
 void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	struct cma_channel *c = (struct cma_channel *)channel;
 
 	gr_cm_destroy_channel(c->h);
-	free(c);
+	channel_put(c, 1);
 }
 
 /* ---- ids ---- */
@@ -851,15 +878,36 @@ static void conn_response(struct cma_event *e)
 		c->connect_error = 1;
 }
 
+static int get_cm_event(struct cma_channel *ch, struct rdma_cm_event **event);
+
 int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	struct cma_channel *ch = (struct cma_channel *)channel;
+	int ret, err;
+
+	if (!event)
+		return ERR(EINVAL);
+	pthread_mutex_lock(&chan_mut);
+	ch->readers++;
+	pthread_mutex_unlock(&chan_mut);
+	ret = get_cm_event(ch, event);
+	err = errno;
+	channel_put(ch, 0);
+	errno = err;
+	return ret;
+}
+
+/* get_cm_event reads the channel's fd, then takes the event it counted. It
+ * reads again when there is none: the event was withdrawn (its id destroyed)
+ * after this thread took its count, or the channel was destroyed meanwhile,
+ * whose fd no one writes again. */
+static int get_cm_event(struct cma_channel *ch, struct rdma_cm_event **event)
+{
+	struct rdma_event_channel *channel = &ch->ch;
 	struct gr_cm_event *g;
 	struct cma_event *e;
 	uint64_t n;
 
-	if (!event)
-		return ERR(EINVAL);
 	e = malloc(sizeof(*e));
 	if (!e)
 		return ERR(ENOMEM);
@@ -870,7 +918,7 @@ retry:
 		return -1;
 	}
 	if (gr_cm_get_event(ch->h, &g))
-		goto retry; /* withdrawn: its id was destroyed */
+		goto retry;
 	memset(e, 0, sizeof(*e));
 	e->event.event = g->event;
 	e->event.status = g->status;

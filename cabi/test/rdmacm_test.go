@@ -214,8 +214,8 @@ func TestPerftestRdmacm(t *testing.T) {
 // TestCMErrors runs cabi's cm-errors: a connect to a port nobody listens on is
 // REJECTED with reason 8 (invalid service ID), one to an address that never
 // answers is UNREACHABLE with -ETIMEDOUT (GOROCE_CM_RETRIES=1 makes it give up
-// in about 13 s instead of a minute), and a reject's private data reaches the
-// client.
+// in about 13 s instead of a minute), a reject's private data reaches the
+// client, and an unread event goes with its id.
 func TestCMErrors(t *testing.T) {
 	bin := filepath.Join(cabiDir(t), "bin", "cm-errors")
 	run := func(t *testing.T, addr string, env []string, args ...string) string {
@@ -267,6 +267,15 @@ func TestCMErrors(t *testing.T) {
 		}
 		if err := s.Wait(); err != nil {
 			t.Errorf("reject-server: %v\n%s", err, so.String())
+		}
+	})
+	t.Run("withdraw", func(t *testing.T) {
+		// An id destroyed with an event unread: the channel must not poll
+		// readable for it (a thread in rdma_get_cm_event would wake to
+		// nothing, and rping's, after its program closed the channel, to
+		// EBADF).
+		if out := run(t, clientAddr, nil, "-t", "withdraw", "-a", serverAddr); !strings.Contains(out, "cm-errors withdraw: quiet") {
+			t.Errorf("want a quiet channel:\n%s", out)
 		}
 	})
 	t.Run("unreachable", func(t *testing.T) {

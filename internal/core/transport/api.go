@@ -15,10 +15,9 @@ import (
 	"github.com/goroce/goroce/link"
 )
 
-// Region is a registered memory region as the engine sees it: the bytes, the
-// I/O virtual address of Buf[0], the protection domain and the access rights.
-// Buffer ownership: Buf belongs to the user; the engine reads and writes it
-// only while executing a work request, like a NIC doing DMA.
+// Region is a registered memory region as the engine sees it. Buf belongs to
+// the user; the engine reads and writes it only while executing a work
+// request, like a NIC doing DMA.
 type Region struct {
 	PD     uint32
 	Addr   uint64 // iova of Buf[0]
@@ -26,14 +25,13 @@ type Region struct {
 	Access verbs.Access
 	LKey   uint32
 	RKey   uint32
-	// QPN, when not 0, is the only QP that may use the region: a type 2B
-	// memory window is bound to the QP that bound it (IBA 10.6.7.2.4).
+	// QPN, if not 0, is the only QP that may use the region: a type 2B memory
+	// window is bound to the QP that bound it (IBA 10.6.7.2.4).
 	QPN uint32
 }
 
-// slice returns the bytes [addr, addr+n) of r, or nil when the range is not
-// inside the region (the mr_check_range analogue). n == 0 yields an empty,
-// non-nil slice for any addr inside or at the end of the region.
+// slice returns the bytes [addr, addr+n) of r, or nil outside the region
+// (mr_check_range); n == 0 gives an empty, non-nil slice.
 func (r *Region) slice(addr uint64, n uint64) []byte {
 	if addr < r.Addr {
 		return nil
@@ -46,15 +44,11 @@ func (r *Region) slice(addr uint64, n uint64) []byte {
 	return r.Buf[off : off+n : off+n]
 }
 
-// Memory resolves memory keys for the engine. roce implements it with its
-// PD/MR registry; tests use a fake. LocalRegion and RemoteRegion return nil
-// for an unknown key; the engine performs the PD, QP, access-flag and range
-// checks itself, so an implementation only looks the key up. BindMW and
-// Invalidate execute the local operations of a send queue (BIND_MW,
-// LOCAL_INV) and the invalidation a SEND_WITH_INV asks for, and return an
-// error when a rule of the IBA forbids them; the engine turns that into the
-// completion status. Every method is called from shard goroutines
-// concurrently.
+// Memory resolves memory keys for the engine (roce's MR registry, or a test
+// fake). LocalRegion and RemoteRegion only look the key up (nil when unknown):
+// the engine checks PD, QP, access and range itself. BindMW and Invalidate
+// execute BIND_MW, LOCAL_INV and a SEND_WITH_INV's invalidation, failing when
+// an IBA rule forbids them. Called from shard goroutines concurrently.
 type Memory interface {
 	LocalRegion(lkey uint32) *Region
 	RemoteRegion(rkey uint32) *Region
@@ -63,9 +57,8 @@ type Memory interface {
 }
 
 // MWBind is a memory window bind as a send queue executes it (rxe_bind_mw):
-// the window named by its current rkey gets the key byte of NewRKey and
-// grants Access to [Addr, Addr+Length) of the MR named by MRLKey (nothing when
-// Length is 0). QPN and PD are the executing QP's.
+// the window named by MWRKey gets NewRKey's key byte and grants Access to
+// [Addr, Addr+Length) of the MR named by MRLKey; QPN and PD are the QP's.
 type MWBind struct {
 	MWRKey, NewRKey, MRLKey uint32
 	Addr, Length            uint64
@@ -73,8 +66,8 @@ type MWBind struct {
 	QPN, PD                 uint32
 }
 
-// QPInitAttr holds the creation attributes of a QP (struct ibv_qp_init_attr).
-// PD is the protection domain number memory accesses are checked against.
+// QPInitAttr holds the creation attributes of a QP (struct ibv_qp_init_attr);
+// PD is the protection domain memory accesses are checked against.
 type QPInitAttr struct {
 	Type     verbs.QPType
 	SendCQ   *cq.Queue
@@ -85,7 +78,7 @@ type QPInitAttr struct {
 	PD       uint32
 }
 
-// Event is an asynchronous event raised by the engine. It names its object.
+// Event is an asynchronous event, naming its object.
 type Event struct {
 	Type verbs.EventType
 	QPN  uint32
@@ -93,15 +86,15 @@ type Event struct {
 	SRQ  *srq.Queue
 }
 
-// Clock gives the engine the time and its timers. Timers only kick shards,
-// so a fake clock (or testing/synctest's virtual time) drives every
-// retransmission deterministically.
+// Clock gives the engine the time and its timers, which only kick shards: a
+// fake clock (or testing/synctest) drives every retransmission
+// deterministically.
 type Clock interface {
 	Now() time.Time
 	AfterFunc(d time.Duration, f func()) Timer
 }
 
-// Timer is a timer a Clock returns (the subset of *time.Timer the engine uses).
+// Timer is the subset of *time.Timer the engine uses.
 type Timer interface {
 	Stop() bool
 	Reset(d time.Duration) bool
@@ -112,9 +105,9 @@ type realClock struct{}
 func (realClock) Now() time.Time                            { return time.Now() }
 func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
-// Config configures an Engine. NewEngine fills in the defaults the comments
-// name, in one place (normalize), and Engine.Config returns the result. The
-// Link's offloads (link.Offloads) decide segment trains and GRO.
+// Config configures an Engine. NewEngine fills in the defaults named here, in
+// one place (normalize); Engine.Config returns the result. Trains and GRO are
+// the Link's offloads (link.Offloads).
 type Config struct {
 	Link      link.Link
 	Memory    Memory
@@ -127,34 +120,24 @@ type Config struct {
 	MaxSGE    int         // device max_sge (0: 32)
 	MaxInline int         // device max_inline_data (0: 256)
 	// MaxRDAtomic and MaxDestRDAtomic are the device's max_qp_init_rd_atom and
-	// max_qp_rd_atom, the limits of a QP's max_rd_atomic and max_dest_rd_atomic
-	// (0: 128 each).
+	// max_qp_rd_atom (0: 128 each).
 	MaxRDAtomic, MaxDestRDAtomic int
-	// RunToCompletion makes the goroutine that has the work do it when the
-	// QP's shard is idle, instead of handing it to the shard goroutine
-	// (rtc.go).
+	// RunToCompletion: see rtc.go.
 	RunToCompletion bool
-	// PortMTU is the port's active MTU (0: MTU1024, what rxe derives from a
-	// 1500-byte Ethernet). A UD QP has no path MTU of its own: its messages
-	// may be up to this size.
+	// PortMTU is the port's active MTU (0: MTU1024, rxe's for 1500-byte
+	// Ethernet), the limit of a UD message.
 	PortMTU verbs.MTU
-	// RetryRate and RetryBurst are the device-wide budget of retransmission
-	// timeouts acted on, a token bucket (0: 10000 per second, 1000 deep;
-	// RetryRate < 0: unlimited). A timeout without a token waits for one.
+	// RetryRate and RetryBurst are the device-wide retry budget (retry.go; 0:
+	// 10000 per second, 1000 deep; RetryRate < 0: unlimited).
 	RetryRate, RetryBurst int
-	// CC is congestion control (DCQCN, package dcqcn). The zero value is
-	// off: the traffic class goes on the wire as given, CE marks are only
-	// counted, CNPs are ignored and nothing is paced, as rxe does.
+	// CC is congestion control (cc.go, package dcqcn); the zero value is off.
 	CC dcqcn.Config
-	// FirstQPN and LastQPN bound the QPNs CreateQP hands out (both 0: from
-	// 0x11, as rxe, to 0xFFFFFF): the block roced grants a process that
-	// shares its address, whose socket receives only that block's
-	// datagrams.
+	// FirstQPN and LastQPN bound the QPNs CreateQP hands out (both 0: 0x11 to
+	// 0xFFFFFF): the block roced grants a process that shares its address.
 	FirstQPN, LastQPN uint32
 }
 
-// newErr is the error of verb op on QP qpn (0 when there is no QP yet): the
-// verbs' one error type, roce.Error.
+// newErr is the error of verb op on QP qpn (0: no QP yet), a roce.Error.
 func newErr(op string, qpn uint32, errno syscall.Errno, format string, args ...any) *verbserr.Error {
 	return verbserr.Newf("transport", op, qpObj(qpn), errno, format, args...)
 }
@@ -164,12 +147,12 @@ func closedErr(op string, qpn uint32) *verbserr.Error {
 	return verbserr.New("transport", op, qpObj(qpn), syscall.EINVAL, "engine closed").With(errClosed)
 }
 
-// adoptErr hands an error of cq or srq up as the error of verb op on QP qpn.
+// adoptErr makes an error of cq or srq the error of verb op on QP qpn.
 func adoptErr(err error, op string, qpn uint32) error {
 	return verbserr.Adopt(err, "transport", op, qpObj(qpn), -1)
 }
 
-// qpObj names QP qpn as the error messages of every layer do.
+// qpObj names QP qpn as every layer's errors do.
 func qpObj(qpn uint32) string {
 	if qpn == 0 {
 		return ""

@@ -9,10 +9,9 @@ import (
 	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// qpCC is a QP's congestion control (package dcqcn): the notification
-// point that answers CE-marked packets with CNPs, and the reaction point
-// whose rate paces the QP's budgeted packets (requests and READ
-// responses). nil when the device runs without congestion control.
+// qpCC is a QP's congestion control (package dcqcn): the notification point
+// answering CE marks with CNPs, and the reaction point whose rate paces the
+// QP's budgeted packets. nil when the device's is off.
 type qpCC struct {
 	np     dcqcn.NP
 	rp     dcqcn.RP
@@ -31,12 +30,12 @@ func (q *QP) initCC() {
 	q.cc.rp.Init(&q.e.cfg.CC.Params, q.e.cfg.CC.LineRate)
 }
 
-// maxPacket bounds the size of the QP's packets: the payload of one path
-// MTU and the largest headers.
+// maxPacket bounds the QP's packets: a path MTU of payload and the largest
+// headers.
 func (q *QP) maxPacket() int { return int(q.pmtu) + 64 }
 
-// syncCC runs the reaction point's events due by now and sets the pacer to
-// its rate: the limiter's, or the line rate while no CNP limits the QP.
+// syncCC runs the reaction point's events due by now and sets the pacer to its
+// rate (the line rate while no CNP limits the QP).
 func (q *QP) syncCC(now time.Time) {
 	c := q.cc
 	c.rp.Advance(now)
@@ -50,9 +49,9 @@ func (q *QP) syncCC(now time.Time) {
 	}
 }
 
-// paceLimit is how many of limit budgeted packets the pacer lets the QP
-// emit now: none while it holds the QP (its timer then wakes the QP at
-// wakeAt), else enough to spend the credit (the last packet may overdraw).
+// paceLimit is how many of limit budgeted packets the pacer lets the QP emit
+// now: none while it holds the QP (its timer wakes the QP at wakeAt), else
+// enough to spend the credit (the last may overdraw).
 func (q *QP) paceLimit(now time.Time, limit int) int {
 	c := q.cc
 	if c == nil || limit <= 0 {
@@ -72,9 +71,8 @@ func (q *QP) paceLimit(now time.Time, limit int) int {
 	return (credit + pkt - 1) / pkt
 }
 
-// chargeCC charges the pacer and the byte counter with the budgeted packets
-// the QP emitted in its turn (the output list from start; ACKs are not
-// paced) and reports whether the pacer now holds the QP.
+// chargeCC charges the pacer with the budgeted packets (not ACKs) the QP
+// emitted in its turn, out[start:], and reports whether the pacer holds it.
 func (q *QP) chargeCC(now time.Time, start int) (held bool) {
 	c := q.cc
 	if c == nil {
@@ -97,8 +95,7 @@ func (q *QP) chargeCC(now time.Time, start int) (held bool) {
 	return false
 }
 
-// onCNP is a CNP for this QP: a reaction point cut, or nothing (counted)
-// when congestion control is off.
+// onCNP is a CNP for this QP: a rate cut, or only counted with CC off.
 func (q *QP) onCNP(now time.Time) {
 	q.e.cfg.Stats.CNPsRcvd.Add(1)
 	if q.cc == nil {
@@ -109,9 +106,9 @@ func (q *QP) onCNP(now time.Time) {
 	q.syncCC(now)
 }
 
-// onCE is a CE-marked packet that passed the QP's checks: the notification
-// point answers it with a CNP to the QP that sent it, at most one per
-// min_time_between_cnps. A UD sender is the packet's source and DETH SrcQP.
+// onCE answers a CE-marked packet that passed the QP's checks with a CNP to
+// its sender, at most one per min_time_between_cnps; a UD sender is the
+// packet's source and DETH SrcQP.
 func (q *QP) onCE(now time.Time, pkt *bth.Packet, src netip.Addr) {
 	q.e.cfg.Stats.ECNMarked.Add(1)
 	if q.cc == nil || !q.cc.np.OnCE(now, q.e.cfg.CC.Params.CNPInterval()) {
@@ -127,11 +124,10 @@ func (q *QP) onCE(now time.Time, pkt *bth.Packet, src netip.Addr) {
 	q.e.cfg.Stats.CNPsSent.Add(1)
 }
 
-// packetTOS is the IPv4 TOS / IPv6 traffic class a packet with opcode op
-// leaves with, from the traffic class of its QP or AH. Off, it is that
-// traffic class as it is (rxe). On, data packets carry its DSCP with
-// ECT(0), ACKs and NAKs its DSCP with Not-ECT (a switch must not mark
-// feedback for the reverse direction), and CNPs cnp_dscp with Not-ECT.
+// packetTOS is the TOS (traffic class) a packet with opcode op leaves with,
+// from its QP's or AH's traffic class: as given with CC off (rxe); on, data
+// gets its DSCP with ECT(0), ACKs and NAKs its DSCP with Not-ECT (no switch
+// may mark feedback for the reverse direction), CNPs cnp_dscp, Not-ECT.
 func (e *Engine) packetTOS(op bth.Opcode, tclass uint8) uint8 {
 	switch {
 	case !e.cfg.CC.Enabled:

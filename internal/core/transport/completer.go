@@ -8,9 +8,9 @@ import (
 	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// completer retires send WQEs from ACKs, NAKs, read responses and atomic
-// ACKs, and drives retries (rxe_comp.c). Its position in the send queue is
-// the head end of the QP's send window. Owner shard only.
+// completer retires send WQEs from ACKs, NAKs, READ responses and atomic ACKs
+// and drives retries (rxe_comp.c); it moves the send window's head. Owner
+// shard only.
 type completer struct {
 	q        *QP
 	retryCnt uint8 // retries left; 7 = infinite
@@ -19,23 +19,17 @@ type completer struct {
 	rnrAt    time.Time
 	gapPSN   bth.PSN // the head PSN for which a read-response gap already triggered a retry
 	gapSet   bool
-	// retrying: a go-back-N retry (or an RNR wait) was started and nothing
-	// has been acknowledged since (rxe comp.started_retry). Until then a
-	// NAK or implicit NAK is most likely the echo of packets sent before
-	// the rewind: it neither costs a retry nor starts another; only the
-	// retransmission timer does.
+	// retrying: a retry or RNR wait started and nothing was acknowledged since
+	// (rxe comp.started_retry; see retry).
 	retrying bool
-	// backoff is the number of consecutive retransmission timeouts (capped
-	// at maxBackoff): the timer runs rto << backoff. Progress resets it.
+	// backoff: consecutive timeouts, at most maxBackoff (retry.go).
 	backoff uint8
-	// reserved: a timeout is waiting for the device retry budget's token
-	// it reserved, due at rtoAt.
+	// reserved: a timeout waits for the token it reserved, due at rtoAt.
 	reserved bool
 }
 
-// ackResult is what the completer made of a response so far, as respErr is
-// for the responder: the handlers of retireAcked's rest take it and return
-// it, and onResponse finishes with afterProgress unless a handler acted.
+// ackResult is what the completer made of a response so far, as respErr is for
+// the responder; onResponse runs afterProgress unless a handler acted.
 type ackResult uint8
 
 const (
@@ -57,15 +51,14 @@ func (c *completer) head() *sendWQE {
 	return w
 }
 
-// complete retires the WQE at the head, posting a completion when the WR
-// is signaled, the QP signals all WRs, or the status is an error (IBA
-// 10.7.3.1, rxe do_complete).
+// complete retires the head WQE, posting a completion when the WR is signaled,
+// the QP signals all WRs, or the status is an error (IBA 10.7.3.1, rxe
+// do_complete).
 func (c *completer) complete(now time.Time, w *sendWQE, status verbs.WCStatus) {
 	q := c.q
-	// Everything needed from the slot is read first, and the slot is retired
-	// before the completion becomes visible: once a user has polled a
-	// completion, its send-queue slots must already be free for PostSend, as
-	// with libibverbs (a PostSend right after Poll must not see ENOMEM).
+	// The slot is read, then retired before the completion becomes visible: as
+	// with libibverbs, a PostSend right after the Poll that returned it must
+	// find the slot free (no ENOMEM).
 	signal := status != verbs.WCSuccess || w.wr.Flags&verbs.SendSignaled != 0 || q.init.SQSigAll
 	wc := verbs.WC{WRID: w.wr.WRID, Status: status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
 	ok := status == verbs.WCSuccess
@@ -77,9 +70,8 @@ func (c *completer) complete(now time.Time, w *sendWQE, status verbs.WCStatus) {
 	}
 	local := w.isLocalOp()
 	if ok && q.typ == verbs.QPTypeRC && !local {
-		// Everything up to the WQE's last PSN is acknowledged (rxe
-		// do_complete/COMPST_UPDATE_COMP): a later rewind must restart
-		// after it, never inside it or before it.
+		// Everything up to its last PSN is acknowledged (rxe
+		// COMPST_UPDATE_COMP): a later rewind restarts after it.
 		q.win.ack(w.lastPSN.Add(1))
 	}
 	w.state = wqeDone
@@ -109,10 +101,9 @@ func (c *completer) completeSent(now time.Time) {
 	}
 }
 
-// failWQE completes the head WQE with an error status and flushes the
-// rest. An RC QP moves to ERR. A UD or UC QP moves to SQE (IBA 10.3.1.8):
-// only its send queue has failed, so receives go on, and ibv_modify_qp back
-// to RTS resumes sending.
+// failWQE completes the head WQE with an error status and flushes the rest. RC
+// moves to ERR; UD and UC to SQE (IBA 10.3.1.8): receives go on, and
+// ibv_modify_qp back to RTS resumes sending.
 func (c *completer) failWQE(now time.Time, w *sendWQE, status verbs.WCStatus) {
 	q := c.q
 	if w == nil {
@@ -129,8 +120,7 @@ func (c *completer) failWQE(now time.Time, w *sendWQE, status verbs.WCStatus) {
 	q.toError(now)
 }
 
-// resetRetries gives the QP its retries back after progress: retry_cnt and
-// rnr_retry, no retry under way, no backoff, no probe.
+// resetRetries is progressed plus rnr_retry back and no probe.
 func (c *completer) resetRetries() {
 	c.progressed()
 	c.rnrRetry = c.q.attr.RNRRetry
@@ -147,9 +137,8 @@ func (c *completer) progressed() {
 	c.reserved = false
 }
 
-// retryPending reports that a retry is already asked for or under way: the
-// requester has yet to rewind, waits on the RNR timer, or rewound and
-// nothing was acknowledged since.
+// retryPending: the requester has yet to rewind, waits on the RNR timer, or
+// rewound and nothing was acknowledged since.
 func (c *completer) retryPending() bool {
 	return c.q.win.needRetry || c.rnrWaiting() || c.retrying
 }
@@ -158,10 +147,11 @@ func (c *completer) retryPending() bool {
 // before it goes back.
 func (c *completer) rnrWaiting() bool { return !c.rnrAt.IsZero() }
 
-// retry is rxe's COMPST_ERROR_RETRY: spend one retry (7 = infinite) and ask
-// the requester to go back to the head PSN, or fail with RETRY_EXC_ERR. A NAK
-// or implicit NAK (timeout false) while a retry is pending is ignored, as
-// rxe does with started_retry: it costs nothing and restarts nothing.
+// retry is rxe's COMPST_ERROR_RETRY: spend one retry (7: infinite) and send
+// the requester back to the head PSN, or fail with RETRY_EXC_ERR. While a
+// retry is pending, a NAK or implicit NAK (timeout false) is most likely the
+// echo of packets sent before the rewind: it costs nothing and restarts
+// nothing (rxe started_retry); only the timer does.
 func (c *completer) retry(now time.Time, timeout bool) {
 	if !timeout && c.retryPending() {
 		return
@@ -177,8 +167,8 @@ func (c *completer) retry(now time.Time, timeout bool) {
 	}
 }
 
-// onResponse is the completer for one inbound response packet (rxe
-// rxe_completer): retire what it acknowledges, then act on its kind.
+// onResponse handles one inbound response (rxe_completer): retire what it
+// acknowledges, then act on its kind.
 func (c *completer) onResponse(now time.Time, pkt *bth.Packet) {
 	q := c.q
 	switch q.attr.State {
@@ -187,10 +177,8 @@ func (c *completer) onResponse(now time.Time, pkt *bth.Packet) {
 		return
 	}
 	if q.win.ghost(pkt.PSN()) {
-		// A response to a PSN never sent: the old incarnation of a QPN (a
-		// process that exited, its peer still resending to the same address
-		// and QPN) or a forged packet. Acting on it would retire WQEs whose
-		// packets may never have arrived.
+		// Acting on a ghost (sendWindow.ghost) would retire WQEs whose packets
+		// may never have arrived.
 		q.e.cfg.Stats.GhostResponses.Add(1)
 		return
 	}
@@ -212,11 +200,10 @@ func (c *completer) onResponse(now time.Time, pkt *bth.Packet) {
 	}
 }
 
-// retireAcked completes the WQEs pkt acknowledges and moves the oldest
-// unacknowledged PSN. Everything before pkt's PSN is implicitly
-// acknowledged; a positive ACK also acknowledges its PSN itself (coalesced,
-// cumulative ACKs). It has acted when a READ or atomic whose response was
-// lost started a retry.
+// retireAcked completes the WQEs pkt acknowledges and moves the head PSN:
+// everything before pkt's PSN is implicitly acknowledged, and a positive ACK
+// (cumulative) acknowledges its own PSN too. It has acted when a READ or
+// atomic whose response was lost started a retry.
 func (c *completer) retireAcked(now time.Time, pkt *bth.Packet) ackResult {
 	q := c.q
 	res := ackNothing
@@ -232,10 +219,8 @@ func (c *completer) retireAcked(now time.Time, pkt *bth.Packet) ackResult {
 		}
 		if w.isReadOrAtomic() {
 			// Its response was lost but later requests were answered: read
-			// again (rxe: COMPST_ERROR_RETRY). complete moved the head PSN
-			// past the WQEs just acknowledged, so the requester goes back to
-			// this READ/atomic's own first PSN. The progress is accounted
-			// first: it ends any earlier retry, and this one starts afresh.
+			// again (COMPST_ERROR_RETRY) from its first PSN, after accounting
+			// the progress, which ends any earlier retry.
 			c.afterProgress(now, res)
 			c.retry(now, false)
 			return ackActed
@@ -250,16 +235,12 @@ func (c *completer) retireAcked(now time.Time, pkt *bth.Packet) ackResult {
 }
 
 // ackedTo is how far the head PSN may move when everything before next is
-// acknowledged. Never into a READ or atomic at the head: only its own
-// responses may advance it there (a READ response that implicitly
-// acknowledges the WRITE before it must still find the head PSN at the
-// READ's first PSN). Nor past the last PSN of a WQE the requester is still
-// (re)sending, which only an ACK after its last packet completes: after a
-// timeout probe, the peer may acknowledge a whole message of which only the
-// first packet went out again. And with nothing started outstanding (the
-// head WQE was rewound and is to be sent again), an answer to its earlier
-// transmission moves nothing, as rxe ignores responses while its head WQE is
-// posted.
+// acknowledged: not into a READ or atomic at the head (only its own responses
+// advance it there, even when one implicitly acknowledges the WRITE before
+// it); not past the last PSN of a WQE still being (re)sent (after a probe the
+// peer may acknowledge a message of which one packet went out again); and not
+// at all with nothing started outstanding, as rxe ignores responses while its
+// head WQE is posted.
 func (c *completer) ackedTo(next bth.PSN) bth.PSN {
 	w := c.head()
 	switch {
@@ -273,11 +254,9 @@ func (c *completer) ackedTo(next bth.PSN) bth.PSN {
 	return next
 }
 
-// onAck handles an ACKNOWLEDGE: a positive ACK has done its work in
-// retireAcked; an RNR NAK for the oldest unacknowledged PSN waits the RNR
-// timer and goes back N (spending an RNR retry, 7: infinite); a PSN
-// sequence NAK goes back N; any other NAK fails the WQE (class C at the
-// peer). A NAK for another PSN is stale.
+// onAck handles an ACKNOWLEDGE beyond retireAcked: for the head PSN, an RNR
+// NAK waits the RNR timer (onRNR), a PSN sequence NAK goes back N, any other
+// NAK (class C at the peer) fails the WQE. A NAK for another PSN is stale.
 func (c *completer) onAck(now time.Time, pkt *bth.Packet, w *sendWQE, res ackResult) ackResult {
 	q := c.q
 	aeth := pkt.AETH()
@@ -298,9 +277,7 @@ func (c *completer) onAck(now time.Time, pkt *bth.Packet, w *sendWQE, res ackRes
 	case !aeth.IsNAK():
 		return res
 	case aeth.NAKCode() == bth.NAKPSNSeqErr:
-		// What the NAK acknowledged ends any earlier retry first, so the one
-		// it starts stands: a second NAK before any further progress is its
-		// echo and is ignored (rxe started_retry).
+		// Progress first, so that the retry this NAK starts stands (retry).
 		c.afterProgress(now, res)
 		c.retry(now, false)
 	default:
@@ -322,8 +299,7 @@ func nakStatus(code uint8) verbs.WCStatus {
 	return verbs.WCRemInvRDReqErr
 }
 
-// spendRetry takes one retry from *left (7: infinite) and reports false when
-// none was left.
+// spendRetry takes a retry from *left (7: infinite); false when none was left.
 func spendRetry(left *uint8) bool {
 	if *left == 0 {
 		return false
@@ -334,8 +310,8 @@ func spendRetry(left *uint8) bool {
 	return true
 }
 
-// onRNR waits the peer's RNR timer before going back N, spending an RNR
-// retry (7: infinite), or fails the WQE when none is left.
+// onRNR waits the peer's RNR timer before going back N, spending an RNR retry,
+// or fails the WQE when none is left.
 func (c *completer) onRNR(now time.Time, w *sendWQE, aeth bth.AETH, res ackResult) {
 	if !spendRetry(&c.rnrRetry) {
 		c.q.e.cfg.Stats.RNRRetryExceeded.Add(1)
@@ -349,14 +325,12 @@ func (c *completer) onRNR(now time.Time, w *sendWQE, aeth bth.AETH, res ackResul
 	c.rtoAt = time.Time{}
 	c.q.win.needRetry = true
 	c.q.win.probing = false // the peer answers: go back N after the wait
-	// The rest of the message is in flight and will draw a PSN
-	// sequence NAK: the echo of this RNR NAK, not a new loss.
+	// The rest of the message in flight will draw a sequence NAK: an echo.
 	c.retrying = true
 }
 
-// onAtomicAck completes the atomic at the head with the original value the
-// peer returned, written into the WQE's buffer. Duplicates and strays are
-// ignored.
+// onAtomicAck completes the atomic at the head, writing the original value
+// into its buffer; duplicates and strays are ignored.
 func (c *completer) onAtomicAck(now time.Time, pkt *bth.Packet, w *sendWQE, res ackResult) ackResult {
 	q := c.q
 	p := pkt.PSN()
@@ -412,10 +386,9 @@ func (c *completer) onReadResponse(now time.Time, pkt *bth.Packet, w *sendWQE, r
 	return ackProgress
 }
 
-// onFlushResponse completes the FLUSH or ATOMIC_WRITE at the head: the
-// responder answers either with an RDMA READ RESPONSE ONLY without payload
-// (rxe send_read_response_ack; rxe_comp.c check_ack). Anything else for its
-// PSN is BAD_RESP_ERR; duplicates and strays are ignored.
+// onFlushResponse completes the FLUSH or ATOMIC_WRITE at the head from its
+// empty RDMA READ RESPONSE ONLY (rxe check_ack); anything else for its PSN is
+// BAD_RESP_ERR; duplicates and strays are ignored.
 func (c *completer) onFlushResponse(now time.Time, pkt *bth.Packet, w *sendWQE, res ackResult) ackResult {
 	q := c.q
 	p := pkt.PSN()
@@ -431,8 +404,8 @@ func (c *completer) onFlushResponse(now time.Time, pkt *bth.Packet, w *sendWQE, 
 	return ackProgress
 }
 
-// afterProgress resets the retry counters and restarts or stops the
-// retransmission timer after the completer advanced.
+// afterProgress resets the retries and restarts or stops the retransmission
+// timer after progress.
 func (c *completer) afterProgress(now time.Time, res ackResult) {
 	q := c.q
 	if res != ackProgress || q.attr.State == verbs.QPSErr {
@@ -446,8 +419,7 @@ func (c *completer) afterProgress(now time.Time, res ackResult) {
 	}
 }
 
-// armRTO starts the retransmission timer for a request that asks for an ACK,
-// unless it runs already.
+// armRTO starts the retransmission timer unless it runs already.
 func (c *completer) armRTO(now time.Time) {
 	if c.q.rto > 0 && c.rtoAt.IsZero() {
 		c.rtoAt = now.Add(c.rtoInterval())

@@ -25,9 +25,8 @@ const (
 )
 
 // Engine runs RoCEv2 queue pairs over one Link: a reader goroutine per receive
-// path of the Link (link.ReceiveFuncs) demuxes inbound datagrams to a fixed
-// set of shard goroutines, each owning the QPs whose QPN hashes to it. See
-// the package documentation for the flows.
+// path (link.ReceiveFuncs) hands datagrams to the shard goroutines that own
+// their QPs by QPN (package doc).
 type Engine struct {
 	cfg      Config        // normalized: no default left to apply
 	port     uint16        // UDP port we send from and to (the Link's)
@@ -51,8 +50,8 @@ type Engine struct {
 	wg     sync.WaitGroup
 }
 
-// NewEngine starts an engine on cfg.Link. The engine owns the Link from then
-// on: Close closes it.
+// NewEngine starts an engine on cfg.Link, which it owns from then on: Close
+// closes it.
 func NewEngine(cfg Config) (*Engine, error) {
 	e, err := newEngine(cfg)
 	if err != nil {
@@ -63,11 +62,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 	for _, s := range e.shards {
 		go s.run()
 	}
-	// In run-to-completion mode a CQ poller reads the receive paths too
-	// (Engine.Poll). A path it shares with its reader goroutine is read under
-	// one lock, the goroutine waiting outside it, so that the two never hand
-	// on batches out of the path's order; a Link that cannot wait on a path
-	// without reading it keeps its paths to their goroutines.
+	// In run-to-completion mode CQ pollers read the receive paths too
+	// (Engine.Poll), sharing each with its goroutine under one lock
+	// (reader.orderedOnce); a Link that cannot wait on a path without reading
+	// it keeps its paths to their goroutines.
 	polls, waits := link.PollFuncs(cfg.Link), link.WaitFuncs(cfg.Link)
 	shared := e.cfg.RunToCompletion && len(polls) == len(readers) && len(waits) == len(readers)
 	for i, recv := range readers {
@@ -103,7 +101,7 @@ func newEngine(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// normalize checks c and fills in every default, in the one place they live.
+// normalize checks c and fills in every default.
 func (c *Config) normalize() error {
 	if c.Link == nil || c.Memory == nil {
 		return newErr("create_engine", 0, syscall.EINVAL, "Link and Memory are required")
@@ -162,17 +160,14 @@ func (e *Engine) Config() Config { return e.cfg }
 
 func (e *Engine) Stats() *Stats { return e.cfg.Stats }
 
-// Close moves every QP to the error state (flushing its outstanding work
-// requests with WR_FLUSH_ERR), stops the shards and the reader and closes
-// the Link. Verbs called afterwards fail with an error matching
-// net.ErrClosed.
+// Close moves every QP to ERR (flushing its WRs), stops the shards and readers
+// and closes the Link. Later verbs fail with an error matching net.ErrClosed.
 func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
-	// ACKs a CQ poller's slices hold (rtc.go) are owed to the peer: a program
-	// that polled its last completion and closed the device must not leave the
-	// peer to retry the message it already completed.
+	// ACKs held for a CQ poller (rtc.go) are owed: the peer must not retry
+	// what the program already saw complete.
 	for _, s := range e.shards {
 		s.call(func() {
 			if s.held > 0 {
@@ -189,17 +184,15 @@ func (e *Engine) Close() error {
 	return err
 }
 
-// Barrier returns once every shard has finished the step it was in when
-// Barrier was called. A shard resolves memory keys and copies data within
-// one step and keeps no region across steps, so after a key is unregistered
-// from Memory, Barrier guarantees that no access through it is still in
-// flight (ibv_dereg_mr). It costs one command per shard. After Close it
-// waits for the shards to stop. It must not be called from an OnEvent
-// callback, which runs on a shard.
+// Barrier returns once every shard has finished the step it was in. A shard
+// resolves keys and copies data within a step and keeps no region across
+// steps, so after a key is unregistered, Barrier guarantees no access through
+// it is in flight (ibv_dereg_mr). One command per shard; after Close it waits
+// for the shards to stop. Not from an OnEvent callback, which runs on a shard.
 func (e *Engine) Barrier() {
 	for _, s := range e.shards {
-		// A shard steps only under its token, and takes commands only
-		// between steps: an empty command that ran is the barrier.
+		// A shard steps only under its token and takes commands between steps:
+		// an empty command that ran is the barrier.
 		if !s.call(func() {}) {
 			e.wg.Wait()
 			return
@@ -207,18 +200,17 @@ func (e *Engine) Barrier() {
 	}
 }
 
-// linkGone reports whether a ReadBatch error means the Link can never deliver
-// again (closed or its socket gone underneath the engine), not a hiccup.
+// linkGone reports whether a read error means the Link can never deliver again
+// (closed, or its socket gone), not a hiccup.
 func linkGone(err error) bool {
 	return errors.Is(err, errClosed) || errors.Is(err, syscall.EBADF) ||
 		errors.Is(err, syscall.ENOTSOCK) || errors.Is(err, syscall.ENODEV)
 }
 
-// fail is the device's catastrophic error: the Link died while the engine was
-// open, so nothing will be received again. It raises DEVICE_FATAL and
-// PORT_ERR, and every QP goes to ERR with QP_FATAL, flushing its WRs (as a
-// device that hits an internal error flushes its QPs). Verbs on QPs still
-// work; they only complete with flush errors. Reader goroutine only.
+// fail is the device's catastrophic error, the Link dead under an open engine:
+// DEVICE_FATAL and PORT_ERR, and every QP goes to ERR with QP_FATAL, flushing
+// its WRs, as a device with an internal error does; verbs still work, failing
+// with flush errors. Reader goroutine only.
 func (e *Engine) fail() {
 	if e.fatal.Swap(true) {
 		return
@@ -228,9 +220,9 @@ func (e *Engine) fail() {
 	e.failQPs(func(*QP) bool { return true })
 }
 
-// failQPs marks every QP that match selects as fatally failed and wakes its
-// shard, which raises QP_FATAL and moves it to ERR (QP.service): the owner
-// shard alone changes a QP's state.
+// failQPs marks the QPs match selects fatally failed and wakes their shards,
+// which raise QP_FATAL and move them to ERR (QP.service): only the owner shard
+// changes a QP's state.
 func (e *Engine) failQPs(match func(*QP) bool) {
 	e.qps.each(func(q *QP) bool {
 		if match(q) {
@@ -252,8 +244,8 @@ func (e *Engine) event(ev Event) {
 
 func (e *Engine) lookup(qpn uint32) *QP { return e.qps.lookup(qpn) }
 
-// shardFor is the QP's owner shard. QPNs are handed out in sequence, so
-// their remainder spreads QPs evenly.
+// shardFor is the QP's owner shard: QPNs are sequential, so the remainder
+// spreads QPs evenly.
 func (e *Engine) shardFor(qpn uint32) *shard {
 	return e.shards[qpn%uint32(len(e.shards))]
 }

@@ -233,6 +233,7 @@ type rcOpts struct {
 	maxInline          uint32
 	noConnect, noSetup bool
 	cc                 dcqcn.Config // the engine's congestion control (wire)
+	srcPort            uint16       // the address vector's UDP source port (0: rxe's)
 }
 
 func (o *rcOpts) defaults() {
@@ -295,7 +296,7 @@ func connect(t testing.TB, q *QP, dst netip.Addr, dqpn uint32, o rcOpts) {
 	}
 	must(verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: o.access},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
-	must(verbs.QPAttr{State: verbs.QPSRTR, AV: verbs.AddressVector{DGID: dst}, PathMTU: o.mtu, DestQPN: dqpn, RQPSN: 0x123400 + dqpn,
+	must(verbs.QPAttr{State: verbs.QPSRTR, AV: verbs.AddressVector{DGID: dst, SrcPort: o.srcPort}, PathMTU: o.mtu, DestQPN: dqpn, RQPSN: 0x123400 + dqpn,
 		MaxDestRDAtomic: 16, MinRNRTimer: o.minRNR},
 		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRDAtomic|verbs.QPAttrMinRNRTimer)
 	if o.skipRTS {

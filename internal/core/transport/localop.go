@@ -8,21 +8,19 @@ import (
 
 // Local operations: BIND_MW and LOCAL_INV act on the device's memory keys and
 // send nothing (rxe_do_local_ops). The requester executes one when it reaches
-// it in the send queue, in order with the WRs around it: after the WRs before
-// it were sent, not after they completed, unless it is fenced. It consumes no
-// PSN; it completes when every WR before it has completed, so completions stay
-// in send-queue order. A failed one stops the requester (nothing after it is
-// sent); once the WRs before it complete, it completes with its error
-// (IBV_WC_MW_BIND_ERR for a bind, IBV_WC_LOC_QP_OP_ERR for an invalidation) and
-// the QP fails, as rxe's requester and completer do.
+// it, after the WRs before it were sent (completed, if it is fenced). It takes
+// no PSN and completes once every WR before it has, keeping completions in
+// send-queue order. A failed one stops the requester; once the WRs before it
+// complete, it completes with its error (IBV_WC_MW_BIND_ERR,
+// IBV_WC_LOC_QP_OP_ERR) and the QP fails, as in rxe.
 
 func (w *sendWQE) isLocalOp() bool {
 	return w.wr.Opcode == verbs.WRBindMW || w.wr.Opcode == verbs.WRLocalInv
 }
 
-// runLocalOp executes w, a local operation at the window's next WQE, if it
-// may start: not in SQD, and with SendFence only once every earlier WR has
-// completed. It reports whether the requester may go on past it.
+// runLocalOp executes w, the local operation at the window's next WQE, unless
+// in SQD or fenced behind incomplete WRs, and reports whether the requester
+// may go past it.
 func (req *requester) runLocalOp(now time.Time, w *sendWQE) bool {
 	q := req.q
 	switch {
@@ -55,8 +53,8 @@ func (req *requester) runLocalOp(now time.Time, w *sendWQE) bool {
 	return w.status == verbs.WCSuccess
 }
 
-// completeLocalOps completes the executed local operations at the head of the
-// send queue: the WRs before them are complete. A failed one fails the QP.
+// completeLocalOps completes the executed local operations at the send queue's
+// head; a failed one fails the QP.
 func (c *completer) completeLocalOps(now time.Time) {
 	q := c.q
 	for q.win.head < q.sq.loadTail() {

@@ -15,9 +15,8 @@ import (
 // was sent to. A UD send to a multicast group names it as RemoteQPN.
 const McastQPN = 0xFFFFFF
 
-// mcastTable maps a group (an IP multicast address, unmapped) to the UD QPs
-// attached to it. Readers load it without a lock; attach and detach replace
-// it under Engine.mcMu (copy on write).
+// mcastTable maps a group (its unmapped IP address) to its UD QPs. Readers
+// load it lock-free; attach and detach copy it under Engine.mcMu.
 type mcastTable map[netip.Addr][]*QP
 
 // AttachMcast is ibv_attach_mcast for the group's IP address: the QP receives
@@ -62,8 +61,8 @@ func (q *QP) AttachMcast(group netip.Addr) error {
 	return nil
 }
 
-// DetachMcast is ibv_detach_mcast: EINVAL when the QP is not attached to group.
-// The last QP to leave a group leaves it on the Link, which ends its reader.
+// DetachMcast is ibv_detach_mcast: EINVAL when the QP is not attached. The
+// last QP to leave a group leaves it on the Link, ending its reader.
 func (q *QP) DetachMcast(group netip.Addr) error {
 	const op = "ibv_detach_mcast"
 	e := q.e
@@ -139,10 +138,9 @@ func (e *Engine) mcastTable() mcastTable {
 	return nil
 }
 
-// dispatchMcast hands a datagram sent to McastQPN to every QP attached to the
-// group it was sent to (m.Local): each but the last gets a copy of its own
-// (rxe rxe_rcv_mcast_pkt). Each QP then checks it as its own datagram: type,
-// state and Q_Key (C10-15). It reports whether a shard took it.
+// dispatchMcast hands a McastQPN datagram to every QP attached to its group
+// (m.Local), a copy each but the last (rxe_rcv_mcast_pkt), each QP checking it
+// as its own (type, state, Q_Key: C10-15); true if a shard took it.
 func (r *reader) dispatchMcast(it rxItem, m *link.Message) bool {
 	e := r.e
 	qs := e.mcastTable()[m.Local.Unmap().WithZone("")]

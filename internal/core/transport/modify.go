@@ -2,10 +2,9 @@ package transport
 
 import "github.com/goroce/goroce/internal/core/verbs"
 
-// qpTransition is one cell of the IBTA modify-QP table: whether the
-// transition is legal and, per QP type, which attributes it requires and
-// which it allows (IBA 11.2.4.2, Table 91; the kernel's qp_state_table in
-// drivers/infiniband/core/verbs.c).
+// qpTransition is a cell of the IBTA modify-QP table (IBA 11.2.4.2, Table 91;
+// the kernel's qp_state_table): whether the transition is legal and, per QP
+// type, which attributes it requires and allows.
 type qpTransition struct {
 	valid bool
 	req   [3]verbs.QPAttrMask // indexed by typeIndex: RC, UC, UD

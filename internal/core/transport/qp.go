@@ -15,9 +15,9 @@ import (
 	"github.com/goroce/goroce/internal/core/verbserr"
 )
 
-// QP is a queue pair. Posting verbs (PostSend, PostRecv) are safe from any
-// goroutine; Modify, Query and Destroy run on the QP's owner shard. All
-// protocol state is written only by the owner shard.
+// QP is a queue pair. PostSend and PostRecv are safe from any goroutine; all
+// protocol state is written by the owner shard only (package doc,
+// Concurrency).
 type QP struct {
 	e    *Engine
 	sh   *shard
@@ -60,11 +60,10 @@ type qpCounters struct {
 	txPackets, rxPackets, retransmits, timeouts atomic.Uint64
 }
 
-// CreateQP is ibv_create_qp: it makes a QP in the RESET state with the next
-// free QPN (from 0x11, as rxe). The engine attaches the QP to its CQs and
-// SRQ (cq.Queue.Attach, srq.Queue.Attach) and detaches on Destroy. It leaves
-// the SRQ's limit handler alone: SRQ_LIMIT_REACHED belongs to whoever created
-// the SRQ (roce raises it), and fires on the shard whose Pop crossed the limit.
+// CreateQP is ibv_create_qp: a QP in RESET with the next free QPN (from 0x11,
+// as rxe), attached to its CQs and SRQ until Destroy. The SRQ's limit handler
+// is left to whoever created the SRQ (roce raises SRQ_LIMIT_REACHED); it fires
+// on the shard whose Pop crossed the limit.
 func (e *Engine) CreateQP(init *QPInitAttr) (*QP, error) { return e.CreateQPWithNum(init, 0) }
 
 // CreateQPWithNum is CreateQP with a chosen QPN (non-zero), for the GSI QP 1
@@ -125,7 +124,7 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 		return nil, newErr(op, qpn, syscall.EBUSY, "QPN in use")
 	}
 	q.qpn = qpn
-	q.setSourcePort(bth.QPSourcePort(qpn))
+	q.setSourcePort(bth.QPSourcePort(qpn), true)
 	q.sh = e.shardFor(qpn)
 	e.qps.insert(qpn, q)
 	e.mu.Unlock()
@@ -137,11 +136,9 @@ func (e *Engine) CreateQPWithNum(init *QPInitAttr, qpn uint32) (*QP, error) {
 	return q, nil
 }
 
-// CheckQPInit checks ibv_create_qp's attributes against the device limits,
-// the one place these rules live (rxe_qp_chk_init, rxe_qp_chk_cap); with an
-// SRQ the receive caps are ignored. CreateQP runs it first; roce runs it
-// before it reserves against max_qp, so a bad attribute is EINVAL whatever
-// else is wrong.
+// CheckQPInit checks ibv_create_qp's attributes against the device limits, the
+// one place these rules live (rxe_qp_chk_init, rxe_qp_chk_cap); with an SRQ
+// the receive caps are ignored. roce runs it before reserving max_qp.
 func (e *Engine) CheckQPInit(init *QPInitAttr) error {
 	const op = "ibv_create_qp"
 	if init == nil {
@@ -180,11 +177,10 @@ func (q *QP) run(op string, fn func(), closing bool) error {
 	return nil
 }
 
-// call runs fn on the shard as a command, between two slices, and waits for
-// it. It reports false when the engine stopped first. An idle shard's token
-// is taken and fn runs here, on the caller's goroutine (no hand-off: this is
-// what makes creating and connecting QPs cheap); a busy shard gets fn on its
-// command channel and runs it after its current slice.
+// call runs fn on the shard between two slices and waits for it; false when
+// the engine stopped first. On an idle shard fn runs here, under the token (no
+// hand-off: this keeps creating and connecting QPs cheap); a busy shard runs
+// it from its command channel after the current slice.
 func (s *shard) call(fn func()) bool {
 	select {
 	case <-s.e.done:
@@ -206,11 +202,9 @@ func (s *shard) call(fn func()) bool {
 	return true
 }
 
-// Modify is ibv_modify_qp. It checks the transition and the attribute mask
-// against the IBTA table (EINVAL for an illegal transition, a missing
-// required or a forbidden attribute, or an out-of-range value) and then
-// applies every attribute, or none. It runs on the QP's shard. It must not be
-// called from an OnEvent callback.
+// Modify is ibv_modify_qp: the transition and mask are checked against the
+// IBTA table and the values against the device (EINVAL), then every attribute
+// is applied, or none. Not from an OnEvent callback: it runs on the shard.
 func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	const op = "ibv_modify_qp"
 	if attr == nil {
@@ -232,9 +226,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 }
 
 // checkAttr validates attribute values against the device (rxe_qp_chk_attr),
-// the one place these rules live: one port, one P_Key, path MTU 256..4096,
-// max_rd_atomic and max_dest_rd_atomic within the device's limits, and the
-// widths of the IBA fields.
+// the one place these rules live.
 func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.QPAttrMask) string {
 	switch {
 	case mask&verbs.QPAttrCurState != 0 && a.CurState != q.attr.State:
@@ -299,8 +291,8 @@ func (q *QP) modify(now time.Time, a *verbs.QPAttr, mask verbs.QPAttrMask) error
 	return nil
 }
 
-// applyAttr sets the attributes mask selects, checked already
-// (rxe_qp_from_attr), and what derives from them.
+// applyAttr sets the checked attributes mask selects, and what derives from
+// them (rxe_qp_from_attr).
 func (q *QP) applyAttr(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 	t := &q.attr
 	if mask&verbs.QPAttrEnSQDAsyncNotify != 0 {
@@ -366,9 +358,9 @@ func (q *QP) applyAttr(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 	}
 	if mask&(verbs.QPAttrAV|verbs.QPAttrDestQPN) != 0 && q.typ != verbs.QPTypeUD {
 		if t.AV.SrcPort != 0 {
-			q.setSourcePort(t.AV.SrcPort)
+			q.setSourcePort(t.AV.SrcPort, false)
 		} else {
-			q.setSourcePort(bth.ConnectedSourcePort(t.AV.FlowLabel, q.qpn, t.DestQPN))
+			q.setSourcePort(bth.ConnectedSourcePort(t.AV.FlowLabel, q.qpn, t.DestQPN), true)
 		}
 	}
 }
@@ -404,9 +396,9 @@ func (q *QP) reset() {
 	q.setState(verbs.QPSReset)
 }
 
-// toError moves the QP to ERR and flushes every outstanding send and
-// receive WR with WR_FLUSH_ERR; with an SRQ it raises QP_LAST_WQE_REACHED.
-// Calling it again flushes WRs posted since.
+// toError moves the QP to ERR and flushes every outstanding WR with
+// WR_FLUSH_ERR (again for WRs posted since); with an SRQ it raises
+// QP_LAST_WQE_REACHED.
 func (q *QP) toError(now time.Time) {
 	if q.attr.State != verbs.QPSErr {
 		q.setState(verbs.QPSErr)
@@ -426,8 +418,7 @@ func (q *QP) toError(now time.Time) {
 	q.flushSQ(now)
 }
 
-// flushSQ completes every send WR not yet completed with WR_FLUSH_ERR (in
-// ERR and SQE, also those posted since the last flush).
+// flushSQ completes every send WR not yet completed with WR_FLUSH_ERR.
 func (q *QP) flushSQ(now time.Time) {
 	tail := q.sq.loadTail()
 	for q.win.head < tail {
@@ -436,9 +427,9 @@ func (q *QP) flushSQ(now time.Time) {
 	q.win.flushed()
 }
 
-// scatter copies data into sgl at byte offset off, checking each SGE's lkey,
-// PD and LOCAL_WRITE (the responder and completer receive paths). It returns
-// LocLenErr when the SGEs are too short and LocProtErr on a bad key.
+// scatter copies data into sgl from byte offset off, checking each SGE's lkey,
+// PD and LOCAL_WRITE: LocLenErr when the SGEs are too short, LocProtErr on a
+// bad key.
 func (q *QP) scatter(sgl []verbs.SGE, off uint32, data []byte) verbs.WCStatus {
 	pos := uint32(0)
 	for _, sg := range sgl {
@@ -497,8 +488,8 @@ func (q *QP) Query() (verbs.QPAttr, QPInitAttr) {
 	return a, q.init
 }
 
-// Destroy is ibv_destroy_qp: the QP stops at once, outstanding WRs are
-// dropped without completions, and its CQs and SRQ are detached.
+// Destroy is ibv_destroy_qp: the QP stops at once, its WRs are dropped without
+// completions, its CQs and SRQ detached.
 func (q *QP) Destroy() error {
 	const op = "ibv_destroy_qp"
 	var already bool
@@ -529,12 +520,10 @@ func (q *QP) Destroy() error {
 	return nil
 }
 
-// PostSend is ibv_post_send. It validates each WR in order (opcode allowed
-// for the QP type, SGE count, inline size, UD address) and queues it; it
-// stops at the first bad WR and returns how many were queued and an error
-// whose Index names the bad one (the Go bad_wr). A full send queue is ENOMEM.
-// Posting before RTS is EINVAL; in SQE and ERR the WRs complete with
-// WR_FLUSH_ERR.
+// PostSend is ibv_post_send: each WR is validated (validateSendWR) and queued,
+// in order, up to the first bad one; it returns how many were queued and an
+// error whose Index names the bad one (bad_wr). A full send queue is ENOMEM;
+// before RTS EINVAL; in SQE and ERR the WRs complete with WR_FLUSH_ERR.
 func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	const op = "ibv_post_send"
 	if q.e.closed.Load() {
@@ -570,8 +559,7 @@ func (q *QP) postOne(wr *verbs.SendWR) error {
 	return q.enqueue(wr, length)
 }
 
-// sendOpcodes is the set of send WR opcodes each QP type allows, a bit per
-// opcode.
+// sendOpcodes is the send WR opcodes each QP type allows, a bit each.
 var sendOpcodes = [...]uint16{
 	verbs.QPTypeRC: opSet(verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRSend, verbs.WRSendWithImm,
 		verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRSendWithInv,
@@ -588,13 +576,11 @@ func opSet(ops ...verbs.WROpcode) (set uint16) {
 	return set
 }
 
-// validateSendWR applies the rules of ibv_post_send to wr on a QP of type typ
-// with caps c (rxe validate_send_wr): an opcode the type allows, a UD
-// destination, no data for a local operation or FLUSH, FLUSH's placement and
-// selectivity, at most max_send_sge SGEs and 2^31 bytes, an atomic's 8-byte
-// buffer, inline data only for SEND and WRITE and within max_inline_data. It
-// returns the message's length, or why wr is refused (EINVAL). It reads
-// nothing but its arguments.
+// validateSendWR applies ibv_post_send's rules (rxe validate_send_wr): an
+// opcode the QP type allows, a UD destination, no data for a local operation
+// or FLUSH, FLUSH's placement and selectivity, at most max_send_sge SGEs and
+// 2^31 bytes, an atomic's 8-byte buffer, inline data only for SEND and WRITE
+// within max_inline_data. It returns the length, or why wr is refused.
 func validateSendWR(typ verbs.QPType, c *verbs.QPCap, wr *verbs.SendWR) (length uint64, why string) {
 	if int(typ) >= len(sendOpcodes) || sendOpcodes[typ]&(1<<wr.Opcode) == 0 {
 		return 0, fmt.Sprintf("opcode %d not valid on a %v QP", wr.Opcode, typ)
@@ -605,8 +591,8 @@ func validateSendWR(typ verbs.QPType, c *verbs.QPCap, wr *verbs.SendWR) (length 
 	inline := wr.Flags&verbs.SendInline != 0
 	switch wr.Opcode {
 	case verbs.WRLocalInv, verbs.WRBindMW, verbs.WRFlush, verbs.WRAtomicWrite:
-		// A local operation or a FLUSH carries no data (rxe validate_send_wr
-		// for BIND_MW); an ATOMIC_WRITE's 8 bytes are the WR's Swap.
+		// No data for a local operation or FLUSH (rxe validate_send_wr for
+		// BIND_MW); an ATOMIC_WRITE's 8 bytes are the WR's Swap.
 		if len(wr.SGL) > 0 || inline {
 			return 0, fmt.Sprintf("%s takes no SGEs and no inline data", wcOpcode(wr.Opcode))
 		}
@@ -635,9 +621,8 @@ func validateSendWR(typ verbs.QPType, c *verbs.QPCap, wr *verbs.SendWR) (length 
 	return length, ""
 }
 
-// enqueue puts a valid wr of length bytes in the send queue's next slot:
-// ENOMEM when the queue is full, EINVAL when inline data names memory no MR
-// holds.
+// enqueue queues a valid wr: ENOMEM when the queue is full, EINVAL when its
+// inline data lies in no MR.
 func (q *QP) enqueue(wr *verbs.SendWR, length uint64) error {
 	const op = "ibv_post_send"
 	s := &q.sq
@@ -674,10 +659,9 @@ func (q *QP) enqueue(wr *verbs.SendWR, length uint64) error {
 	return nil
 }
 
-// copyInline copies the data of w's SGEs into w, so the caller may reuse its
-// buffer at once (IBV_SEND_INLINE). Go has no raw pointers: the SGEs must
-// still name registered memory, but its access rights are not checked. It
-// reports false when an SGE lies outside every registered region.
+// copyInline copies w's data into w (IBV_SEND_INLINE), so the caller may reuse
+// its buffer at once. Go has no raw pointers: the SGEs must still name
+// registered memory, but its access rights are not checked.
 func (q *QP) copyInline(w *sendWQE) bool {
 	w.inline = w.inline[:0]
 	for _, sg := range w.wr.SGL {
@@ -694,8 +678,8 @@ func (q *QP) copyInline(w *sendWQE) bool {
 	return true
 }
 
-// PostRecv is ibv_post_recv on the QP's own receive queue. A QP with an SRQ
-// has none: EINVAL (post to the SRQ instead). Posting in RESET is EINVAL.
+// PostRecv is ibv_post_recv on the QP's own receive queue: EINVAL with an SRQ
+// (post there) and in RESET.
 func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	const op = "ibv_post_recv"
 	if q.e.closed.Load() {
@@ -713,9 +697,8 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		err = adoptErr(err, op, q.qpn)
 	}
 	if n > 0 {
-		// Wake the shard: in ERR the new WRs are flushed, and a responder
-		// that sent an RNR NAK learns nothing from it anyway (the requester
-		// retries after its timer).
+		// Only ERR needs the shard, to flush the new WRs: a responder that
+		// sent an RNR NAK waits for the requester's retry anyway.
 		if verbs.QPState(q.state.Load()) == verbs.QPSErr {
 			q.sh.wakeQP(q)
 		}
@@ -723,13 +706,41 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	return n, err
 }
 
+// sourcePortProbes bounds the ports a QP tries, rxe's own first, before it
+// sends from the link's port. rxe's port is a 14-bit hash of the two QPNs, so
+// processes sharing an address through roced (QPNs alike in each block, the
+// peer's small) often derive one port; the second's bind is refused, and
+// without the next ports its packets would all leave from 4791.
+const sourcePortProbes = 8
+
 // setSourcePort gives the QP rxe's source port p and sends from it when the
-// link can (link.Link.SourcePort), else from the link's own port.
-func (q *QP) setSourcePort(p uint16) {
+// link can (link.Link.SourcePort). When another socket holds p, a derived
+// port (probe) moves to the next of rxe's range the link grants, at most
+// sourcePortProbes in all: any source port is valid, and one of the QP's own
+// keeps its flow apart. An explicit port (the address vector's) is p or
+// the link's own.
+func (q *QP) setSourcePort(p uint16, probe bool) {
 	q.sport, q.wport = p, 0
-	if q.e.cfg.Link.SourcePort(p) {
-		q.wport = p
+	n := 1
+	if probe {
+		n = sourcePortProbes
 	}
+	for range n {
+		if q.e.cfg.Link.SourcePort(p) {
+			q.wport = p
+			return
+		}
+		p = nextSourcePort(p)
+	}
+}
+
+// nextSourcePort is the port after p in rxe's source port range,
+// 0xC000-0xFFFF, wrapping around.
+func nextSourcePort(p uint16) uint16 {
+	if p < 0xC000 || p == 0xFFFF {
+		return 0xC000
+	}
+	return p + 1
 }
 
 // srcPort is the UDP source port the QP's packets leave from.
@@ -740,13 +751,13 @@ func (q *QP) srcPort() uint16 {
 	return q.e.port
 }
 
-// QPs returns a snapshot of every QP, for debugging and /debug/qps.
+// QPs returns a snapshot of every QP, for /debug/qps.
 func (e *Engine) QPs() []verbs.QPInfo {
 	if e.closed.Load() {
 		return nil
 	}
-	// One command per shard, not per QP: the snapshot waits for at most one
-	// slice of each shard however many QPs there are.
+	// One command per shard: the snapshot waits at most one slice per shard,
+	// however many QPs there are.
 	byShard := make(map[*shard][]*QP)
 	for _, q := range e.qps.all() {
 		byShard[q.sh] = append(byShard[q.sh], q)

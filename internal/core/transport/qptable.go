@@ -5,12 +5,10 @@ import (
 	"sync/atomic"
 )
 
-// The QP table maps a 24-bit QPN to its QP. The readers look up every
-// datagram's DestQP in it without a lock, and creating or destroying a QP
-// costs the same with 10 QPs or 65536: a two-level radix table of atomic
-// pointers (4096 chunks of 4096 slots, a chunk allocated when its first QP
-// arrives and released when its last leaves), with a bitmap per chunk for
-// finding free QPNs.
+// The QP table maps a 24-bit QPN to its QP, looked up lock-free for every
+// datagram: a two-level radix table of atomic pointers (4096 chunks of 4096
+// slots, a chunk allocated with its first QP and released with its last), with
+// a bitmap per chunk for finding free QPNs. Its cost does not grow with QPs.
 const (
 	qpnChunkBits = 12
 	qpnChunkSize = 1 << qpnChunkBits
@@ -52,14 +50,12 @@ func (t *qpTable) lookup(qpn uint32) *QP {
 	return c.slots[qpn&(qpnChunkSize-1)].Load()
 }
 
-// alloc returns the next free QPN in [lo, hi] at or after the
-// cursor, wrapping around, and moves the cursor past it: QPNs are handed out
-// in sequence, so a destroyed QP's number comes back only after the whole
-// space has gone round (as rxe's cyclic index allocation), and a stray packet
-// for it finds no QP rather than a new one. The search skips full chunks and
-// scans a chunk's bitmap a word at a time, so its cost is bounded by the
-// table's geometry, never by the number of QPs. It returns 0 when every QPN is
-// taken.
+// alloc returns the next free QPN in [lo, hi] from the cursor, wrapping, and
+// moves the cursor past it: a destroyed QP's number returns only after the
+// whole space has gone round (as rxe's cyclic allocation), so a stray packet
+// for it finds no QP rather than a new one. Full chunks are skipped and a
+// chunk's bitmap scanned a word at a time, so the cost is bounded by the
+// table's geometry. 0: every QPN is taken.
 func (t *qpTable) alloc() uint32 {
 	if t.n >= int(t.hi+1-t.lo) {
 		return 0
@@ -109,8 +105,7 @@ func (c *qpChunk) freeFrom(i uint32) (uint32, bool) {
 	}
 }
 
-// insert puts q at qpn, which the caller found free (lookup) under the same
-// lock.
+// insert puts q at qpn, found free under the same lock.
 func (t *qpTable) insert(qpn uint32, q *QP) {
 	ci, i := qpn>>qpnChunkBits, qpn&(qpnChunkSize-1)
 	c := t.chunks[ci].Load()
@@ -138,15 +133,15 @@ func (t *qpTable) remove(q *QP) {
 	c.n--
 	t.n--
 	if c.n == 0 {
-		// Every slot is nil again: a reader still holding the chunk finds
-		// nothing in it, and it can serve any other range.
+		// All slots are nil: a reader still holding the chunk finds nothing,
+		// and it can serve any other range.
 		t.chunks[ci].Store(nil)
 		t.spare = c
 	}
 }
 
-// each calls fn for every QP in the table until fn returns false. Safe from
-// any goroutine; a QP created or destroyed meanwhile may or may not be seen.
+// each calls fn for every QP until fn returns false; from any goroutine, a QP
+// created or destroyed meanwhile may or may not be seen.
 func (t *qpTable) each(fn func(*QP) bool) {
 	for ci := range t.chunks {
 		c := t.chunks[ci].Load()

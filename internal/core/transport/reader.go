@@ -10,18 +10,16 @@ import (
 	"github.com/goroce/goroce/link"
 )
 
-// A reader serves one receive path of the Link: it reads batches, finds each
-// packet's QP by its BTH DestQP in the QP table and hands the packet to the
-// QP's shard. It never blocks on a shard.
+// A reader serves one receive path of the Link: it reads batches and hands
+// each packet to its QP's shard (by BTH DestQP, in the QP table), never
+// blocking on a shard.
 //
-// From a link with GRO (link.Offloads) it reads into buffers that hold a whole train, so
-// the kernel hands up a run of datagrams of one flow as one message
-// (link.Message.SegSize). The reader splits the train by reslicing: each
-// segment goes to its QP as a packet of its own, pointing into the shared
-// train buffer, which returns to its pool when the last segment is done
-// (rxTrain). Every segment is parsed and ICRC-checked on its own, as a lone
-// datagram is. A datagram that arrives alone is copied into a datagram
-// buffer, so a 64 KiB train buffer never waits in a shard queue for one
+// With GRO (link.Offloads) it reads into buffers that hold a whole train: a
+// run of datagrams of one flow as one message (link.Message.SegSize). Each
+// segment goes to its QP as a packet of its own, a reslice of the shared
+// buffer, which returns to its pool with the last segment (rxTrain), and is
+// parsed and ICRC-checked like a lone datagram. A datagram that arrives alone
+// is copied, so a 64 KiB train buffer never waits in a shard queue for one
 // small packet.
 
 // rxTrain is a received GRO train, shared by the packets of its segments.
@@ -57,9 +55,8 @@ func (it *rxItem) release() {
 	it.buf = nil
 }
 
-// detach moves a train segment into a datagram buffer of its own, for a
-// packet kept for long (held behind a READ reply), so it does not pin the
-// whole train.
+// detach copies a train segment kept for long (held behind a READ reply) into
+// a datagram buffer, so it does not pin the whole train.
 func (it *rxItem) detach() {
 	if it.train == nil {
 		return
@@ -81,15 +78,15 @@ type reader struct {
 	kicked []*shard
 	poll   bool // a poller's reader (Engine.Poll), not a goroutine's
 
-	// ordered is set on a goroutine's reader of a path that pollers share
-	// (run-to-completion): it reads the path without waiting (recv is the
-	// path's PollFunc) under the path's lock, and waits outside it.
+	// ordered: the goroutine's reader of a path pollers share (run to
+	// completion) reads it without waiting under the path's lock
+	// (orderedOnce).
 	ordered *poller
 	wait    link.WaitFunc
 }
 
-// groBatch is the most messages a reader asks for at once with GRO: each
-// needs a 64 KiB buffer, and 16 trains hold up to 1024 packets.
+// groBatch caps a GRO read: each message needs a 64 KiB buffer, and 16 trains
+// hold up to 1024 packets.
 const groBatch = 16
 
 func newReader(e *Engine, recv link.ReceiveFunc, batch int) *reader {
@@ -136,20 +133,17 @@ func (r *reader) loop() {
 	}
 }
 
-// once reads one batch and hands its packets to their shards; it returns
-// how many messages it read.
+// once reads a batch and hands its packets on; it returns the messages read.
 func (r *reader) once() (int, error) {
 	n, err := r.take()
 	r.kick()
 	return n, err
 }
 
-// orderedOnce is once for a path that pollers share: the read and the
-// hand-off to the shards happen under the path's lock, so that a batch read
-// after another (by this reader or by a poller) reaches the shards after it
-// and a QP never sees its packets out of the order they arrived in (a PSN
-// gap would cost a NAK and a go-back-N resend). When the path is empty it
-// waits outside the lock, where pollers are free to take what comes.
+// orderedOnce is once for a path pollers share: the read and the hand-off run
+// under the path's lock, so batches reach the shards in the order they were
+// read and a QP never sees its packets reordered (a PSN gap would cost a NAK
+// and a go-back-N resend). An empty path is waited on outside the lock.
 func (r *reader) orderedOnce() error {
 	p := r.ordered
 	p.mu.Lock()
@@ -162,8 +156,7 @@ func (r *reader) orderedOnce() error {
 	return r.wait()
 }
 
-// take reads one batch and queues its packets on their shards, noting the
-// shards to run in r.kicked.
+// take reads a batch and queues its packets, noting the shards in r.kicked.
 func (r *reader) take() (int, error) {
 	for i := range r.msgs {
 		if r.trains != nil {
@@ -195,8 +188,8 @@ func (r *reader) kick() {
 	r.kicked = r.kicked[:0]
 }
 
-// takeTrain hands on what arrived in trains[i]: each segment of a train, or
-// a copy of a lone datagram.
+// takeTrain hands on trains[i]: each segment of a train, or a copy of a lone
+// datagram.
 func (r *reader) takeTrain(i int) {
 	m := &r.msgs[i]
 	if m.SegSize <= 0 || len(m.Buf) <= m.SegSize {
@@ -222,9 +215,8 @@ func (r *reader) takeTrain(i int) {
 	}
 }
 
-// dispatch queues packet it (its bytes set, the rest taken from m) on its
-// QP's shard, and reports whether the shard took it; otherwise the caller
-// keeps the buffer.
+// dispatch queues it (bytes set; the rest from m) on its QP's shard and
+// reports whether the shard took it; else the caller keeps the buffer.
 func (r *reader) dispatch(it rxItem, m *link.Message) bool {
 	e := r.e
 	qpn, ok := bth.PeekDestQP(it.bytes())
@@ -243,8 +235,7 @@ func (r *reader) dispatch(it rxItem, m *link.Message) bool {
 	return r.enqueue(it, m, q)
 }
 
-// enqueue queues packet it, which arrived as m, on q's shard, and reports
-// whether the shard took it.
+// enqueue queues it, which arrived as m, on q's shard; true if taken.
 func (r *reader) enqueue(it rxItem, m *link.Message, q *QP) bool {
 	e := r.e
 	it.src, it.local, it.tos, it.ttl, it.flow, it.qp = m.Addr, m.Local, m.TOS, m.TTL, m.FlowLabel, q

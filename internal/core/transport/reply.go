@@ -7,24 +7,19 @@ import (
 	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// haveRDResources reports whether the responder may accept a READ or an
-// atomic. As in rxe (check_resource, RESPST_ERR_TOO_MANY_RDMA_ATM_REQ),
-// only max_dest_rd_atomic == 0 refuses them: class C, NAK invalid request
-// (a REM_INV_REQ_ERR cause: "insufficient buffering to receive a new RDMA
-// or Atomic Operation request").
+// haveRDResources reports whether the responder may accept a READ or atomic:
+// as in rxe (check_resource), only max_dest_rd_atomic 0 refuses them, a class
+// C invalid request ("insufficient buffering", a REM_INV_REQ_ERR cause).
 func (rs *responder) haveRDResources() bool { return rs.q.attr.MaxDestRDAtomic > 0 }
 
-// saveResource keeps r in the responder resource ring, reusing the oldest
-// entry. The responder does not count READs/atomics "in use": it executes
-// each one completely (the whole READ response goes out in the step that
-// accepts the request), and it cannot see which the requester has
-// completed. Keeping within max_dest_rd_atomic is the requester's job (its
-// max_rd_atomic), as in rxe: check_resource leaves it to the requester and
-// recycles the resource queue, and rxe_prepare_res takes the next slot
-// unconditionally. A compliant requester never retries a request older than
-// its last max_rd_atomic ones, so the ring still holds every resource a
-// duplicate can name; a request recycled out of the ring is a class D
-// duplicate and is dropped (duplicate).
+// saveResource keeps r in the resource ring, replacing the oldest entry. The
+// responder cannot see which READs and atomics the requester has completed, so
+// it does not count resources in use: keeping within max_dest_rd_atomic is the
+// requester's job (its max_rd_atomic), as in rxe, whose check_resource leaves
+// it to the requester and whose rxe_prepare_res takes the next slot. A
+// compliant requester retries none older than its last max_rd_atomic, so the
+// ring holds every resource a duplicate can name; one recycled out of it is a
+// class D duplicate, dropped.
 func (rs *responder) saveResource(r rdResource) {
 	q := rs.q
 	if len(rs.res) == 0 {
@@ -36,12 +31,11 @@ func (rs *responder) saveResource(r rdResource) {
 }
 
 // duplicate answers a request behind the expected PSN without executing it
-// again (rxe duplicate_request, C9-105): SEND/WRITE are re-ACKed, READ is
-// replayed from memory for the requested sub-range, an atomic's saved result
-// is sent again. A duplicate with no saved resource is dropped (class D).
-// A replayed READ resolves its R_Key again (rxe_recheck_mr): if the MR was
-// deregistered or no longer covers the range since the first execution, it
-// is a remote access error and no memory is read.
+// again (rxe duplicate_request, C9-105): SEND and WRITE are re-ACKed, a READ
+// is replayed from memory for the requested range after resolving its R_Key
+// again (rxe_recheck_mr: gone or too short is a remote access error), an
+// atomic's saved result is resent. Without a saved resource: dropped (class
+// D).
 func (rs *responder) duplicate(now time.Time, pkt *bth.Packet) {
 	op := pkt.Opcode()
 	p := pkt.PSN()
@@ -89,9 +83,9 @@ func (rs *responder) duplicate(now time.Time, pkt *bth.Packet) {
 	}
 }
 
-// sendAck acknowledges PSN p with syndrome. A positive ACK is coalesced:
-// it is held until flushAck, and a later one for a newer PSN replaces it
-// (ACKs are cumulative). A NAK goes out at once, after any held ACK.
+// sendAck acknowledges PSN p with syndrome. A positive ACK is held until
+// flushAck, a newer one replacing it (ACKs are cumulative); a NAK goes out at
+// once, after any held ACK.
 func (rs *responder) sendAck(syndrome uint8, p bth.PSN) {
 	if (bth.AETH{Syndrome: syndrome}).IsACK() {
 		rs.ackPending, rs.ackPSN, rs.ackMSN = true, p, rs.msn
@@ -101,8 +95,8 @@ func (rs *responder) sendAck(syndrome uint8, p bth.PSN) {
 	rs.putAck(syndrome, p, rs.msn)
 }
 
-// flushAck sends the held ACK, if any. The shard calls it once per batch
-// (service), before the batch is written.
+// flushAck sends the held ACK, if any; QP.service calls it before the slice's
+// packets are written.
 func (rs *responder) flushAck() {
 	if rs.ackPending {
 		rs.ackPending = false
@@ -126,8 +120,8 @@ func (rs *responder) sendAtomicAck(p bth.PSN, orig uint64) {
 	q.emit(&f, nil, &q.attr.AV)
 }
 
-// sendEmptyReadResponse answers a FLUSH or ATOMIC_WRITE at PSN p: an RDMA READ
-// RESPONSE ONLY with an ACK AETH and no payload.
+// sendEmptyReadResponse answers a FLUSH or ATOMIC_WRITE: an RDMA READ RESPONSE
+// ONLY with an ACK AETH and no payload.
 func (rs *responder) sendEmptyReadResponse(p bth.PSN) {
 	q := rs.q
 	rs.flushAck()
@@ -136,11 +130,10 @@ func (rs *responder) sendEmptyReadResponse(p bth.PSN) {
 	q.emit(&f, nil, &q.attr.AV)
 }
 
-// readReply is a READ response in progress (rxe's resp.res in
-// READ_REPLY): the responses for PSNs next..last, carrying rem bytes from va
-// under rkey. It goes out over the QP's turns (a 2 GiB READ is half a
-// million packets), and requests that arrive meanwhile wait behind it (hold),
-// so every response still leaves in PSN order.
+// readReply is a READ reply in progress (rxe resp.res in READ_REPLY): PSNs
+// next..last, rem bytes from va under rkey. It goes out over the QP's turns (a
+// 2 GiB READ is half a million packets); requests that arrive meanwhile wait
+// behind it (hold), so responses leave in PSN order.
 type readReply struct {
 	active            bool
 	first, next, last bth.PSN // first is where this reply (or replay) starts
@@ -149,13 +142,13 @@ type readReply struct {
 	rem               uint32
 }
 
-// maxHeld bounds the requests a QP keeps behind a READ reply. A compliant
-// requester has at most 128 PSNs outstanding; anything above is dropped
-// (counted as a receive queue drop) and the requester sends it again.
+// maxHeld bounds the requests held behind a READ reply. A compliant requester
+// has at most 128 PSNs outstanding; more are dropped (RxQueueDrops) and sent
+// again.
 const maxHeld = 256
 
-// startRead begins the responses to a READ of reth's range from PSN p,
-// after any ACK held back: the QP's next turns send them.
+// startRead begins the reply to a READ of reth's range at PSN p, after any
+// held ACK; the QP's next turns send it.
 func (rs *responder) startRead(p bth.PSN, reth bth.RETH) {
 	q := rs.q
 	rs.flushAck()
@@ -164,11 +157,10 @@ func (rs *responder) startRead(p bth.PSN, reth bth.RETH) {
 		rkey: reth.RKey, va: reth.VA, rem: reth.DMALen}
 }
 
-// replyRead emits up to limit packets of the READ reply in progress and
-// returns how many. The R_Key is resolved again for the bytes this turn
-// sends (rxe_recheck_mr): no region is kept across turns, so after
-// ibv_dereg_mr and Engine.Barrier no later response reads the memory; the
-// READ then ends with a remote access error NAK at the first PSN not sent.
+// replyRead emits up to limit packets of the READ reply and returns how many.
+// It resolves the R_Key again for this turn's bytes (rxe_recheck_mr), so after
+// ibv_dereg_mr and Engine.Barrier no response reads the memory: the READ ends
+// with a remote access error NAK at the first PSN not sent.
 func (rs *responder) replyRead(now time.Time, limit int) int {
 	q := rs.q
 	r := &rs.read
@@ -200,9 +192,8 @@ func (rs *responder) replyRead(now time.Time, limit int) int {
 	return used
 }
 
-// hold keeps the request it for later when a READ reply of q is still going
-// out (rxe leaves it at the head of req_pkts), and reports whether it took
-// the datagram. Over maxHeld it drops it.
+// hold keeps request it while a READ reply of q is going out (rxe leaves it at
+// the head of req_pkts), dropping it over maxHeld; true if it took it.
 func (rs *responder) hold(it *rxItem) bool {
 	q := rs.q
 	if !rs.read.active || it.n == 0 || !bth.Opcode(it.bytes()[0]).IsRequest() {
@@ -218,9 +209,9 @@ func (rs *responder) hold(it *rxItem) bool {
 	return true
 }
 
-// serveResponder continues the READ reply in progress within limit packets
-// and, once it is out, executes the requests held behind it in order (one
-// of which may start another reply). It returns the packets it emitted.
+// serveResponder continues the READ reply within limit packets and, once it is
+// out, executes the requests held behind it in order (one may start another
+// reply). It returns the packets it emitted.
 func (rs *responder) serveResponder(now time.Time, limit int) int {
 	q := rs.q
 	used := rs.replyRead(now, limit)
@@ -238,8 +229,8 @@ func (rs *responder) serveResponder(now time.Time, limit int) int {
 	return used
 }
 
-// dropHeld abandons the READ reply in progress and the requests held behind
-// it (the QP left RTR/RTS, was reset or destroyed).
+// dropHeld abandons the READ reply and the requests held behind it (the QP
+// left RTR/RTS, was reset or destroyed).
 func (rs *responder) dropHeld() {
 	rs.read.active = false
 	for i := range rs.held {

@@ -7,9 +7,8 @@ import (
 	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// requester turns send WQEs into request packets (rxe_req.c). Its position
-// in the send queue is the next end of the QP's send window. Owner shard
-// only.
+// requester turns send WQEs into request packets (rxe_req.c); it moves the
+// send window's next end. Owner shard only.
 type requester struct {
 	q     *QP
 	noAck int // packets sent since the last AckReq
@@ -34,11 +33,9 @@ var wireOps = [...]bth.Op{
 // transports is the BTH transport of each QP type.
 var transports = [...]bth.Transport{verbs.QPTypeRC: bth.TransportRC, verbs.QPTypeUC: bth.TransportUC, verbs.QPTypeUD: bth.TransportUD}
 
-// nextOpcode picks the opcode of the packet that carries bytes [off,
-// off+pmtu) of w's message from the opcode table (rxe next_opcode):
-// FIRST/MIDDLE carry exactly pmtu bytes, LAST and ONLY the rest; READ and
-// atomic requests are one packet. last reports whether the packet ends the
-// message.
+// nextOpcode picks the opcode of the packet carrying bytes [off, off+pmtu) of
+// w's message (rxe next_opcode): FIRST and MIDDLE carry exactly pmtu bytes;
+// READ and atomic requests are one packet. last: the packet ends the message.
 func (req *requester) nextOpcode(w *sendWQE, off uint32) (o bth.Opcode, last bool) {
 	q := req.q
 	first, last := off == 0, w.length-off <= q.pmtu
@@ -61,8 +58,8 @@ func (req *requester) rdAtomicOutstanding() int {
 	return n
 }
 
-// rewind is req_retry: go back to the oldest unacknowledged PSN and resend
-// from there, regenerating packets from the WQEs (nothing sent is kept).
+// rewind is req_retry: resend from the oldest unacknowledged PSN, regenerating
+// the packets from the WQEs (nothing sent is kept).
 func (req *requester) rewind() {
 	q := req.q
 	tail := q.sq.loadTail()
@@ -90,9 +87,8 @@ func (req *requester) rewind() {
 	req.noAck = 0
 }
 
-// run emits what the send queue, the window, fences, the rd_atomic limit and
-// a timeout probe allow, at most limit packets. It returns how many it
-// emitted, and more when it stopped at limit with packets still to send.
+// run emits up to limit packets, as the send queue, window, fences,
+// max_rd_atomic and a probe allow; more: it stopped at limit.
 func (req *requester) run(now time.Time, limit int) (sent int, more bool) {
 	q := req.q
 	st := q.attr.State
@@ -143,9 +139,8 @@ func (req *requester) run(now time.Time, limit int) (sent int, more bool) {
 	return sent, false
 }
 
-// startWQE begins sending w, a posted WQE, and reports whether the requester
-// may: not in SQD, not while a fence or max_rd_atomic holds it back, and not
-// a UD message above the port MTU (which fails).
+// startWQE starts w, a posted WQE, unless in SQD, held back by a fence or
+// max_rd_atomic, or a UD message above the port MTU (which fails).
 func (req *requester) startWQE(now time.Time, w *sendWQE) bool {
 	q := req.q
 	if q.attr.State == verbs.QPSSQD {
@@ -166,20 +161,18 @@ func (req *requester) startWQE(now time.Time, w *sendWQE) bool {
 	w.sentAt = now
 	q.win.nextOff = 0
 	if q.typ == verbs.QPTypeUD && w.length > q.pmtu {
-		// A UD message above the port MTU (an SGE of length 0 means
-		// 2^31 bytes) is not sent. C10-93.1.1 allows faking success,
-		// which rxe does, but then the datagram vanishes without a
-		// trace; a local length error tells the application.
+		// Not sent (an SGE of length 0 means 2^31 bytes). C10-93.1.1 allows
+		// faking success, as rxe does, but the datagram would vanish without a
+		// trace.
 		q.comp.failWQE(now, w, verbs.WCLocLenErr)
 		return false
 	}
 	return true
 }
 
-// gather returns the n bytes at offset off of w's message: a direct view of
-// registered memory when they lie in one SGE, else a copy into the shard's
-// scratch buffer, valid until the next gather on the shard.
-// ok is false on a local protection error.
+// gather returns n bytes at offset off of w's message: a view of registered
+// memory within one SGE, else a copy in the shard's scratch buffer (valid
+// until its next gather); false on a local protection error.
 func (req *requester) gather(w *sendWQE, off, n uint32) ([]byte, bool) {
 	if n == 0 {
 		return nil, true
@@ -232,8 +225,7 @@ const (
 	pktFailed                  // the WQE failed locally: nothing sent
 )
 
-// sendPacket builds and queues the next packet of w at the window's next
-// PSN.
+// sendPacket emits w's next packet, at the window's next PSN.
 func (req *requester) sendPacket(now time.Time, w *sendWQE) pktResult {
 	q := req.q
 	var p outPacket
@@ -264,8 +256,8 @@ func (req *requester) sendPacket(now time.Time, w *sendWQE) pktResult {
 	return pktMore
 }
 
-// outPacket is a request packet of a WQE before its payload is gathered: n
-// bytes of the message at the window's next offset, or payload as it is.
+// outPacket is a request packet before its payload is gathered: n bytes at the
+// window's next offset, or payload as it is.
 type outPacket struct {
 	f        bth.Fields
 	av       *verbs.AddressVector
@@ -288,10 +280,8 @@ func (req *requester) udPacket(w *sendWQE) outPacket {
 	return outPacket{f: f, av: &w.av, n: w.length, consumed: 1, last: true}
 }
 
-// connectedPacket is the next packet of an RC or UC WQE: its opcode, the
-// extension headers of the operation, and AckReq on an RC message's last
-// packet, every maxPktsPerAck packets and on a probe (whose ACK ends
-// probing).
+// connectedPacket is an RC or UC WQE's next packet, with AckReq on an RC
+// message's last packet, every maxPktsPerAck packets and on a probe.
 func (req *requester) connectedPacket(w *sendWQE) outPacket {
 	q := req.q
 	p := outPacket{f: bth.Fields{PKey: 0xFFFF, PSN: q.win.nextPSN, DestQP: q.attr.DestQPN}, av: &q.attr.AV, consumed: 1}
@@ -323,8 +313,7 @@ func (req *requester) connectedPacket(w *sendWQE) outPacket {
 		if f.Opcode.HasIETH() {
 			f.IETH = wr.InvRKey
 		}
-		// SE goes on the last packet of a SEND or WRITE with immediate:
-		// the packets that complete a receive WR.
+		// SE goes on the packet that completes a receive WR.
 		f.SE = p.last && wr.Flags&verbs.SendSolicited != 0 && (f.Opcode.IsSend() || f.Opcode.HasImm())
 	}
 	req.noAck++

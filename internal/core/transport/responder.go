@@ -9,43 +9,35 @@ import (
 	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// responder executes inbound requests (rxe_resp.c): a sequence of small
-// checks (checkPSN, then respChecks), each returning what is wrong, if
-// anything. RC and UC share every check and the execution; they differ only
-// in what a failed check does (rcFailed: NAK by class; ucFailed: drop the
-// message and resynchronize). Owner shard only.
+// responder executes inbound requests (rxe_resp.c): checkPSN, then respChecks,
+// each returning what is wrong (respErr); a failure goes to rcFailed or, on
+// UC, to ucFailed (uc.go). Owner shard only.
 type responder struct {
 	q       *QP
 	psn     bth.PSN // expected PSN
 	msn     uint32  // messages completed (24 bits on the wire)
 	sentNAK bool    // one PSN-sequence NAK per gap
 
-	// opcode is the last request executed, for the opcode sequence check
-	// (bth.ValidSequence); noOpcode when no message is in progress.
+	// opcode is the last request executed (bth.ValidSequence); noOpcode
+	// outside a message.
 	opcode   bth.Opcode
 	dropping bool         // UC: dropping until the next FIRST/ONLY
 	wr       verbs.RecvWR // receive WR taken for the current message
 	haveWR   bool
 	off      uint32 // bytes placed into wr
 
-	// The current WRITE is kept as its R_Key and addresses, never as a
-	// slice of the MR: the key is resolved again for every packet
-	// (writeTarget), so once ibv_dereg_mr has unregistered it and
-	// Engine.Barrier has returned, no later packet of the message can land
-	// in the buffer (rxe check_rkey does the same lookup_mr per packet).
+	// The current WRITE as its RETH, never as a slice of the MR: writeTarget
+	// resolves the key again for every packet.
 	wrkey uint32 // RETH R_Key of the current WRITE
 	wva   uint64 // RETH VA of the current WRITE
 	woff  uint32 // bytes placed so far
 	wlen  uint32 // RETH DMA length
 
-	// Responder resources (max_dest_rd_atomic saved READ/atomic requests),
-	// a ring reused oldest first; see saveResource.
+	// Responder resources: saved READ/atomic requests (saveResource).
 	res     []rdResource
 	resNext int
 
-	// A positive ACK waits here until the end of the receive batch, so a
-	// burst of requests is answered by one cumulative ACK. Anything else the
-	// responder sends (NAK, READ response, atomic ACK) sends it first.
+	// A positive ACK held until the end of the step (sendAck).
 	ackPending bool
 	ackPSN     bth.PSN
 	ackMSN     uint32
@@ -59,8 +51,7 @@ type responder struct {
 // MIDDLE, so bth.ValidSequence lets only a FIRST or ONLY follow.
 const noOpcode bth.Opcode = 0xFF
 
-// newResponder is q's responder in its initial state, keeping the resource
-// ring and receive-WR storage of res and wr.
+// newResponder is q's initial responder, keeping the storage of res and wr.
 func newResponder(q *QP, res []rdResource, wr verbs.RecvWR) responder {
 	return responder{q: q, res: res, wr: wr, opcode: noOpcode}
 }
@@ -73,9 +64,8 @@ func (rs *responder) endWR(status verbs.WCStatus) {
 	}
 }
 
-// rdResource is a responder resource: a READ or atomic accepted, kept so a
-// duplicate request is answered again without executing twice (rxe
-// resp_res).
+// rdResource is a READ or atomic accepted, kept so that a duplicate is
+// answered again without executing twice (rxe resp_res).
 type rdResource struct {
 	valid       bool
 	atomic      bool
@@ -111,13 +101,13 @@ func checkPSN(expected, p bth.PSN) verdict {
 	return verdictExpected
 }
 
-// atomicMu serializes remote atomics, like rxe's global atomic_ops_lock, so
-// two QPs on different shards never interleave a read-modify-write.
+// atomicMu serializes remote atomics, like rxe's atomic_ops_lock, so QPs on
+// different shards never interleave a read-modify-write.
 var atomicMu sync.Mutex
 
-// remoteRegion resolves an rkey for a remote access (rxe check_rkey): the key
-// must exist, belong to the QP's PD (a type 2B window: be bound to this QP)
-// and grant want.
+// remoteRegion resolves an rkey for a remote access (rxe check_rkey): it must
+// exist, belong to the QP's PD (a type 2B window: be bound to this QP) and
+// grant want.
 func (rs *responder) remoteRegion(rkey uint32, want verbs.Access) *Region {
 	q := rs.q
 	r := q.e.cfg.Memory.RemoteRegion(rkey)
@@ -135,8 +125,8 @@ func (rs *responder) remoteRange(rkey uint32, va uint64, n uint32, want verbs.Ac
 	return nil
 }
 
-// flushAccess is the access a FLUSH needs for its placement types, of the QP
-// and of the memory (rxe check_qp_attr_access, check_rkey).
+// flushAccess is the access a FLUSH's placement types need, of the QP and the
+// memory (rxe check_qp_attr_access, check_rkey).
 func flushAccess(f bth.FETH) verbs.Access {
 	var a verbs.Access
 	if f.PlacementType&bth.FlushGlobal != 0 {
@@ -148,8 +138,7 @@ func flushAccess(f bth.FETH) verbs.Access {
 	return a
 }
 
-// request is one inbound RC or UC request as the responder checks and
-// executes it.
+// request is an inbound RC or UC request being checked and executed.
 type request struct {
 	pkt  bth.Packet
 	op   bth.Opcode
@@ -158,8 +147,8 @@ type request struct {
 	mem  []byte // the remote bytes checkRKey resolved for a WRITE packet or an atomic
 }
 
-// respErr is what a responder check found wrong with a request (rxe's
-// RESPST_ERR_* and DUPLICATE states); respOK lets the next check run.
+// respErr is what a responder check found wrong (rxe's RESPST_ERR_* and
+// DUPLICATE states); respOK lets the next check run.
 type respErr uint8
 
 const (
@@ -180,10 +169,7 @@ const (
 
 // respFailure says what a failed check does. RC: a class C error NAKs with
 // nak, completes the receive WR in progress with status and moves the QP to
-// ERR (errDuplicate, errPSNAhead and errRNR have their own answers). UC
-// never answers: it drops the message and resynchronizes at the next FIRST
-// or ONLY, unless ucFatal (the receive WR itself is bad), which completes
-// the WR with status and moves the QP to ERR.
+// ERR (errDuplicate, errPSNAhead, errRNR: rcFailed). UC: see ucFailed.
 var respFailure = [...]struct {
 	nak     uint8
 	status  verbs.WCStatus
@@ -200,9 +186,9 @@ var respFailure = [...]struct {
 	errInvalidate:   {bth.NAKInvalidRequest, verbs.WCRemInvReqErr, true}, // RC answers it in invalidateFailed
 }
 
-// respChecks is the responder pipeline after the PSN check, in rxe_resp.c's
-// order (check_op_seq, check_op_valid and check_resource, check_length,
-// check_rkey, execute). Each returns respOK or what is wrong.
+// respChecks is the pipeline after the PSN check, in rxe_resp.c's order
+// (check_op_seq, check_op_valid and check_resource, check_length, check_rkey,
+// execute).
 var respChecks = [...]func(*responder, *request) respErr{
 	(*responder).checkOpSequence,
 	(*responder).checkOpAllowed,
@@ -226,8 +212,8 @@ func (rs *responder) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 		rs.udReceive(pkt, it)
 		return
 	}
-	// The request lives in the QP (the checks are called through a table,
-	// so a local would escape), and only for this call.
+	// The request lives in the QP, for this call only: the checks are called
+	// through a table, so a local would escape.
 	r := &rs.req
 	*r = request{pkt: *pkt, op: pkt.Opcode(), psn: pkt.PSN(), data: pkt.Payload()}
 	err := rs.checkPSN(r)
@@ -245,11 +231,10 @@ func (rs *responder) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 	*r = request{}
 }
 
-// checkPSN compares the request's PSN with the expected one (rxe
-// check_psn). RC: behind is a duplicate, ahead means packets were lost. UC
-// has no duplicates or retries: a FIRST or ONLY is taken whatever its PSN
-// (it resynchronizes the responder), any other packet only at the expected
-// PSN of a message not being dropped.
+// checkPSN is rxe check_psn. RC: behind is a duplicate, ahead a loss. UC has
+// no duplicates or retries: a FIRST or ONLY is taken at any PSN (it
+// resynchronizes the responder), any other packet only at the expected PSN of
+// a message not being dropped.
 func (rs *responder) checkPSN(r *request) respErr {
 	q := rs.q
 	if q.typ == verbs.QPTypeUC {
@@ -278,11 +263,10 @@ func (rs *responder) checkPSN(r *request) respErr {
 	return respOK
 }
 
-// checkOpSequence is rxe check_op_seq: inside a SEND only SEND MIDDLE or
-// LAST may come, inside a WRITE only WRITE MIDDLE or LAST, and outside a
-// message no MIDDLE or LAST (bth.ValidSequence). On UC a FIRST or ONLY
-// always starts a new message: a partial one before it is abandoned (rxe's
-// class D1 error), the bytes it placed stay.
+// checkOpSequence is rxe check_op_seq (bth.ValidSequence): inside a SEND only
+// SEND MIDDLE or LAST, inside a WRITE only WRITE MIDDLE or LAST, outside a
+// message no MIDDLE or LAST. On UC a FIRST or ONLY abandons a partial message
+// (rxe's class D1 error); the bytes it placed stay.
 func (rs *responder) checkOpSequence(r *request) respErr {
 	q := rs.q
 	if q.typ == verbs.QPTypeUC && r.op.Starts() {
@@ -294,10 +278,9 @@ func (rs *responder) checkOpSequence(r *request) respErr {
 	return respOK
 }
 
-// checkOpAllowed is rxe check_op_valid and check_resource for READ and
-// atomics: the QP's access flags must allow the operation (remote write,
-// read or atomic), and a READ or atomic needs responder resources (only
-// max_dest_rd_atomic 0 refuses them, as in rxe).
+// checkOpAllowed is rxe check_op_valid and check_resource: the QP's access
+// flags must allow the operation, and a READ or atomic needs responder
+// resources (haveRDResources).
 func (rs *responder) checkOpAllowed(r *request) respErr {
 	q := rs.q
 	var want verbs.Access
@@ -335,8 +318,8 @@ func (rs *responder) checkLength(r *request) respErr {
 		return errLength
 	}
 	if op.IsAtomicWrite() && (n != 8 || r.pkt.RETH().DMALen != 8) {
-		// rxe's check_rkey lets any length through that matches the DMA
-		// length and then writes 8 bytes; an ATOMIC_WRITE is exactly 8.
+		// rxe's check_rkey lets any length matching the DMA length through and
+		// then writes 8 bytes; an ATOMIC_WRITE is exactly 8.
 		return errLength
 	}
 	if !op.IsWrite() {
@@ -352,10 +335,9 @@ func (rs *responder) checkLength(r *request) respErr {
 	return respOK
 }
 
-// checkRKey is rxe check_rkey: the R_Key of a WRITE (resolved again for
-// every packet, see writeTarget), READ or atomic must exist, belong to the
-// QP's PD, grant the access and cover the range; a zero-length READ or
-// WRITE names no memory and is not checked (C9-88). An atomic's address
+// checkRKey is rxe check_rkey: the R_Key of a WRITE (writeTarget), READ or
+// atomic must exist, belong to the QP's PD, grant the access and cover the
+// range, except for a zero-length READ or WRITE (C9-88). An atomic's address
 // must be 8-byte aligned.
 func (rs *responder) checkRKey(r *request) respErr {
 	switch {
@@ -382,8 +364,8 @@ func (rs *responder) checkRKey(r *request) respErr {
 			return errRKey
 		}
 	case r.op.IsAtomicWrite():
-		// rxe: the R_Key and range first, the alignment when it executes
-		// (rxe_mr_do_atomic_write, IBA A19.4.2: 8-byte aligned).
+		// rxe checks the R_Key and range first, the alignment (IBA A19.4.2)
+		// when it executes (rxe_mr_do_atomic_write).
 		reth := r.pkt.RETH()
 		if r.mem = rs.remoteRange(reth.RKey, reth.VA, 8, verbs.AccessRemoteWrite); r.mem == nil {
 			return errRKey
@@ -392,8 +374,8 @@ func (rs *responder) checkRKey(r *request) respErr {
 			return errMisaligned
 		}
 	case r.op.IsFlush():
-		// The memory must grant the placement types; a FLUSH of the whole
-		// MR names no range (rxe check_rkey: skip_check_range).
+		// The memory must grant the placement types; a FLUSH of the whole MR
+		// names no range (rxe check_rkey: skip_check_range).
 		reth, feth := r.pkt.RETH(), r.pkt.FETH()
 		reg := rs.remoteRegion(reth.RKey, flushAccess(feth))
 		if reg == nil || feth.Selectivity == bth.FlushRange && reg.slice(reth.VA, uint64(reth.DMALen)) == nil {
@@ -423,13 +405,11 @@ func (rs *responder) execute(r *request) respErr {
 }
 
 // executeFlush carries out an ATOMIC_WRITE (its 8 bytes stored at once, under
-// atomicMu so no atomic sees half of them) or a FLUSH, keeps it as a responder
-// resource so a duplicate is answered without executing again (oA19-14), and
-// answers with an empty READ RESPONSE ONLY (rxe send_read_response_ack).
-// FLUSH of global visibility has nothing to wait for: the responder places
-// every earlier request before it takes this one, and the memory is the
-// process's own. Persistence cannot be asked for: no MR of this device grants
-// it (Go memory is not persistent memory), so checkRKey refused such a FLUSH.
+// atomicMu) or a FLUSH, saves it as a responder resource (oA19-14) and answers
+// with an empty READ RESPONSE ONLY (rxe send_read_response_ack). A global
+// FLUSH has nothing to wait for: every earlier request is placed already, in
+// the process's own memory. A persistent one never gets here: no MR grants it
+// (Go memory is not persistent memory).
 func (rs *responder) executeFlush(r *request) {
 	if r.op.IsAtomicWrite() {
 		atomicMu.Lock()
@@ -457,8 +437,8 @@ func (rs *responder) placeSend(r *request) respErr {
 		return errRecvLen
 	}
 	if r.op.HasIETH() && q.e.cfg.Memory.Invalidate(r.pkt.IETH(), q.qpn, q.init.PD) != nil {
-		// The message is placed; the rkey it names is not a bound type 2
-		// window of this QP (rxe invalidate_rkey).
+		// Placed, but the rkey is not a bound type 2 window of this QP (rxe
+		// invalidate_rkey).
 		return errInvalidate
 	}
 	rs.off += uint32(len(r.data))
@@ -482,9 +462,8 @@ func (rs *responder) placeSend(r *request) respErr {
 	return respOK
 }
 
-// placeWrite copies a WRITE packet into the memory checkRKey resolved. A
-// WRITE with immediate consumes a receive WR at its end (none is RNR) and
-// completes it.
+// placeWrite copies a WRITE packet into the memory checkRKey resolved. A WRITE
+// with immediate consumes and completes a receive WR at its end (none is RNR).
 func (rs *responder) placeWrite(r *request) respErr {
 	q := rs.q
 	if r.op.NeedsRecvWR() && !rs.takeRecvWR() {
@@ -507,8 +486,8 @@ func (rs *responder) placeWrite(r *request) respErr {
 	return respOK
 }
 
-// executeRead accepts a READ: it keeps it as a responder resource, counts
-// the message (its MSN is due at once, C9-148) and starts the reply.
+// executeRead saves a READ as a responder resource, counts the message (its
+// MSN is due at once, C9-148) and starts the reply.
 func (rs *responder) executeRead(r *request) {
 	q := rs.q
 	reth := r.pkt.RETH()
@@ -519,8 +498,8 @@ func (rs *responder) executeRead(r *request) {
 	rs.startRead(r.psn, reth)
 }
 
-// executeAtomic performs an atomic once, under atomicMu, keeps its
-// original value as a responder resource for replays and answers with it.
+// executeAtomic performs an atomic under atomicMu, saves the original value
+// for replays and answers with it.
 func (rs *responder) executeAtomic(r *request) {
 	ae := r.pkt.AtomicETH()
 	atomicMu.Lock()
@@ -537,8 +516,8 @@ func (rs *responder) executeAtomic(r *request) {
 	rs.sendAtomicAck(r.psn, orig)
 }
 
-// advance records an executed request: the responder expects the PSN after
-// its npk PSNs, and a SEND or WRITE that ends its message counts in the MSN.
+// advance records an executed request of npk PSNs; a SEND or WRITE that ends
+// its message counts in the MSN.
 func (rs *responder) advance(r *request, npk int) {
 	rs.opcode = r.op
 	rs.psn = r.psn.Add(npk)
@@ -547,10 +526,9 @@ func (rs *responder) advance(r *request, npk int) {
 	}
 }
 
-// rcFailed answers a request that failed a check on an RC QP: a duplicate
-// is answered from the saved state (C9-105), a PSN gap draws one sequence
-// NAK (class B), a missing receive WR an RNR NAK (class B), anything else
-// is a class C error.
+// rcFailed answers a failed RC request: a duplicate from the saved state
+// (C9-105), a PSN gap with one sequence NAK and a missing receive WR with an
+// RNR NAK (class B), anything else as a class C error.
 func (rs *responder) rcFailed(now time.Time, r *request, err respErr) {
 	q := rs.q
 	switch err {
@@ -572,10 +550,9 @@ func (rs *responder) rcFailed(now time.Time, r *request, err respErr) {
 	}
 }
 
-// invalidateFailed is rxe's RESPST_ERR_INVALIDATE_RKEY (its class J): the
-// SEND_WITH_INV's data is placed and the packet acknowledged as rxe does
-// (the requester's WR completes successfully), but the receive WR completes
-// with REM_INV_REQ_ERR and the QP moves to ERR.
+// invalidateFailed is rxe's RESPST_ERR_INVALIDATE_RKEY (class J): the data is
+// placed and acknowledged (the requester's WR succeeds), but the receive WR
+// completes with REM_INV_REQ_ERR and the QP moves to ERR.
 func (rs *responder) invalidateFailed(now time.Time, r *request) {
 	q := rs.q
 	if r.pkt.AckReq() {
@@ -586,14 +563,11 @@ func (rs *responder) invalidateFailed(now time.Time, r *request) {
 	q.toError(now)
 }
 
-// classC is an IBA class C/B responder error: NAK, complete the receive WR
-// in progress with status, and move the QP to ERR. With no receive WR to
-// complete, the responder reports the error with the affiliated
-// asynchronous error the IBA names for the NAK instead: remote access error
-// -> Local Access Violation Work Queue Error (QP_ACCESS_ERR), invalid
-// request -> Local Invalid Request Work Queue Error (QP_REQ_ERR), remote
-// operational error -> Local Work Queue Catastrophic Error (QP_FATAL).
-// Exactly one such event; none when a WR completes with the status.
+// classC is an IBA class C/B responder error: NAK, complete the receive WR in
+// progress with status, move the QP to ERR. With no WR to complete, exactly
+// one affiliated event reports it instead, the one the IBA names for the NAK
+// (classCEvent): remote access error: QP_ACCESS_ERR (Local Access Violation WQ
+// Error); invalid request: QP_REQ_ERR; remote operational error: QP_FATAL.
 func (rs *responder) classC(now time.Time, p bth.PSN, code uint8, status verbs.WCStatus) {
 	q := rs.q
 	rs.sendAck(bth.NAKSyndrome(code), p)
@@ -606,8 +580,6 @@ func (rs *responder) classC(now time.Time, p bth.PSN, code uint8, status verbs.W
 	q.toError(now)
 }
 
-// classCEvent is the affiliated asynchronous event for a class C error
-// NAKed with code when no receive WR reports it.
 func classCEvent(code uint8) verbs.EventType {
 	switch code {
 	case bth.NAKRemoteAccess:
@@ -618,16 +590,15 @@ func classCEvent(code uint8) verbs.EventType {
 	return verbs.EventQPFatal // NAKRemoteOpErr and anything else
 }
 
-// takeRecvWR fetches a receive WR from the RQ or SRQ for the message that
-// starts now; false means none is posted (RNR).
+// takeRecvWR takes a receive WR from the RQ or SRQ for the message starting
+// now; false is RNR.
 func (rs *responder) takeRecvWR() bool {
 	q := rs.q
 	if rs.haveWR {
 		return true
 	}
 	if rs.wr.SGL == nil {
-		// Room for any WR the queue can hold, allocated by the first
-		// receive: a QP that never receives costs none of it.
+		// Allocated by the first receive: a QP that never receives costs none.
 		rs.wr.SGL = make([]verbs.SGE, 0, q.e.cfg.MaxSGE)
 	}
 	var ok bool
@@ -647,12 +618,12 @@ func (rs *responder) sendRNR(p bth.PSN) {
 	q.e.cfg.Stats.NAKsSent[NAKRNR].Add(1)
 }
 
-// writeTarget resolves the R_Key of the current WRITE again for the bytes
-// still to be placed, [wva+woff, wva+wlen), as rxe check_rkey does for
-// every WRITE packet: the key must still exist, belong to the QP's PD, grant
-// remote write and cover the range. false is a remote access violation.
-// Nothing is resolved when no byte is left (a zero-length WRITE names no
-// memory: C9-88), and the slice returned is used within this step only.
+// writeTarget resolves the current WRITE's R_Key again for the bytes still to
+// be placed, [wva+woff, wva+wlen), as rxe check_rkey does per packet: so once
+// ibv_dereg_mr unregistered the key and Engine.Barrier returned, no later
+// packet lands in the buffer. false is a remote access violation. A
+// zero-length WRITE resolves nothing (C9-88); the slice is used within this
+// step only.
 func (rs *responder) writeTarget() ([]byte, bool) {
 	rem := rs.wlen - rs.woff
 	if rem == 0 {

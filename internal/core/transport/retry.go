@@ -8,43 +8,33 @@ import (
 	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// Retransmission is bounded so that a peer that stops answering cannot make
-// the engine send without limit. rxe (rxe_comp.c, rxe_req.c) keeps a fixed
-// timer and resends the whole window on every timeout; goroce bounds it three
-// ways:
+// Retransmission is bounded, so that a peer that stops answering cannot make
+// the engine send without limit (rxe keeps a fixed timer and resends the whole
+// window on every timeout):
 //
-//   - Backoff: the timer of a QP runs rto << k after k consecutive timeouts
-//     without progress, k at most maxBackoff; any progress (an ACK or
-//     response that moves the oldest unacknowledged PSN) resets k. The IBA
-//     leaves the local ACK timer's restart to the implementation; TCP backs
-//     off the same way. retry_cnt still counts timeouts, so a finite
-//     retry_cnt fails later than on rxe (retry_cnt 3 after 15 timeouts' worth
-//     of time instead of 4); with retry_cnt 7 (infinite) a QP whose peer is
-//     gone sends one probe every 64 × timeout.
-//   - Probe: after a timeout the QP resends only its oldest unacknowledged
-//     packet, with AckReq, until an answer arrives; the answer ends probing
-//     and go-back-N resumes from what it acknowledged (ACK-clocked). NAKs and
-//     RNR NAKs, which come from a live peer, still go back N at once.
-//   - Budget: timeouts acted on take a token from a device-wide bucket
-//     (Config.RetryRate per second, Config.RetryBurst deep). A timeout
-//     without a token reserves the next one and waits for it, in arrival
-//     order; it is counted (RetriesDeferred), never dropped, and costs no
+//   - Backoff: k consecutive timeouts without progress (the oldest
+//     unacknowledged PSN moving) make the timer rto << k, k ≤ maxBackoff, as
+//     TCP does; the IBA leaves it open. retry_cnt still counts timeouts, so
+//     retry_cnt 3 fails after 15 timeouts' worth of time (rxe: 4), and with 7
+//     (infinite) a dead peer gets one probe every 64 × timeout.
+//   - Probe: after a timeout only the oldest unacknowledged packet goes out,
+//     with AckReq; the answer ends probing and go-back-N resumes from what it
+//     acknowledged. NAKs and RNR NAKs, from a live peer, go back N at once.
+//   - Budget: a timeout acted on takes a token from a device-wide bucket
+//     (Config.RetryRate per second, RetryBurst deep); without one it reserves
+//     the next and waits, in order, counted in RetriesDeferred and costing no
 //     retry.
 //
-// So without answers a QP sends at most one packet per backed-off timeout,
-// and the device at most RetryBurst + RetryRate × t probes in any t. Every
-// packet that is not a probe is a first transmission or is clocked by a
-// packet from the peer. The counters Timeouts, BackedOffTimeouts,
-// RetriesDeferred and TurnsYielded, and QPInfo.Backoff, show the bounds at
-// work.
+// So without answers a QP sends one packet per backed-off timeout, and the
+// device at most RetryBurst + RetryRate × t probes in any t (see the counters
+// Timeouts, BackedOffTimeouts, RetriesDeferred and QPInfo.Backoff).
 const (
 	maxBackoff        = 6
 	defaultRetryRate  = 10000
 	defaultRetryBurst = 1000
 )
 
-// rtoInterval is the QP's retransmission timeout after its consecutive
-// timeouts: rto << backoff.
+// rtoInterval is rto after the QP's consecutive timeouts: rto << backoff.
 func (c *completer) rtoInterval() time.Duration { return c.q.rto << c.backoff }
 
 // retryBudget is the device-wide token bucket of timer-driven retries.
@@ -56,8 +46,8 @@ type retryBudget struct {
 	last   time.Time
 }
 
-// newRetryBudget is a full bucket of burst tokens refilled at rate per
-// second; a negative rate is unlimited (Config.RetryRate, normalized).
+// newRetryBudget is a full bucket of burst tokens refilled at rate per second;
+// rate < 0 is unlimited.
 func newRetryBudget(rate, burst int) *retryBudget {
 	b := &retryBudget{rate: float64(rate), burst: float64(burst), tokens: float64(burst)}
 	if rate < 0 {
@@ -66,9 +56,9 @@ func newRetryBudget(rate, burst int) *retryBudget {
 	return b
 }
 
-// reserve takes a token at now. Without one it takes the next token to come
-// (the bucket goes into debt) and returns how long until it is there:
-// timeouts that wait are served in the order they came, each waking once.
+// reserve takes a token at now. Without one it takes the next to come (the
+// bucket goes into debt) and returns the wait for it: waiting timeouts are
+// served in arrival order, each waking once.
 func (b *retryBudget) reserve(now time.Time) (wait time.Duration) {
 	if math.IsInf(b.rate, 1) {
 		return 0
@@ -89,9 +79,9 @@ func (b *retryBudget) reserve(now time.Time) (wait time.Duration) {
 	return time.Duration(math.Ceil(-b.tokens / b.rate * float64(time.Second)))
 }
 
-// onTimer handles the retransmission and RNR timers at now. A timeout with a
-// budget token spends a retry (7: infinite), doubles the timer and starts a
-// probe; without a token the retry waits for the one it reserved.
+// onTimer handles the retransmission and RNR timers at now: a timeout with a
+// budget token spends a retry, doubles the timer and starts a probe; one
+// without waits for the token it reserved.
 func (c *completer) onTimer(now time.Time) {
 	q := c.q
 	if c.rnrWaiting() && !now.Before(c.rnrAt) {

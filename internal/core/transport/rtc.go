@@ -8,33 +8,21 @@ import (
 )
 
 // Run to completion (Config.RunToCompletion). By default a packet crosses
-// goroutines twice on each side: the reader hands it to the QP's shard
-// goroutine, which hands the completion to the application's; a post hands
-// the send queue to the shard goroutine. Each hand-off is a wake-up, and a
-// 64-byte ping-pong spends more in them than in the kernel. In this mode the
-// goroutine that has the work does it, under the shard's token:
-//
-//   - PostSend queues its QP and, if the shard's token is free, runs the
-//     shard's slices itself (the requester builds the packets, the flush
-//     sends them) before it returns;
-//   - a reader, having queued a batch on its shards, runs each shard whose
-//     token is free itself (responder and completer, ACKs sent,
-//     completions pushed) instead of waking the shard goroutine.
-//
-// Whoever finds the token taken wakes the shard goroutine instead, exactly
-// as in the default mode, so nothing waits and a QP never has two writers.
-// Inline work is bounded (rtcSlices slices, each as bounded as any slice);
-// what is left goes to the shard goroutine.
+// goroutines twice on each side (reader to shard to application; post to
+// shard), and a 64-byte ping-pong spends more in those wake-ups than in the
+// kernel. In this mode the goroutine that has the work does it, under the
+// shard's token: PostSend runs the shard's slices itself (the requester builds
+// the packets, the flush sends them), and a reader runs each shard it fed
+// (responder, completer, ACKs, completions). Whoever finds the token taken
+// wakes the shard goroutine, as in the default mode, so nothing waits and a QP
+// never has two writers. Inline work is bounded by rtcSlices; the shard
+// goroutine does the rest.
 
-// rtcSlices bounds the slices a caller runs inline before it leaves the rest
-// of the shard's work to the shard goroutine.
 const rtcSlices = 4
 
-// drive runs up to rtcSlices of the shard's slices on the calling goroutine
-// if the shard's token is free, and wakes the shard goroutine for what it
-// did not do. It reports whether it got the token; without it the caller
-// wakes the shard. poll says the caller polls a CQ (Engine.Poll): its
-// slices hold their packets back (pollSlice).
+// drive runs up to rtcSlices slices on the calling goroutine if the shard's
+// token is free, waking the shard goroutine for the rest, and reports whether
+// it got the token. poll: the caller polls a CQ (Engine.Poll, pollSlice).
 func (s *shard) drive(poll bool) bool {
 	if !s.mu.TryLock() {
 		return false
@@ -52,21 +40,17 @@ func (s *shard) drive(poll bool) bool {
 	return true
 }
 
-// holdFor bounds how long a poll-driven slice's packets wait for the
-// poller's next post before the shard goroutine sends them.
+// holdFor bounds how long a poll-driven slice's packets wait for the poller's
+// next post before the shard goroutine sends them.
 const holdFor = 50 * time.Microsecond
 
-// pollSlice is a slice for a goroutine that polls a CQ: its completions
-// become visible at once, and its packets (the acknowledgements of what it
-// received, mostly) are held until the poller's next post sends them after
-// its own packets, an empty poll sends them, or holdFor passes. Only plain
-// ACKs are held: a slice that emitted anything else (a request, a READ
-// response) sends at once, since the next slice's packets go out before the
-// held ones and must not overtake packets whose order the peer checks. A reply
-// posted on seeing a receive so leaves before that receive's ACK, which is
-// off the round trip. This is the order rxe uses (rxe_resp.c completes a
-// receive, then sends its ACK); outside run-to-completion polling the engine
-// writes the ACK first. Token holder only.
+// pollSlice is a slice for a goroutine that polls a CQ: its completions become
+// visible at once, and its plain ACKs are held until the poller's next post
+// sends them after its own packets, an empty poll sends them, or holdFor
+// passes. So a reply posted on seeing a receive leaves before that receive's
+// ACK, which is off the round trip: rxe's order (rxe_resp.c completes a
+// receive, then sends its ACK); otherwise the engine writes the ACK first.
+// Token holder only.
 func (s *shard) pollSlice() bool {
 	if !s.step() {
 		return false
@@ -74,9 +58,9 @@ func (s *shard) pollSlice() bool {
 	s.drainWC()
 	s.passDone.Store(s.e.cfg.Clock.Now().UnixNano())
 	if !s.onlyACKs(s.held) {
-		// Requests, READ responses or atomic ACKs: a later slice's packets
-		// of the same QP must not overtake them (a peer would see a PSN
-		// gap), so they leave now, and the plain ACKs held before them too.
+		// Anything but plain ACKs leaves now, with the ACKs held before it: a
+		// later slice's packets of the same QP must not overtake it (a PSN gap
+		// at the peer).
 		s.flush()
 		return true
 	}
@@ -93,8 +77,7 @@ func (s *shard) pollSlice() bool {
 	return true
 }
 
-// onlyACKs reports whether out[from:] holds plain ACKs only (what a
-// poll-driven slice may hold back). Token holder only.
+// onlyACKs reports whether out[from:] is plain ACKs only. Token holder only.
 func (s *shard) onlyACKs(from int) bool {
 	for i := from; i < len(s.out); i++ {
 		if bth.Opcode(s.out[i].buf[0]) != bth.RCAck {
@@ -110,18 +93,17 @@ func (s *shard) heldDue() {
 	s.wake()
 }
 
-// stopHold stops the hold timer once the held packets are being sent, so a
-// ping-pong, whose next post always sends them, does not wake the shard
-// goroutine every holdFor for nothing. Token holder only.
+// stopHold stops the hold timer once the held packets go out, so a ping-pong
+// (whose next post sends them) does not wake the shard goroutine every
+// holdFor. Token holder only.
 func (s *shard) stopHold() {
 	if s.heldArmed.CompareAndSwap(true, false) {
 		s.heldTimer.Stop()
 	}
 }
 
-// flushHeld sends the packets poll-driven slices hold on every shard whose
-// token is free: the poller found nothing new, so nothing is to be gained by
-// waiting.
+// flushHeld sends what poll-driven slices hold on every shard whose token is
+// free: the poller found nothing new, so waiting gains nothing.
 func (e *Engine) flushHeld() {
 	for _, s := range e.shards {
 		if s.mu.TryLock() {
@@ -145,9 +127,7 @@ func (s *shard) pending() bool {
 	return n > 0
 }
 
-// kickOrDrive is the shard's work after a post or a batch: inline in
-// run-to-completion mode when the token is free, else a wake-up of the shard
-// goroutine. poll says a CQ poller is driving (see drive).
+// kickOrDrive runs the shard inline (run to completion) or wakes it.
 func (s *shard) kickOrDrive(poll bool) {
 	if !s.e.cfg.RunToCompletion || !s.drive(poll) {
 		s.wake()
@@ -166,22 +146,20 @@ func (s *shard) readyQP(q *QP) {
 // pollBatch is the most messages one Poll takes from a receive path.
 const pollBatch = 8
 
-// poller is a receive path read without waiting by whoever calls Poll; mu
-// keeps it to one reader at a time, the path's goroutine included (it waits
-// for more outside mu; a Poll that finds mu taken skips the path).
+// poller is a receive path that Poll reads without waiting. mu keeps it to one
+// reader at a time, the path's goroutine included (which waits outside mu); a
+// Poll that finds mu taken skips the path.
 type poller struct {
 	mu sync.Mutex
 	r  *reader
 }
 
-// Poll reads what is queued on the Link's receive paths, without waiting,
-// and runs the shards it fed on the calling goroutine where their tokens are
-// free, through to their completions: in run-to-completion mode the
-// goroutine that polls a CQ is the one that receives (roce's CQ.Poll calls
-// it when the CQ is empty). It returns how many messages it read. A path
-// another goroutine is reading is skipped. Outside run-to-completion mode,
-// or over a Link that cannot be read without waiting (link.Poller), it does
-// nothing.
+// Poll reads what is queued on the Link's receive paths without waiting and
+// runs the shards it fed on the calling goroutine where their tokens are free,
+// through to their completions: roce's CQ.Poll calls it on an empty CQ, so the
+// goroutine that polls is the one that receives. It returns the messages read;
+// it does nothing outside run-to-completion mode or over a Link that cannot be
+// read without waiting (link.Poller).
 func (e *Engine) Poll() int {
 	if !e.cfg.RunToCompletion {
 		return 0

@@ -9,8 +9,7 @@ import (
 	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// classOf maps an opcode to its counting class (UC SEND/WRITE count with
-// RC's).
+// classOf is an opcode's counting class; UC counts with RC.
 func classOf(op bth.Opcode) OpClass {
 	switch {
 	case op == bth.CNP:
@@ -35,17 +34,16 @@ func classOf(op bth.Opcode) OpClass {
 	return ClassOther
 }
 
-// sameAddr reports whether a and b are the same IP address. A socket
-// reports an IPv6 link-local source with its interface zone (fe80::1%br0),
-// while an address vector names the peer without one; the zone says where a
-// packet arrived, not who sent it, so it is ignored, as are IPv4-mapped forms.
+// sameAddr compares IP addresses, ignoring IPv4 mapping and the zone, which a
+// socket adds to an IPv6 link-local source (fe80::1%br0) but which says where
+// a packet arrived, not who sent it.
 func sameAddr(a, b netip.Addr) bool {
 	return a.Unmap().WithZone("") == b.Unmap().WithZone("")
 }
 
-// receive validates one inbound datagram for q (parse, ICRC, P_Key,
-// transport and source checks) and hands it to the responder or completer
-// (the rxe_rcv_pkt split). Owner shard only.
+// receive checks an inbound datagram for q (parse, ICRC, P_Key, transport,
+// source) and hands it to the responder or completer (rxe_rcv_pkt). Owner
+// shard only.
 func (q *QP) receive(now time.Time, it *rxItem) {
 	e := q.e
 	b := it.bytes()
@@ -106,14 +104,12 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 	}
 }
 
-// service runs everything a QP may need after packets, posts or timers:
-// the error transition, timers, its turn of READ responses and requests,
-// SQD drain, and the timer re-arm. Owner shard only.
+// service runs what a QP needs after packets, posts or timers: the error
+// transition, timers, its turn, SQD drain, the timer re-arm. Owner shard only.
 func (q *QP) service(now time.Time) {
 	q.resp.flushAck()
 	if q.fatal.Load() && q.attr.State != verbs.QPSErr {
-		// A CQ it feeds overran, so the QP can no longer report its
-		// completions: IBA's Local Work Queue Catastrophic Error.
+		// A CQ it feeds overran: IBA's Local Work Queue Catastrophic Error.
 		q.e.event(Event{Type: verbs.EventQPFatal, QPN: q.qpn})
 		q.toError(now)
 	}
@@ -139,9 +135,8 @@ func (q *QP) service(now time.Time) {
 	q.syncTimer(now)
 }
 
-// takeTurn emits the QP's budgeted packets for this turn: READ responses
-// first (and the requests held behind them), then requests. A QP with more
-// to send queues itself behind the shard's other ready QPs.
+// takeTurn emits the QP's budgeted packets for this turn, READ responses (and
+// the requests held behind them) first; a QP with more queues itself again.
 func (q *QP) takeTurn(now time.Time) {
 	limit := q.paceLimit(now, q.sh.turn())
 	start := len(q.sh.out)
@@ -155,8 +150,7 @@ func (q *QP) takeTurn(now time.Time) {
 	}
 }
 
-// nextDeadline is the earliest armed timer (retransmission, RNR, the
-// pacer's hold), or zero.
+// nextDeadline is the earliest armed timer (retransmit, RNR, pacer), or zero.
 func (q *QP) nextDeadline() time.Time {
 	d := time.Time{}
 	for _, t := range [...]time.Time{q.comp.rtoAt, q.comp.rnrAt, q.ccDeadline()} {
@@ -167,9 +161,8 @@ func (q *QP) nextDeadline() time.Time {
 	return d
 }
 
-// syncTimer makes sure the QP's clock timer fires no later than its
-// earliest deadline. The timer only wakes the QP on its shard; an early or
-// stale firing is harmless because service checks the deadlines itself.
+// syncTimer has the QP's timer fire by its earliest deadline. The timer only
+// wakes the QP; service checks the deadlines, so an early firing is harmless.
 func (q *QP) syncTimer(now time.Time) {
 	d := q.nextDeadline()
 	if d.IsZero() {

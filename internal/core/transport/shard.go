@@ -13,14 +13,7 @@ import (
 	"github.com/goroce/goroce/link"
 )
 
-// A shard works in slices and serves its command queue (Modify, Query,
-// Destroy, Barrier, the debug snapshot) between them, so no amount of
-// traffic delays a command by more than one slice. A slice handles at most
-// sliceInbound received datagrams and serves at most sliceQPs ready QPs; the
-// QPs it services may emit at most slicePackets budgeted packets (requests
-// and READ responses), a QP at most turnPackets per turn. A QP with work
-// left goes to the back of the ready queue (round robin). Acknowledgements
-// are not budgeted: at most one per received packet.
+// Slice bounds: see the package doc (Shard slices).
 const (
 	sliceInbound = 256
 	sliceQPs     = 64
@@ -28,8 +21,8 @@ const (
 	turnPackets  = 64
 )
 
-// rxItem is one inbound datagram on its way to a shard. The shard owns buf
-// once enqueue succeeded and returns it to the pool.
+// rxItem is an inbound datagram on its way to a shard, which owns buf once
+// enqueue succeeded and returns it to the pool.
 type rxItem struct {
 	buf   *[link.MaxDatagram]byte // the datagram, or nil for a segment of
 	train *rxTrain                // a GRO train, at off
@@ -43,11 +36,9 @@ type rxItem struct {
 	qp    *QP
 }
 
-// txPacket is one entry of a slice's output list: a packet a state machine
-// built (headers and payload, ICRC not yet written), the QP that sent it,
-// where to, and the IP header fields of the address vector it was sent
-// under. The shard writes the ICRC and sends the list when the slice ends; a
-// QP's packets of one turn are contiguous in it.
+// txPacket is an entry of the slice's output list: a packet built by a state
+// machine, ICRC not yet written, its QP, and the destination and IP header
+// fields of its address vector. A QP's packets of one turn are contiguous.
 type txPacket struct {
 	buf  *[link.MaxDatagram]byte // the packet; or, with pay, its headers then pad and ICRC
 	n    int                     // the packet's length
@@ -67,17 +58,14 @@ type shard struct {
 	cmds  chan func()
 	batch int
 
-	// passDone is the clock time (UnixNano) the shard last finished a
-	// slice or an idle pass of its run loop (Engine.ShardLoopAges): a shard
-	// that keeps working still updates it once per slice.
+	// passDone is when (UnixNano) the shard last finished a slice or an idle
+	// pass (Engine.ShardLoopAges).
 	passDone atomic.Int64
 
-	// mu is the shard's token: whoever holds it may run the shard's work
-	// and write the state of its QPs. The shard goroutine holds it while it
-	// runs slices and commands; a command finding the shard idle takes it
-	// and runs on the caller's goroutine instead of waiting for a hand-off
-	// (call). So a QP never has two writers at once, whichever goroutine
-	// writes.
+	// mu is the shard's token: its holder runs the shard's work and writes its
+	// QPs' state, so a QP never has two writers. The shard goroutine holds it
+	// to run slices and commands; a command finding the shard idle takes it
+	// and runs on the caller's goroutine (call).
 	mu sync.Mutex
 
 	heldTimer Timer       // sends what poll-driven slices hold (token holder)
@@ -102,8 +90,7 @@ type shard struct {
 	rwr     verbs.RecvWR // scratch for SRQ pops (reused, no allocation)
 	scratch [4096]byte   // gather buffer for a payload spanning SGEs (QP.gather)
 
-	// Completions made while processing wait in wcs until the slice's
-	// packets are on the wire (see drainWC).
+	// Completions wait in wcs until the slice's packets are sent (drainWC).
 	deferWC bool
 	wcs     []deferredWC
 }
@@ -117,8 +104,7 @@ func newShard(e *Engine, batch int) *shard {
 	return s
 }
 
-// deferredWC is a completion held back until the packets of its slice are
-// sent.
+// deferredWC is a completion held until its slice's packets are sent.
 type deferredWC struct {
 	q         *QP
 	c         *cq.Queue
@@ -144,8 +130,7 @@ func (s *shard) enqueue(it rxItem) bool {
 	return true
 }
 
-// wakeQP asks the shard to service q (run its requester, check its timers).
-// Safe from any goroutine.
+// wakeQP asks the shard to service q. Safe from any goroutine.
 func (s *shard) wakeQP(q *QP) {
 	s.readyQP(q)
 	s.wake()
@@ -177,8 +162,7 @@ func (s *shard) run() {
 	}
 }
 
-// process runs slices until no work is left, serving the commands that
-// wait between them.
+// process runs slices until no work is left, serving commands between them.
 func (s *shard) process() {
 	for {
 		s.serveCommands()
@@ -191,8 +175,7 @@ func (s *shard) process() {
 	}
 }
 
-// serveCommands runs every command waiting on the (unbuffered) command
-// channel.
+// serveCommands runs the commands waiting on the (unbuffered) channel.
 func (s *shard) serveCommands() {
 	for {
 		select {
@@ -204,8 +187,8 @@ func (s *shard) serveCommands() {
 	}
 }
 
-// refill takes what arrived since the last take once the previous take is
-// consumed: inbound datagrams and ready QPs are served in arrival order.
+// refill takes what arrived once the previous take is consumed, so datagrams
+// and ready QPs are served in arrival order.
 func (s *shard) refill() {
 	if s.wpos < len(s.work) && s.rpos < len(s.readyW) {
 		return
@@ -221,9 +204,8 @@ func (s *shard) refill() {
 	s.inMu.Unlock()
 }
 
-// slice is one bounded unit of shard work: step, then send the output list
-// and make the slice's completions visible. It reports false when there was
-// nothing to do.
+// slice is a bounded unit of shard work: step, send the output list and make
+// the completions visible; false when there was nothing to do.
 func (s *shard) slice() bool {
 	if !s.step() {
 		return false
@@ -234,9 +216,8 @@ func (s *shard) slice() bool {
 	return true
 }
 
-// step delivers up to sliceInbound datagrams, serves up to sliceQPs ready
-// QPs and services every QP touched, leaving their packets in the output
-// list and their completions held.
+// step delivers up to sliceInbound datagrams and serves up to sliceQPs ready
+// QPs, leaving their packets in the output list and their completions held.
 func (s *shard) step() bool {
 	s.refill()
 	nIn := min(len(s.work)-s.wpos, sliceInbound)
@@ -257,8 +238,8 @@ func (s *shard) step() bool {
 			}
 			q.receive(now, it)
 		} else {
-			// The QP was destroyed after the reader queued the packet (a
-			// peer's last ACK racing a disconnect handled on another shard).
+			// Destroyed after the reader queued the packet (a peer's last ACK
+			// racing a disconnect handled on another shard).
 			s.e.cfg.Stats.DestroyedQPDrops.Add(1)
 		}
 		it.release()
@@ -283,18 +264,16 @@ func (s *shard) step() bool {
 	return true
 }
 
-// turn is how many budgeted packets a QP may emit now, and spend records
-// that it emitted n of them: a QP that stops at its turn's limit is queued
-// again behind the other ready QPs.
+// turn is how many budgeted packets a QP may emit now; spend records them. A
+// QP that stops at its turn's limit is queued again behind the others.
 func (s *shard) turn() int { return min(turnPackets, max(s.budget, 0)) }
 
 func (s *shard) spend(n int) { s.budget -= n }
 
-// drainWC makes the completions of the slice visible. It runs after flush,
-// so an application never sees a receive completion before the ACK that
-// acknowledges it has left: a peer that learns of delivery over a side
-// channel (a CM DREQ, a TCP "done") and tears down cannot race the ACK, and
-// a UD or UC send completes only once its packets are sent.
+// drainWC makes the slice's completions visible, after flush: an application
+// never sees a receive before its ACK has left, so a peer that learns of the
+// delivery over a side channel (a CM DREQ, a TCP "done") and tears down cannot
+// race the ACK, and a UD or UC send completes once its packets are sent.
 func (s *shard) drainWC() {
 	s.deferWC = false
 	for i := range s.wcs {
@@ -312,22 +291,19 @@ func (s *shard) touch(q *QP) {
 	}
 }
 
-// emit appends a packet built from f and payload, sent by q under address
-// vector av, to its shard's output list. It is how the requester, responder
-// and completer send: they never write to the Link themselves. Every packet
-// carries av's traffic class, hop limit and (IPv6) flow label in its IP
-// header, as the GRH of an IB packet carries them: an RC or UC QP's path
-// for everything it sends (requests, ACKs, READ responses), a UD WR's
-// address handle for its datagram. With congestion control on, the ECN bits
-// of the traffic class are the engine's (Engine.packetTOS).
+// emit appends a packet built from f and payload to the shard's output list:
+// the state machines never write to the Link. The packet's IP header carries
+// av's traffic class, hop limit and flow label, as an IB GRH does: an RC or UC
+// QP's path for all it sends, a UD WR's address handle. With congestion
+// control on, the ECN bits are the engine's (Engine.packetTOS).
 func (q *QP) emit(f *bth.Fields, payload []byte, av *verbs.AddressVector) {
 	p := txPacket{buf: link.GetBuffer(), q: q, dst: av.DGID, tos: q.e.packetTOS(f.Opcode, av.TrafficClass), ttl: av.HopLimit, flow: av.FlowLabel}
 	if len(payload) >= gatherMin && !q.sh.isScratch(payload) {
-		// Gather send: the payload stays where it is (registered memory or
-		// a WR's inline copy) until the slice's flush, which sends headers,
-		// payload and tail as one gather list and runs the ICRC over the
-		// payload in place (bth.ICRCParts). A key's memory cannot go away
-		// meanwhile: ibv_dereg_mr waits for the slice (Engine.Barrier).
+		// Gather send: the payload stays in place (registered memory or a WR's
+		// inline copy) until flush sends headers, payload and tail as one
+		// gather list, with the ICRC run over it in place (bth.ICRCParts).
+		// ibv_dereg_mr waits for the slice (Engine.Barrier), so the memory
+		// cannot go away meanwhile.
 		h := bth.AppendHeaders(p.buf[:0], f, len(payload))
 		tail := bth.PadCount(len(payload)) + bth.ICRCLen
 		clear(p.buf[len(h) : len(h)+tail])
@@ -339,12 +315,12 @@ func (q *QP) emit(f *bth.Fields, payload []byte, av *verbs.AddressVector) {
 	q.cnt.txPackets.Add(1)
 }
 
-// gatherMin is the smallest payload sent in place (gather send); a smaller
-// one is cheaper to copy next to its headers than to give its own iovec.
+// gatherMin is the smallest payload sent in place; a smaller one is cheaper to
+// copy next to its headers than to give its own iovec.
 const gatherMin = 512
 
-// isScratch reports whether b lies in the shard's gather scratch, which the
-// next gather overwrites: such a payload must be copied now.
+// isScratch reports whether b lies in the gather scratch, which the next
+// gather overwrites: such a payload is copied now.
 func (s *shard) isScratch(b []byte) bool {
 	return len(b) > 0 && &b[0] == &s.scratch[0]
 }
@@ -359,15 +335,13 @@ func (p *txPacket) packet() []byte {
 	return append(b, p.buf[p.hdr:p.hdr+p.n-p.hdr-len(p.pay)]...)
 }
 
-// flush sends the output list, in order, in link batches, runs of one UDP
-// flow's equal-size packets as segment trains (train.go): each packet gets its
-// ICRC now, over the source port its QP sends from and the IPv4 ID the kernel
-// will give it. A Link's sockets send IPv4 with DF set and, for a datagram sent
-// alone, ID 0 (see package link); the ICRC covers both.
+// flush sends the output list in order, in link batches, runs of one UDP
+// flow's equal-size packets as trains (train.go). Each packet gets its ICRC
+// now, over its source port and the IPv4 ID the kernel will give it (DF set;
+// ID 0 for a datagram sent alone: package link).
 func (s *shard) flush() {
-	// Packets held by poll-driven slices go after the newer ones (rtc.go),
-	// in the same link batch: a reply and the ACK it overtakes cost one
-	// system call.
+	// Held packets (rtc.go) go after the newer ones, in the same link batch: a
+	// reply and the ACK it overtakes cost one system call.
 	if s.held > 0 {
 		s.stopHold()
 	}
@@ -387,8 +361,7 @@ func (s *shard) flush() {
 	clear(s.pieces)
 }
 
-// queueRange adds out[lo:hi] to the link batch being built, writing the
-// batch whenever it is full.
+// queueRange adds out[lo:hi] to the link batch, writing it whenever full.
 func (s *shard) queueRange(lo, hi int) {
 	for i := lo; i < hi; {
 		if len(s.tx) == s.batch {

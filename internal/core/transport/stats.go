@@ -60,31 +60,27 @@ func (k NAKKind) String() string {
 	return "unknown"
 }
 
-// NumLatencyBuckets is the number of request-to-ACK latency buckets. Bucket i counts
-// latencies below 2^i microseconds (bucket 0: < 1 µs); the last bucket also takes
-// everything above.
+// NumLatencyBuckets is the number of request-to-ACK latency buckets: bucket i
+// counts latencies below 2^i µs, the last also everything above.
 const NumLatencyBuckets = 24
 
 // LatencyBucketBound returns the upper bound of bucket i.
 func LatencyBucketBound(i int) time.Duration { return time.Duration(1<<uint(i)) * time.Microsecond }
 
-// Counters is the engine's counter table: one field per counter (or per array
-// of counters indexed by OpClass, NAKKind or latency bucket), and its tag says
-// how it is shown. Stats (atomics the data path increments) and StatsSnapshot
-// (plain values) are both this struct; Snapshot, StatsSnapshot.Add and String,
-// and the Prometheus collector in package metrics iterate it, so a new counter
-// is one line here plus its increment. Names follow rxe's hw_counters where
-// one exists. Tag keys:
+// Counters is the engine's counter table: a field per counter (or per array
+// indexed by OpClass, NAKKind or latency bucket), its tag saying how it is
+// shown. Stats (atomics) and StatsSnapshot (plain values) are this struct;
+// Snapshot, StatsSnapshot.Add and String and package metrics iterate it, so a
+// new counter is one line here plus its increment. Names follow rxe's
+// hw_counters where one exists. Tag keys:
 //
 //	metric  the Prometheus series name ("-": not exported on its own)
 //	help    the series' help text
-//	kind    counter (the default), gauge, or histogram: an array of duration
-//	        buckets, bucket i counting values below LatencyBucketBound(i),
-//	        the last one everything above
-//	sum     histogram: the field with the sum of observations, in nanoseconds
-//	labels  constant labels, "name=value,..." (the tx and rx halves of a series)
-//	index   the label an array's index fills: op_class (OpClass names) or
-//	        kind (NAKKind names)
+//	kind    counter (default), gauge, or histogram: an array of duration
+//	        buckets (LatencyBucketBound), the last taking everything above
+//	sum     histogram: the field with the sum of observations, in ns
+//	labels  constant labels, "name=value,..." (a series' tx and rx halves)
+//	index   the label an array's index fills: op_class or kind
 //
 // Rows of one series must agree on help, kind and label names.
 type Counters[T uint64 | atomic.Uint64] struct {
@@ -130,8 +126,7 @@ type Counters[T uint64 | atomic.Uint64] struct {
 	LatencySumNanos T                    `metric:"-"`
 }
 
-// Stats holds the engine's wire counters: atomics the data path increments.
-// Exporters read a Snapshot.
+// Stats holds the engine's counters, atomics; exporters read a Snapshot.
 type Stats struct {
 	Counters[atomic.Uint64]
 }
@@ -154,8 +149,8 @@ func (s *Stats) ObserveLatency(d time.Duration) {
 	s.LatencySumNanos.Add(uint64(d))
 }
 
-// Snapshot copies every counter. Counters are read one by one, so a snapshot taken
-// under traffic is not a single instant, which is fine for monotonic counters.
+// Snapshot copies every counter, one by one: not one instant, which is fine
+// for monotonic counters.
 func (s *Stats) Snapshot() StatsSnapshot {
 	var o StatsSnapshot
 	src, dst := reflect.ValueOf(&s.Counters).Elem(), reflect.ValueOf(&o.Counters).Elem()
@@ -187,9 +182,9 @@ func eachCell(a, b reflect.Value, f func(a, b reflect.Value)) {
 	}
 }
 
-// String labels every exported value, in table order: the series name without
-// its roce_ prefix, then the labels, e.g. "packets_total{direction=tx,op_class=send}=3".
-// A histogram shows its count and sum.
+// String shows every exported value in table order, series names without
+// roce_: "packets_total{direction=tx,op_class=send}=3"; histograms' count,
+// sum.
 func (s StatsSnapshot) String() string {
 	var b strings.Builder
 	for i := range counterTable {
@@ -227,8 +222,7 @@ func (s StatsSnapshot) String() string {
 	return b.String()
 }
 
-// CounterKind is how a series reads: a counter only grows, a gauge goes up and
-// down, a histogram counts observations in buckets.
+// CounterKind is how a series reads (Prometheus metric types).
 type CounterKind uint8
 
 const (
@@ -237,17 +231,16 @@ const (
 	KindHistogram
 )
 
-// CounterDesc is one exported row of the Counters table: a field and the
-// series it is part of.
+// CounterDesc is an exported row of Counters: a field and its series.
 type CounterDesc struct {
 	Field  string      // the Counters field, e.g. "ICRCErrors"
 	Metric string      // the series name, e.g. "roce_icrc_errors_total"
 	Help   string      // the series' help text
 	Kind   CounterKind // counter, gauge or histogram
-	// LabelNames are the constant labels' names, then the index label's
-	// (none for a histogram: its index is the bucket).
+	// LabelNames: the constant labels, then the index label (none for a
+	// histogram, whose index is the bucket).
 	LabelNames []string
-	// Len is how many values the row holds: 1 for a scalar, else the array's length.
+	// Len is the row's number of values: 1, or the array's length.
 	Len int
 
 	consts []string // constant label values
@@ -273,8 +266,7 @@ func (d *CounterDesc) LabelValues(i int) []string {
 	return append(append([]string(nil), d.consts...), d.index(i))
 }
 
-// Bound returns the upper bound of bucket i of a histogram row; the last
-// bucket has none (it is the +Inf bucket).
+// Bound is the upper bound of histogram bucket i; the last has none (+Inf).
 func (d *CounterDesc) Bound(i int) time.Duration { return LatencyBucketBound(i) }
 
 // Sum returns the sum of a histogram row's observations in s.
@@ -282,8 +274,7 @@ func (d *CounterDesc) Sum(s *StatsSnapshot) time.Duration {
 	return time.Duration(reflect.ValueOf(&s.Counters).Elem().Field(d.sum).Uint())
 }
 
-// CounterTable returns the exported rows of the Counters table in field order.
-// The slice is shared: do not modify it.
+// CounterTable returns the exported rows in field order; do not modify it.
 func CounterTable() []CounterDesc { return counterTable }
 
 var counterTable = parseCounterTable()
@@ -294,8 +285,8 @@ var indexLabels = map[string]func(int) string{
 	"kind":     func(i int) string { return NAKKind(i).String() },
 }
 
-// parseCounterTable reads the Counters tags. A bad tag is a programming error
-// caught by the first test run, so it panics.
+// parseCounterTable reads the Counters tags; a bad tag panics at the first
+// test run.
 func parseCounterTable() []CounterDesc {
 	t := reflect.TypeFor[Counters[uint64]]()
 	var rows []CounterDesc

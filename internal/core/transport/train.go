@@ -8,28 +8,20 @@ import (
 	"github.com/goroce/goroce/link"
 )
 
-// Segment trains. When the output list holds a run of packets of one UDP flow
-// (source port, destination and IP header fields) that are all the same size
-// (the last may be shorter), the shard hands them to the Link as one train
-// (link.Message.SegSize), which a UDP link sends as UDP GSO super-datagrams:
-// one trip through the kernel's stack for up to 64 datagrams instead of one
-// each. Such runs are what a window of traffic is made of: the MIDDLE packets
-// and the LAST of a WRITE or SEND (a FIRST carries a RETH or is longer, so it
-// goes on its own), consecutive ONLY packets of equal size, READ response
-// MIDDLEs (a LAST whose AETH makes it longer goes on its own).
-//
-// Each segment keeps its own BTH and its own ICRC, and the ICRC covers the
-// IPv4 Identification the kernel gives that segment: segment k of a train
-// gets link.TrainIPv4ID(segSize, k) (measured and explained in package
-// link). A Link that has to send the train datagram by datagram re-keys each
-// ICRC for the ID that datagram gets.
+// Segment trains. A run of output packets of one UDP flow (source port,
+// destination and IP header fields), all of one size but the last, which may
+// be shorter, goes to the Link as one train (link.Message.SegSize), which a
+// UDP link sends as UDP GSO super-datagrams: one trip through the kernel for
+// up to 64 datagrams. Windows of traffic are made of such runs: the MIDDLEs
+// and LAST of a WRITE or SEND (a FIRST carries a RETH or is longer, so it goes
+// alone), consecutive equal-size ONLYs, READ response MIDDLEs (a LAST is
+// longer by its AETH).
 
-// trainEnd returns the end, at most hi, of the train that starts at s.out[i]: the packets
-// out[i:end] share the UDP flow (joins) and all have out[i]'s size but
-// the last, which may be shorter. A shorter packet that heads a run of its
-// own size stays with its run: a FIRST longer than the MIDDLEs after it (a
-// RETH, a READ response's AETH) goes on its own. end is i+1 when trains are
-// off or no packet joins.
+// trainEnd returns the end, at most hi, of the train that starts at out[i]:
+// out[i:end] share the UDP flow (joins) and out[i]'s size, but the last may be
+// shorter. A shorter packet that heads a run of its own size stays with that
+// run, so a FIRST longer than its MIDDLEs goes alone. end is i+1 when trains
+// are off or no packet joins.
 func (s *shard) trainEnd(i, hi int) int {
 	j := i + 1
 	if !s.e.offloads.GSO {
@@ -48,28 +40,24 @@ func (s *shard) trainEnd(i, hi int) int {
 	return j
 }
 
-// joins reports whether out[j] may ride in a train that starts at out[i]:
-// the same UDP flow (source port and destination) and IP header fields (a
-// train's datagrams share one header), not longer. QPs that share a source
-// port (the link's own, or one of its per-QP ports once there are more QPs
-// than ports) share trains: each segment is a datagram of its own, which the
-// receiver hands to its QP by the BTH, and the output list keeps every QP's
-// packets in order.
+// joins reports whether out[j] may ride in the train that starts at out[i]:
+// same UDP flow and IP header fields (a train's datagrams share one header),
+// not longer. QPs that share a source port (the link's own, or a per-QP port
+// once QPs outnumber ports) share trains: each segment is its own datagram,
+// which the receiver hands to its QP by the BTH.
 func (s *shard) joins(i, j int) bool {
 	p, o := &s.out[i], &s.out[j]
 	return o.q.wport == p.q.wport && o.dst == p.dst && o.n <= p.n && o.tos == p.tos && o.ttl == p.ttl && o.flow == p.flow &&
 		sameQPNRange(o.buf[:], p.buf[:])
 }
 
-// sameQPNRange reports whether two packets' DestQPs share their top 12
-// bits. A receiver that shares its address among processes steers a train
-// to one process by its first segment (package link/steer, whose smallest
-// block is 4096 QPNs), so a train never spans two such ranges.
+// sameQPNRange reports whether two packets' DestQPs share their top 12 bits: a
+// receiver that shares its address among processes steers a train by its first
+// segment (package link/steer, whose smallest block is 4096 QPNs).
 func sameQPNRange(a, b []byte) bool { return a[5] == b[5] && a[6]>>4 == b[6]>>4 }
 
-// message finishes out[i:j] (one packet, or a train) with their ICRCs and
-// returns the Link message that sends them. A train's pieces are the
-// packets' own buffers, so nothing is copied.
+// message writes the ICRCs of out[i:j] (one packet, or a train) and returns
+// the Link message that sends them, with the packets' own buffers as pieces.
 func (s *shard) message(i, j int) link.Message {
 	e := s.e
 	p := &s.out[i]

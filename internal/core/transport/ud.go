@@ -5,9 +5,8 @@ import (
 	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// udReceive delivers a UD SEND: Q_Key check (C10-15), the GRH area, then
-// the payload, into the next receive WR. With no WR posted the datagram is
-// dropped, as UD allows.
+// udReceive delivers a UD SEND after the Q_Key check (C10-15): the GRH area,
+// then the payload. With no receive WR the datagram is dropped, as UD allows.
 func (rs *responder) udReceive(pkt *bth.Packet, it *rxItem) {
 	q := rs.q
 	deth := pkt.DETH()

@@ -2,12 +2,11 @@ package transport
 
 import "github.com/goroce/goroce/bth"
 
-// sendWindow is the go-back-N state the requester and the completer share:
-// the send queue from its oldest WQE not completed, at the oldest PSN not
-// acknowledged (the completer's end), to the WQE the requester sends, how far
-// into it, and the PSN of its next packet (the requester's end). The
-// requester moves next, the completer moves head; every rule that reads one
-// end for the other, or moves both, is a method here.
+// sendWindow is the go-back-N state the requester and the completer share: the
+// send queue from head (the oldest WQE not completed, at headPSN, the oldest
+// PSN not acknowledged: the completer's end) to next (the WQE the requester
+// sends, nextOff bytes into it, at nextPSN). Every rule that reads one end for
+// the other, or moves both, is a method here.
 type sendWindow struct {
 	head    uint64  // absolute index of the oldest WQE not completed (the send queue's head)
 	headPSN bth.PSN // the oldest PSN not acknowledged
@@ -17,14 +16,13 @@ type sendWindow struct {
 	maxPSN  bth.PSN // the first PSN never sent: anything before it is a retransmission
 	// needRetry makes the requester go back to head before it sends again.
 	needRetry bool
-	// probing: the retransmission timer expired and nothing was
-	// acknowledged since, so only the oldest unacknowledged packet goes out
-	// (with AckReq), not the window (retry.go).
+	// probing: a timeout and no acknowledgement since: only the oldest
+	// unacknowledged packet goes out, with AckReq (retry.go).
 	probing bool
 }
 
-// startAt is a window at send queue index idx and PSN psn with nothing sent
-// (ibv_modify_qp's sq_psn sets the PSN, RESET the index).
+// startAt empties the window at send queue index idx and PSN psn (sq_psn sets
+// the PSN, RESET the index).
 func (w *sendWindow) startAt(idx uint64, psn bth.PSN) {
 	*w = sendWindow{head: idx, next: idx, headPSN: psn, nextPSN: psn, maxPSN: psn}
 }
@@ -35,9 +33,8 @@ func (w *sendWindow) full() bool {
 	return w.nextPSN.Diff(w.headPSN) >= maxUnackedPSNs || w.probing && w.nextPSN != w.headPSN
 }
 
-// sent records a packet of n bytes that took consumed PSNs (a READ request
-// takes one per response packet) and reports whether it was a
-// retransmission. Only RC resends, so for UC and UD every packet is new.
+// sent records a packet of n bytes and consumed PSNs (a READ request takes one
+// per response) and reports whether it was a retransmission; only RC resends.
 func (w *sendWindow) sent(consumed int, n uint32, rc bool) (retransmit bool) {
 	retransmit = w.nextPSN.Before(w.maxPSN)
 	w.nextPSN = w.nextPSN.Add(consumed)
@@ -53,12 +50,11 @@ func (w *sendWindow) nextWQE() {
 	w.nextOff = 0
 }
 
-// ghost reports whether a response names PSN p, never sent: the old
-// incarnation of a QPN, or a forged packet.
+// ghost reports whether a response names PSN p, never sent: a QPN's old
+// incarnation (its process exited, the peer still resends), or a forgery.
 func (w *sendWindow) ghost(p bth.PSN) bool { return !p.Before(w.maxPSN) }
 
-// clampSent is p, or the first PSN never sent if p is past it: nothing
-// acknowledges a PSN never sent.
+// clampSent is p, but not past maxPSN: nothing acknowledges a PSN never sent.
 func (w *sendWindow) clampSent(p bth.PSN) bth.PSN {
 	if p.After(w.maxPSN) {
 		return w.maxPSN
@@ -66,8 +62,7 @@ func (w *sendWindow) clampSent(p bth.PSN) bth.PSN {
 	return p
 }
 
-// ack moves the oldest unacknowledged PSN forward to p and reports whether it
-// moved.
+// ack moves headPSN forward to p and reports whether it moved.
 func (w *sendWindow) ack(p bth.PSN) bool {
 	if !p.After(w.headPSN) {
 		return false
@@ -77,10 +72,9 @@ func (w *sendWindow) ack(p bth.PSN) bool {
 }
 
 // retireHead removes the completed WQE at head. A requester that had only
-// started that WQE again after a rewind (a timeout probe stops after its
-// first packet) moves on with the completer: the next WQE starts at the next
-// unacknowledged PSN, never at one of the completed WQE's, or the peer would
-// take its packets for that WQE's duplicates.
+// restarted it after a rewind (a probe stops after one packet) moves on too:
+// the next WQE starts at the next unacknowledged PSN, never at one of the
+// completed WQE's, which the peer would take for duplicates.
 func (w *sendWindow) retireHead() {
 	w.head++
 	if w.next < w.head {
@@ -94,9 +88,8 @@ func (w *sendWindow) retireHead() {
 // flushed puts the requester at head once every WQE was flushed.
 func (w *sendWindow) flushed() { w.next, w.nextOff = w.head, 0 }
 
-// goBack is req_retry's arithmetic: the requester resends from the oldest
-// unacknowledged PSN, into the head WQE (first PSN first, pmtu bytes a
-// packet) when the acknowledgements stopped inside it.
+// goBack is req_retry's arithmetic: resend from headPSN, into the head WQE
+// (first PSN first, pmtu bytes a packet) when the ACKs stopped inside it.
 func (w *sendWindow) goBack(inHead bool, first bth.PSN, pmtu uint32) {
 	w.needRetry = false
 	w.next, w.nextPSN, w.nextOff = w.head, w.headPSN, 0
@@ -105,8 +98,8 @@ func (w *sendWindow) goBack(inHead bool, first bth.PSN, pmtu uint32) {
 	}
 }
 
-// ackedInside reports whether the acknowledgements stopped inside the WQE of
-// PSNs first to last: a resend starts in its middle.
+// ackedInside reports whether the ACKs stopped inside the WQE of PSNs first to
+// last, so that a resend starts in its middle.
 func (w *sendWindow) ackedInside(first, last bth.PSN) bool {
 	return w.headPSN.After(first) && !w.headPSN.After(last)
 }

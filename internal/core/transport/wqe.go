@@ -18,9 +18,9 @@ const (
 	wqeDone                       // completed (completion posted if due)
 )
 
-// sendWQE is one slot of a send queue. The user goroutine fills the request
-// part in PostSend (under sendQueue.mu, while the slot is free); from then
-// until the slot is retired only the owner shard touches it.
+// sendWQE is a send queue slot. PostSend fills the request part under
+// sendQueue.mu while the slot is free; then only the owner shard touches it
+// until it is retired.
 type sendWQE struct {
 	wr     verbs.SendWR
 	sgl    []verbs.SGE // storage behind wr.SGL
@@ -38,10 +38,9 @@ type sendWQE struct {
 	value    [8]byte        // ATOMIC_WRITE: the bytes to write (Swap, in host order)
 }
 
-// isReadOrAtomic reports whether w is answered by a response carrying data or
-// a result (a READ, an atomic, and FLUSH and ATOMIC_WRITE, which an empty READ
-// RESPONSE answers): such a WQE counts against max_rd_atomic and completes only
-// on its response.
+// isReadOrAtomic reports whether w completes only on a response with data or a
+// result (READ, atomics, and FLUSH and ATOMIC_WRITE, answered by an empty READ
+// RESPONSE); such WQEs count against max_rd_atomic.
 func (w *sendWQE) isReadOrAtomic() bool {
 	switch w.wr.Opcode {
 	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
@@ -54,8 +53,8 @@ func (w *sendWQE) isAtomic() bool {
 	return w.wr.Opcode == verbs.WRAtomicCmpAndSwp || w.wr.Opcode == verbs.WRAtomicFetchAndAdd
 }
 
-// numPackets is how many PSNs the WQE consumes at path MTU pmtu: one per
-// request packet, or for a READ one per response packet (at least one).
+// numPackets is the PSNs a WQE takes at path MTU pmtu: one per request packet,
+// for a READ one per response packet (at least one).
 func numPackets(op verbs.WROpcode, length, pmtu uint32) uint32 {
 	switch op {
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
@@ -90,14 +89,12 @@ func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
 	return verbs.WCSend
 }
 
-// sendQueue is a fixed ring of send WQEs. The user produces (PostSend), the
-// owner shard consumes and retires. The ring and its SGE and inline storage
-// are allocated by the first post (grow), so a QP that never sends costs
-// none of it.
+// sendQueue is a fixed ring of send WQEs: PostSend produces, the owner shard
+// consumes and retires. The first post allocates it (grow).
 type sendQueue struct {
 	mu sync.Mutex
-	// mu guards: head, tail, slots (allocation). slots[i] for head <= i <
-	// tail belong to the shard; the others to PostSend.
+	// mu guards: head, tail, slots (allocation). The slots from head to tail
+	// belong to the shard, the others to PostSend.
 	head, tail uint64
 	slots      []sendWQE
 
@@ -109,10 +106,8 @@ func (s *sendQueue) init(n, maxSGE, maxInline int) {
 	s.n, s.maxSGE, s.maxInline = n, maxSGE, max(maxInline, 0)
 }
 
-// grow allocates the ring on first use: the slots, one array for every
-// slot's SGEs and one for every slot's inline data, each slot taking a
-// fixed-capacity window of them (appends within it never allocate). Called
-// with mu held.
+// grow allocates the slots and one array each for all SGEs and inline data, a
+// slot's share a fixed-capacity window (appends never allocate). mu held.
 func (s *sendQueue) grow() {
 	if s.slots != nil {
 		return
@@ -132,8 +127,7 @@ func (s *sendQueue) grow() {
 	s.slots = slots
 }
 
-// slot is the WQE at absolute index i; only for indices a post has filled
-// (the ring exists from then on).
+// slot is the WQE at absolute index i, once a post has filled it.
 func (s *sendQueue) slot(i uint64) *sendWQE { return &s.slots[i%uint64(len(s.slots))] }
 
 func (s *sendQueue) loadTail() uint64 {

@@ -40,6 +40,7 @@ type Device struct {
 	violations atomic.Uint64 // processes ended for connecting their socket
 	seen       []uint32      // each free block's kernel drop count (SK_MEMINFO_DROPS) already counted
 	buf        []byte        // drainLocked's, under mu: one, not one per block and tick
+	peer       peerBuf       // police's, under mu
 	// fds are the blocks' descriptors, which the group keeps open until
 	// close (after the drain loop ended): the tick's system calls use them
 	// without a RawConn and a closure per block and tick.
@@ -225,7 +226,7 @@ func (d *Device) police() int {
 		if c == nil {
 			continue
 		}
-		if _, err := unix.Getpeername(d.fds[b]); err == nil {
+		if d.peer.connected(d.fds[b]) {
 			disconnect(d.fds[b])
 			bad = append(bad, c)
 		}
@@ -315,4 +316,20 @@ func kernelDrops(fd int) uint32 {
 		return 0
 	}
 	return mi[skMeminfoDrops]
+}
+
+// peerBuf is getpeername(2)'s result space, kept by the Device:
+// unix.Getpeername allocates on every call, and police asks ten times a
+// second for every block in use, which a benchmark of a slow attached
+// ping-pong counted as allocations per packet.
+type peerBuf struct {
+	sa unix.RawSockaddrAny
+	n  uint32
+}
+
+// connected reports whether fd has a peer: a process connect(2)ed it.
+func (p *peerBuf) connected(fd int) bool {
+	p.n = uint32(unsafe.Sizeof(p.sa))
+	_, _, e := unix.RawSyscall(unix.SYS_GETPEERNAME, uintptr(fd), uintptr(unsafe.Pointer(&p.sa)), uintptr(unsafe.Pointer(&p.n)))
+	return e == 0
 }
