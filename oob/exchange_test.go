@@ -8,6 +8,7 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -166,20 +167,24 @@ func TestExchangeFailures(t *testing.T) {
 	})
 }
 
-// TestExchangeContext: a silent peer holds the exchange only until ctx ends.
+// TestExchangeContext: a silent peer holds the exchange only until ctx ends,
+// to the instant in virtual time.
 func TestExchangeContext(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	go io.Copy(io.Discard, b) // accepts the client's record, never answers
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := ClientExchange(ctx, a, []Dest{{QPN: 1}}, 1)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("err = %v, want DeadlineExceeded", err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("took %v", d)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		go io.Copy(io.Discard, b) // accepts the client's record, never answers
+		const wait = 100 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		start := time.Now()
+		_, err := ClientExchange(ctx, a, []Dest{{QPN: 1}}, 1)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want DeadlineExceeded", err)
+		}
+		if d := time.Since(start); d != wait {
+			t.Errorf("took %v, want ctx's %v", d, wait)
+		}
+	})
 }

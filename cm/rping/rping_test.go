@@ -8,12 +8,12 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
 )
@@ -69,23 +69,6 @@ func TestFillPingWraps(t *testing.T) {
 	}
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // pair is two devices joined by an in-memory link, each with its CM.
 type pair struct {
 	devA, devB *roce.Device
@@ -138,7 +121,7 @@ func TestPipe(t *testing.T) {
 	for _, size := range []int{MinSize, 64, 1000, 16384, MaxSize} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			p := newPair(t)
-			var cout, sout, serr syncBuf
+			var cout, sout, serr syncbuf.Buffer
 			cerr, serverErr := p.run(t, Options{Size: size, Count: 3, Verbose: true, Validate: true, Out: &cout},
 				Options{Size: size, Verbose: true, Out: &sout, Err: &serr})
 			if cerr != nil || serverErr != nil {
@@ -173,8 +156,8 @@ func TestPipe(t *testing.T) {
 // print rping's "data mismatch!" and fail with ErrMismatch.
 func TestValidateMismatch(t *testing.T) {
 	p := newPair(t)
-	var cout, cerr syncBuf
-	var trace syncBuf
+	var cout, cerr syncbuf.Buffer
+	var trace syncbuf.Buffer
 	err, _ := p.run(t, Options{Count: 3, Verbose: true, Validate: true, Out: &cout, Err: &cerr,
 		Debug: func(f string, a ...any) { fmt.Fprintf(&trace, f, a...) }}, Options{corruptEcho: true})
 	if !errors.Is(err, ErrMismatch) || cerr.String() != "data mismatch!\n" {

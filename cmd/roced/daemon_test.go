@@ -143,8 +143,10 @@ func TestDebugFlag(t *testing.T) {
 	})
 }
 
-// sendDatagrams sends every datagram in pkts from from to the daemon, pacing so that
-// loopback does not drop any (a drop would make the exact counts below wrong).
+// sendDatagrams sends every datagram in pkts from from to the daemon, under
+// flow control so that its socket never overflows (a kernel drop would make
+// the exact counts the tests check wrong, and pacing by the clock did not hold
+// when the daemon was descheduled on a loaded host).
 func sendDatagrams(t *testing.T, from netip.Addr, to netip.AddrPort, pkts [][]byte) {
 	t.Helper()
 	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(from, to.Port())))
@@ -153,16 +155,91 @@ func sendDatagrams(t *testing.T, from netip.Addr, to netip.AddrPort, pkts [][]by
 	}
 	defer c.Close()
 	dst := net.UDPAddrFromAddrPort(to)
+	fc := newFlowControl(t, to)
 	for i, p := range pkts {
+		fc.before(i)
 		if _, err := c.WriteToUDP(p, dst); err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
-		// Bursts of 50 fit the default 208 KiB socket buffer even when the daemon
-		// is descheduled for a moment (each datagram costs ~2 KiB of truesize).
-		if i%50 == 49 {
-			time.Sleep(time.Millisecond)
-		}
 	}
+	fc.check()
+}
+
+// flowControl keeps what a sender has queued on the daemon's UDP socket
+// within what the smallest receive buffer holds: bursts of flowBurst
+// datagrams, each sent once the daemon has read the queue down to
+// flowLowWater bytes. Linux charges a small loopback datagram about 1-2 KiB
+// (truesize), so a burst and the low water fit the kernel's default 208 KiB
+// SO_RCVBUF, which the daemon gets when it cannot raise it.
+type flowControl struct {
+	t     *testing.T
+	to    netip.AddrPort
+	drops int
+}
+
+const (
+	flowBurst    = 50
+	flowLowWater = 64 << 10
+	flowWait     = 30 * time.Second // a daemon that reads nothing for this long is stuck
+)
+
+func newFlowControl(t *testing.T, to netip.AddrPort) *flowControl {
+	_, drops := udpQueue(t, to)
+	return &flowControl{t: t, to: to, drops: drops}
+}
+
+// before is called before datagram i is sent.
+func (f *flowControl) before(i int) {
+	if i%flowBurst != 0 {
+		return
+	}
+	deadline := time.Now().Add(flowWait)
+	for {
+		q, _ := udpQueue(f.t, f.to)
+		if q <= flowLowWater {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("the daemon's socket on %v still holds %d bytes after %v", f.to, q, flowWait)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// check fails the test if the kernel dropped datagrams at the daemon's socket
+// since newFlowControl.
+func (f *flowControl) check() {
+	if _, drops := udpQueue(f.t, f.to); drops != f.drops {
+		f.t.Fatalf("the kernel dropped %d datagrams at %v's socket: the counts would be wrong", drops-f.drops, f.to)
+	}
+}
+
+// udpQueue sums, over the IPv4 UDP sockets bound to at, the bytes queued and
+// not yet read and the datagrams the kernel dropped (/proc/net/udp's rx_queue
+// and drops).
+func udpQueue(t *testing.T, at netip.AddrPort) (queued, drops int) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/udp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := at.Addr().As4()
+	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", a[3], a[2], a[1], a[0], at.Port())
+	for _, l := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) < 13 || f[1] != want {
+			continue
+		}
+		_, rx, _ := strings.Cut(f[4], ":")
+		q, err1 := strconv.ParseUint(rx, 16, 64)
+		d, err2 := strconv.Atoi(f[len(f)-1])
+		if err1 != nil || err2 != nil {
+			t.Fatalf("/proc/net/udp line %q", l)
+		}
+		queued += int(q)
+		drops += d
+	}
+	return queued, drops
 }
 
 // junk returns n datagrams of three kinds: random bytes, truncated headers (shorter

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/gsi"
+	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
 )
@@ -100,27 +100,10 @@ type daemonProc struct {
 	cmd     *exec.Cmd
 	metrics string       // host:port of the HTTP endpoint, from the announce line
 	client  *http.Client // reaches metrics (inside a lab namespace for rxe tests)
-	stdout  *syncBuffer
-	stderr  *syncBuffer
+	stdout  *syncbuf.Buffer
+	stderr  *syncbuf.Buffer
 	exited  chan struct{}
 	waitErr error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startDaemon runs roced with args plus "-metrics 127.0.0.1:0" (unless args set
@@ -145,7 +128,7 @@ func startDaemonCmd(t *testing.T, mk func(args []string) *exec.Cmd, client *http
 		args = append(args, "-metrics", "127.0.0.1:0")
 	}
 	args = withSocket(t, args)
-	p := &daemonProc{t: t, client: client, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &daemonProc{t: t, client: client, stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	p.cmd = mk(args)
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()

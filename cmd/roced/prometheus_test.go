@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -60,7 +61,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 type prometheusServer struct {
 	url string
 	cmd *exec.Cmd
-	log *syncBuffer
+	log *syncbuf.Buffer
 }
 
 func freeTCPAddr(t *testing.T) string {
@@ -93,7 +94,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	listen := freeTCPAddr(t)
-	s := &prometheusServer{url: "http://" + listen, log: &syncBuffer{}}
+	s := &prometheusServer{url: "http://" + listen, log: &syncbuf.Buffer{}}
 	s.cmd = exec.Command(bin,
 		"--config.file="+cfgPath,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),

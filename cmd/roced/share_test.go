@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 	"github.com/goroce/goroce/internal/tool/devapi"
 )
 
@@ -65,8 +66,8 @@ func tools(t *testing.T) string {
 type toolProc struct {
 	name   string
 	cmd    *exec.Cmd
-	out    *syncBuffer
-	errb   *syncBuffer
+	out    *syncbuf.Buffer
+	errb   *syncbuf.Buffer
 	done   chan struct{}
 	runErr error
 }
@@ -75,7 +76,7 @@ type toolProc struct {
 // attach socket in its environment. It is killed (by PID) at cleanup.
 func startTool(t *testing.T, name, bin string, sock string, uid, gid uint32, args ...string) *toolProc {
 	t.Helper()
-	p := &toolProc{name: name, out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
+	p := &toolProc{name: name, out: &syncbuf.Buffer{}, errb: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), "GOROCE_ROCED_SOCKET="+sock)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.errb

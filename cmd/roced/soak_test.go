@@ -190,10 +190,12 @@ func (s *soak) runPerftest(ctx context.Context) {
 		}
 		var out []byte
 		var err error
-		for try := 0; try < 20; try++ {
+		// Again while the server is not listening yet, for as long as a
+		// loaded host may take to start it (20 tries in 2 s did not hold).
+		for deadline := time.Now().Add(30 * time.Second); ; {
 			time.Sleep(100 * time.Millisecond)
 			out, err = exec.CommandContext(rctx, pf, "write_bw", "-d", "127.0.0.32", "-p", "18700", "-n", "2000", "-s", "8192", "127.0.0.31").CombinedOutput()
-			if err == nil || !bytes.Contains(out, []byte("refused")) {
+			if err == nil || !bytes.Contains(out, []byte("refused")) || time.Now().After(deadline) {
 				break
 			}
 		}
@@ -431,7 +433,8 @@ func TestSoak(t *testing.T) {
 	metricsPort := strings.TrimPrefix(freeTCPAddr(t), "127.0.0.1:")
 	s.p = startDaemon(t, "-bind", soakServer, "-metrics", soakServer+":"+metricsPort, "-log-level", "info",
 		"-pingpong-idle", "3s", "-rping-idle", "3s", "-cm-pending-timeout", "3s")
-	time.Sleep(time.Second)
+	// The baseline: roced announces its metrics address after it started every
+	// listener and responder, so nothing is still coming up.
 	heap0, g0 := s.liveHeap()
 	rss0, _, _ := memory(t, s.p)
 

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 	"github.com/goroce/goroce/internal/tool/devapi"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/metrics"
@@ -183,7 +184,7 @@ func TestRunInProcess(t *testing.T) {
 	port := freeUDPPort(t, addrs...)
 	metrics := freeTCPAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"-bind", addrs[0].String(), "-port", strconv.Itoa(int(port)), "-metrics", metrics,
@@ -243,7 +244,7 @@ func TestWatchEventsStopsOnDeviceFatal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	var logBuf syncBuffer
+	var logBuf syncbuf.Buffer
 	d := &daemon{log: slog.New(slog.NewTextHandler(&logBuf, nil))}
 	errc := make(chan error, 1)
 	go func() { errc <- d.watchEvents(dev) }()

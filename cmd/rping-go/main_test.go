@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/rping"
+	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 	"github.com/goroce/goroce/roce"
 	"math/rand/v2"
 	"net"
@@ -77,29 +78,6 @@ func freePort(t *testing.T) int {
 	return 0
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuf) Reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Reset()
-}
-
 // listenWait bounds how long a client tries again while its server is not
 // listening yet: the server is a goroutine of the test, but a loaded host
 // may start it late.
@@ -108,7 +86,7 @@ const listenWait = 30 * time.Second
 // tryClient runs rping-go with a client's args, again while the server
 // rejects it as not listening yet (REJECTED), for up to listenWait; out and
 // errb hold the last run's output.
-func tryClient(ctx context.Context, args []string, out, errb *syncBuf) int {
+func tryClient(ctx context.Context, args []string, out, errb *syncbuf.Buffer) int {
 	for deadline := time.Now().Add(listenWait); ; time.Sleep(20 * time.Millisecond) {
 		out.Reset()
 		errb.Reset()
@@ -147,7 +125,7 @@ func TestLoopback(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			size, count := fmt.Sprint(tc.size), fmt.Sprint(tc.count)
-			var sout, serr, cout, cerr syncBuf
+			var sout, serr, cout, cerr syncbuf.Buffer
 			scode := make(chan int, 1)
 			go func() {
 				scode <- run(ctx, []string{"-s", "-a", "127.0.0.2", "-p", "7174", "-v", "-S", size, "--udp-port", port}, &sout, &serr)
@@ -215,13 +193,13 @@ func TestPersistentServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	sctx, stop := context.WithCancel(ctx)
-	var sout, serr syncBuf
+	var sout, serr syncbuf.Buffer
 	scode := make(chan int, 1)
 	go func() {
 		scode <- run(sctx, []string{"-s", "-P", "-a", "127.0.0.2", "-v", "--udp-port", port}, &sout, &serr)
 	}()
 	for i := 0; i < 3; i++ {
-		var cout, cerr syncBuf
+		var cout, cerr syncbuf.Buffer
 		if code := tryClient(ctx, []string{"-c", "-a", "127.0.0.2", "-I", "127.0.0.1", "-C", "2", "-V", "--udp-port", port}, &cout, &cerr); code != 0 {
 			t.Fatalf("client %d exit %d", i, code)
 		}

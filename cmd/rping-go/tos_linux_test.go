@@ -10,6 +10,7 @@ import (
 
 	"github.com/goroce/goroce/dcqcn"
 	"github.com/goroce/goroce/internal/testsupport/nettest"
+	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 )
 
 // TestTOSReachesTheDataPath: rping-go -t puts its type of service in the REQ's
@@ -24,7 +25,7 @@ func TestTOSReachesTheDataPath(t *testing.T) {
 	sn := nettest.Sniff(t, "lo", uint16(port))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var sout, serr, cout, cerr syncBuf
+	var sout, serr, cout, cerr syncbuf.Buffer
 	scode := make(chan int, 1)
 	go func() {
 		scode <- run(ctx, []string{"-s", "-a", "127.0.0.2", "-p", "7174", "--udp-port", fmt.Sprint(port)}, &sout, &serr)

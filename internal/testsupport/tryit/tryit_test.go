@@ -2,7 +2,6 @@ package tryit
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -13,7 +12,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 )
+
+// jobUp bounds how long a background line may take to come up on a loaded
+// host; a quiet one takes well under a second.
+const jobUp = 60 * time.Second
 
 // section is the README heading whose first shell block the test runs.
 const section = "## Try it on one machine"
@@ -48,11 +53,17 @@ func commands(t *testing.T, readme string) []string {
 type job struct {
 	line   string
 	cmd    *exec.Cmd
-	out    bytes.Buffer
+	out    syncbuf.Buffer
 	done   chan error
 	waited bool
 	err    error
 }
+
+// upLine is what a background job prints once it serves, for the tools
+// that open more than one listener: roced announces its endpoints after it
+// bound every one of them (its metrics listener comes before its pingpong
+// and rping responders).
+var upLine = map[string]string{"roced": "roced: serving RoCEv2 on "}
 
 // TestTryItOnOneMachine runs the section's commands in order, as a user types
 // them: go install, then each line in a fresh network namespace (its own
@@ -100,13 +111,18 @@ func TestTryItOnOneMachine(t *testing.T) {
 		t.Fatalf("lo up: %v %s", err, out)
 	}
 
-	// listeners counts the listening TCP sockets in the namespace (-1: no ss).
-	listeners := func() int {
+	// listening reports whether a TCP socket listens on port in the namespace.
+	listening := func(port string) bool {
 		out, err := exec.Command("ip", "netns", "exec", ns, "ss", "-Hltn").Output()
 		if err != nil {
-			return -1
+			t.Fatalf("ss -Hltn in the namespace: %v", err)
 		}
-		return strings.Count(string(out), "\n")
+		for _, l := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(l); len(f) >= 4 && strings.HasSuffix(f[3], ":"+port) {
+				return true
+			}
+		}
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -156,15 +172,25 @@ func TestTryItOnOneMachine(t *testing.T) {
 			if err := j.cmd.Start(); err != nil {
 				t.Fatalf("%s: %v", line, err)
 			}
-			before := listeners()
 			go func() { j.done <- j.cmd.Wait() }()
 			jobs = append(jobs, j)
 			// A typist's pause: the server comes up. On a loaded machine that
-			// can take longer than a pause, so wait for its first TCP listener.
-			for deadline := time.Now().Add(20 * time.Second); before >= 0 && listeners() <= before && time.Now().Before(deadline); {
-				time.Sleep(50 * time.Millisecond)
+			// can take longer than a pause, so wait for what says it is up: its
+			// announcement, or its listener on the TCP port of its -p.
+			var up func() bool
+			f := strings.Fields(j.line)
+			if want, ok := upLine[f[0]]; ok {
+				up = func() bool { return strings.Contains(j.out.String(), want) }
+			} else if i := slices.Index(f, "-p"); i >= 0 && i+1 < len(f) {
+				up = func() bool { return listening(f[i+1]) }
+			} else {
+				t.Fatalf("%q: cannot tell when it is up (no announcement known, no -p)", line)
 			}
-			time.Sleep(500 * time.Millisecond)
+			for deadline := time.Now().Add(jobUp); !up(); time.Sleep(50 * time.Millisecond) {
+				if len(j.done) > 0 || time.Now().After(deadline) {
+					t.Fatalf("%s: not up after %v (exited: %v)\n%s", j.line, jobUp, len(j.done) > 0, j.out.String())
+				}
+			}
 		default:
 			out, err := inNS(line).CombinedOutput()
 			if err != nil {
