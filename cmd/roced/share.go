@@ -141,36 +141,38 @@ type view struct {
 // scrape and a /debug request in the same second share one round.
 const reportEvery = time.Second
 
-// refresh asks the address's processes for their reports, at most once per
-// reportEvery, and returns them.
-func (v *view) refresh(srv *attachd.Server) []*attachd.Client {
+// refresh returns the address's processes still attached.
+func (v *view) refresh(srv *attachd.Server) []*attachd.Client { return v.tally(srv).Live }
+
+// tally asks the address's processes for their reports, at most once per
+// reportEvery, and sorts them from those that left since.
+func (v *view) tally(srv *attachd.Server) attachd.Tally {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if time.Since(v.at) < reportEvery {
-		return v.clients
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	var mine []*attachd.Client
-	for _, c := range srv.Query(ctx) {
-		if c.Addr() == v.sd.Group().LocalAddr() {
-			mine = append(mine, c)
+	if time.Since(v.at) >= reportEvery {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var mine []*attachd.Client
+		for _, c := range srv.Query(ctx) {
+			if c.Addr() == v.sd.Group().LocalAddr() {
+				mine = append(mine, c)
+			}
 		}
+		v.clients, v.at = mine, time.Now()
 	}
-	v.clients, v.at = mine, time.Now()
-	return mine
+	return v.sd.Tally(v.clients)
 }
 
 // totals are the address's counters: roced's own device, every attached
 // process's last report, and those of the processes that left.
 func (v *view) totals(srv *attachd.Server) transport.StatsSnapshot {
 	st := v.s.dev.Stats()
-	for _, c := range v.refresh(srv) {
+	t := v.tally(srv)
+	for _, c := range t.Live {
 		r, _ := c.Report()
 		st.Add(&r.Stats)
 	}
-	dep, _, _ := v.sd.Departed()
-	st.Add(&dep)
+	st.Add(&t.Departed)
 	// What the kernel steered to a block no process holds had no QP.
 	st.UnknownQP += v.sd.Drops()
 	return st

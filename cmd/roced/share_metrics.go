@@ -107,7 +107,8 @@ func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		a := get(s.dev.Addr().String())
-		clients := s.shared.refresh(c.d.share)
+		tally := s.shared.tally(c.d.share)
+		clients := tally.Live
 		slices.SortFunc(clients, func(x, y *attachd.Client) int { return x.Since.Compare(y.Since) })
 		a.n += len(clients)
 		other := procRow{procKey: procKey{comm: "other"}}
@@ -131,8 +132,7 @@ func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
 		if len(clients) > perProcessSeries {
 			a.addRow(other)
 		}
-		_, mis, _ := s.shared.sd.Departed()
-		a.misrouted += mis
+		a.misrouted += tally.Misrouted
 		a.drops += s.shared.sd.Drops()
 		if r := s.shared.sd.Router(); r != nil {
 			st := r.Stats()

@@ -19,9 +19,12 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 	"github.com/goroce/goroce/internal/tool/devapi"
+	"github.com/goroce/goroce/roce"
 )
 
 // Identities of the fleet test when it runs as root: the socket's group,
@@ -606,4 +609,45 @@ func TestProcessSeriesInPIDNamespaces(t *testing.T) {
 	if strings.Contains(d.stderr.String(), "collected before") {
 		t.Errorf("roced reported a duplicate series:\n%s", d.stderr.String())
 	}
+}
+
+// TestDepartedCountedOnce: a process that leaves stays in roced's
+// device-wide totals once: its last report moves from the attached
+// processes to the departed sum at one instant, so roced's list of
+// processes, up to reportEvery old, neither counts it twice nor lists it.
+func TestDepartedCountedOnce(t *testing.T) {
+	addr := testAddrs(1)[0]
+	port := freeUDPPort(t, addr)
+	sock := filepath.Join(t.TempDir(), "roced.sock")
+	d := startDaemon(t, "-bind", addr.String(), "-port", strconv.Itoa(int(port)), "-pingpong=false", "-ud-pingpong=false",
+		"-rping=false", "-socket", sock)
+	dev, err := roce.Open(addr, roce.WithPort(port), roce.WithRoced(sock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	procs, _ := processes(t, d, addr)
+	if !dev.Attached() || len(procs) != 1 {
+		t.Fatalf("attached %v, %d processes", dev.Attached(), len(procs))
+	}
+	// Datagrams for QPNs of its block that no QP has: its unknown_qp.
+	const probes = 10
+	sendProbes(t, addr, netip.AddrPortFrom(addr, port), procs[0].FirstQPN+0x100, probes)
+	waitForIn(t, fleetDeadline, "the process's unknown_qp", func() bool { return dev.Stats().UnknownQP == probes })
+	total := func(mfs map[string]*dto.MetricFamily) float64 {
+		v := value(t, mfs, "roce_unknown_qp_total")
+		if v > probes {
+			t.Fatalf("roce_unknown_qp_total = %v, want %d", v, probes)
+		}
+		return v
+	}
+	waitForIn(t, fleetDeadline, "roced's report of it", func() bool { return total(d.scrape(t)) == probes })
+	dev.Close()
+	waitForIn(t, fleetDeadline, "roced to drop the process", func() bool {
+		mfs := d.scrape(t)
+		if v := total(mfs); v != probes {
+			t.Fatalf("roce_unknown_qp_total = %v after the process left, want %d", v, probes)
+		}
+		return value(t, mfs, "roce_attached_processes") == 0
+	})
 }

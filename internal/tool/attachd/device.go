@@ -53,14 +53,12 @@ type Device struct {
 type departed struct {
 	stats     transport.StatsSnapshot
 	misrouted uint64
-	n         int
 }
 
 func (dp *departed) fold(c *Client) {
 	r, _ := c.Report()
 	dp.stats.Add(&r.Stats)
 	dp.misrouted += r.Misrouted
-	dp.n++
 }
 
 // Share starts serving local: it binds the steered group (EADDRINUSE when
@@ -141,12 +139,26 @@ func (d *Device) Router() *Router { return d.router }
 // Drops counts the datagrams that arrived for blocks no process held.
 func (d *Device) Drops() uint64 { return d.drops.Load() }
 
-// Departed returns the summed counters of the processes that left, and
-// how many they were.
-func (d *Device) Departed() (transport.StatsSnapshot, uint64, int) {
+// Tally is a device's processes at one instant: those of a list still
+// attached, and the summed last reports of those that left; never both,
+// so a total of the two counts a process once, and never goes down.
+type Tally struct {
+	Live      []*Client
+	Departed  transport.StatsSnapshot
+	Misrouted uint64 // the departed processes'
+}
+
+// Tally sorts cs (from Clients or Query, perhaps a while ago).
+func (d *Device) Tally(cs []*Client) Tally {
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
-	return d.departed.stats, d.departed.misrouted, d.departed.n
+	t := Tally{Departed: d.departed.stats, Misrouted: d.departed.misrouted}
+	for _, c := range cs {
+		if _, ok := d.s.clients[c]; ok && c.dev == d {
+			t.Live = append(t.Live, c)
+		}
+	}
+	return t
 }
 
 // admit gives c a free block: the next one after the last handed out that
