@@ -1,7 +1,6 @@
 package cm
 
-// replied lists the passive connections in StateREPSent, oldest REP first:
-// the ones a full table evicts (Config.MaxPending), in O(1).
+// replied lists passive connections in StateREPSent, oldest REP first.
 type replied struct{ oldest, newest *entry }
 
 func (l *replied) push(e *entry) {
@@ -31,8 +30,7 @@ func (l *replied) unlink(e *entry) {
 	e.older, e.newer, e.listed = nil, nil, false
 }
 
-// track keeps e on the replied list exactly while it is a passive
-// connection in StateREPSent.
+// track keeps e on m.replied exactly while it is passive in StateREPSent.
 func (m *Machine) track(e *entry) {
 	switch want := !e.active && e.state == StateREPSent; {
 	case want && !e.listed:
@@ -42,12 +40,11 @@ func (m *Machine) track(e *entry) {
 	}
 }
 
-// makeRoom evicts the connection whose REP went out longest ago, as a SYN
-// cache drops its oldest entry: under a flood of rate F a REP lives about
-// MaxPending/F, time enough for a real peer's RTU. A request the owner holds
-// is not evicted (rdma_accept must work on a CONNECT_REQUEST delivered; the
-// backlog bounds those), nor a REP the peer MRA'd (it knew our random ID).
-// REJ and EventUnreachable as on expiry, but no timewait: one per REQ.
+// makeRoom evicts the oldest unanswered REP, as a SYN cache its oldest entry:
+// under a flood of rate F a REP lives ≈ MaxPending/F, time for a real RTU.
+// Not requests the owner holds (rdma_accept must work on a CONNECT_REQUEST
+// it got; the backlog bounds them), nor a REP the peer MRA'd (it knew our
+// random ID). As on expiry but without timewait, which would keep one per REQ.
 func (m *Machine) makeRoom() bool {
 	e := m.replied.oldest
 	if e == nil {

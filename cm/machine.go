@@ -126,8 +126,7 @@ type Stats struct {
 	// Expired counts passive connections withdrawn because they were not
 	// established within Config.PendingTimeout.
 	Expired uint64
-	// Evicted counts passive connections withdrawn, oldest REP first, to
-	// admit a REQ when MaxPending were pending.
+	// Evicted counts oldest unanswered REPs withdrawn to admit a REQ.
 	Evicted uint64
 	// REPs counts REPs sent, retransmissions included: what REQs that are
 	// never answered with an RTU (a spoofed flood) cost in replies.
@@ -157,14 +156,12 @@ type Config struct {
 	// never counts against it, however many connections it opens at once;
 	// one that stops answering gets no more than this many.
 	//
-	// A new REQ over MaxPending evicts the oldest connection whose REP
-	// went unanswered (Stats.Evicted), so a flood cannot hold the table;
-	// with none to evict, or over the per-peer cap, it is dropped without a
-	// REJ and counted in Stats.Refused: cm.c does not reject a REQ its consumer cannot take
-	// for want of resources (cm_destroy_id with -ENOMEM: "do not reject to
-	// allow future retries"), so a real peer's REQ retransmission gets in
-	// once a slot frees, and a spoofed flood gets nothing back. Zero: no
-	// cap.
+	// A new REQ over MaxPending evicts the oldest unanswered REP (see
+	// makeRoom); with none, or over the per-peer cap, it is dropped without
+	// a REJ and counted in Stats.Refused: cm.c does not reject a REQ its
+	// consumer cannot take for want of resources (cm_destroy_id with
+	// -ENOMEM: "do not reject to allow future retries"), so a real peer's
+	// REQ retransmission gets in once a slot frees. Zero: no cap.
 	MaxPending, MaxUnansweredPerPeer int
 	// MaxTimeWait caps timewait, which otherwise follows the peer's
 	// timeouts (up to hours for a REQ with CM response timeout 31). Zero:
@@ -322,8 +319,7 @@ func (m *Machine) markUnanswered(e *entry) {
 	m.unansweredBy[e.peer]++
 }
 
-// admit reports whether a new REQ from peer fits under the pending caps,
-// evicting one pending connection if that makes room.
+// admit reports whether a new REQ from peer fits under the pending caps.
 func (m *Machine) admit(peer netip.Addr) bool {
 	c := &m.cfg
 	if c.MaxUnansweredPerPeer > 0 && m.unansweredBy[peer] >= c.MaxUnansweredPerPeer {
@@ -676,8 +672,7 @@ func (m *Machine) expire(now time.Time, e *entry) {
 	m.enterTimeWait(now, e)
 }
 
-// withdraw sends a pending passive connection's REJ (timeout) of the REQ or
-// REP and tells the owner it is unreachable.
+// withdraw rejects a pending passive connection (timeout) and tells the owner.
 func (m *Machine) withdraw(e *entry) {
 	m.stats.RejSent++
 	which := uint8(MsgREP)
