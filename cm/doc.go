@@ -21,10 +21,12 @@
 //     re-executed; a REQ for a service nobody listens on gets REJ reason 8.
 //     Passive connections that wait for their RTU are capped per port, and
 //     per peer those whose REP went unanswered in the time the peer promised
-//     (a REQ over a cap is dropped unanswered and counted, as cm.c drops a
-//     REQ its consumer has no resources for), and withdrawn with REJ
-//     (timeout) after a pending timeout, so spoofed REQs cannot pile up
-//     while a peer that answers may open hundreds at once.
+//     (a REQ over the port's cap evicts the oldest unanswered REP, as a SYN
+//     cache does; one with nothing to evict or over the peer's cap is
+//     dropped unanswered and counted, as cm.c drops a REQ its consumer has
+//     no resources for), and withdrawn with REJ (timeout) after a pending
+//     timeout, so spoofed REQs cannot pile up or lock real peers out, while a
+//     peer that answers may open hundreds at once.
 //   - Manager: an rdma_cm-like API over a MADConn ("send/receive MADs on
 //     QP1"): Listen (with rdma_listen's backlog)/GetRequest/Accept/Reject,
 //     Dial, Disconnect, ResolveUD

@@ -126,6 +126,8 @@ type Stats struct {
 	// Expired counts passive connections withdrawn because they were not
 	// established within Config.PendingTimeout.
 	Expired uint64
+	// Evicted counts oldest unanswered REPs withdrawn to admit a REQ.
+	Evicted uint64
 	// REPs counts REPs sent, retransmissions included: what REQs that are
 	// never answered with an RTU (a spoofed flood) cost in replies.
 	REPs uint64
@@ -154,12 +156,12 @@ type Config struct {
 	// never counts against it, however many connections it opens at once;
 	// one that stops answering gets no more than this many.
 	//
-	// A new REQ over either cap is dropped without a REJ and counted in
-	// Stats.Refused: cm.c does not reject a REQ its consumer cannot take
-	// for want of resources (cm_destroy_id with -ENOMEM: "do not reject to
-	// allow future retries"), so a real peer's REQ retransmission gets in
-	// once a slot frees, and a spoofed flood gets nothing back. Zero: no
-	// cap.
+	// A new REQ over MaxPending evicts the oldest unanswered REP (see
+	// makeRoom); with none, or over the per-peer cap, it is dropped without
+	// a REJ and counted in Stats.Refused: cm.c does not reject a REQ its
+	// consumer cannot take for want of resources (cm_destroy_id with
+	// -ENOMEM: "do not reject to allow future retries"), so a real peer's
+	// REQ retransmission gets in once a slot frees. Zero: no cap.
 	MaxPending, MaxUnansweredPerPeer int
 	// MaxTimeWait caps timewait, which otherwise follows the peer's
 	// timeouts (up to hours for a REQ with CM response timeout 31). Zero:
@@ -201,6 +203,9 @@ type entry struct {
 	unanswered bool
 	sched      time.Time // e's deadline in Machine.timers
 	pos        int       // e's index in Machine.timers + 1; 0: not there
+	// older, newer link e on Machine.replied while listed.
+	older, newer *entry
+	listed       bool
 }
 
 type remoteKey struct {
@@ -225,6 +230,7 @@ type Machine struct {
 	pending      int                // passive connections not yet established
 	unansweredBy map[netip.Addr]int // those of them whose REP went unanswered, by peer
 	timers       timers             // the entries with a deadline, earliest first
+	replied      replied            // passive connections in REP sent, evictable
 	touched      []*entry           // entries whose deadline may have moved since reschedule
 }
 
@@ -280,6 +286,7 @@ func (e *entry) passivePending() bool {
 func (m *Machine) setState(e *entry, st State) {
 	was := e.passivePending()
 	e.state = st
+	m.track(e)
 	switch is := e.passivePending(); {
 	case is && !was:
 		m.pending++
@@ -315,8 +322,10 @@ func (m *Machine) markUnanswered(e *entry) {
 // admit reports whether a new REQ from peer fits under the pending caps.
 func (m *Machine) admit(peer netip.Addr) bool {
 	c := &m.cfg
-	return (c.MaxPending <= 0 || m.pending < c.MaxPending) &&
-		(c.MaxUnansweredPerPeer <= 0 || m.unansweredBy[peer] < c.MaxUnansweredPerPeer)
+	if c.MaxUnansweredPerPeer > 0 && m.unansweredBy[peer] >= c.MaxUnansweredPerPeer {
+		return false
+	}
+	return c.MaxPending <= 0 || m.pending < c.MaxPending || m.makeRoom()
 }
 
 // Unanswered returns how many pending passive connections of peer have a
@@ -409,6 +418,7 @@ func (m *Machine) remove(e *entry) {
 	if e.passivePending() {
 		m.unpend(e)
 	}
+	m.replied.unlink(e)
 	m.schedule(e, time.Time{})
 	delete(m.byID, e.id)
 	if m.byRemote[e.remoteKey] == e {
@@ -655,10 +665,15 @@ func (e *entry) next() time.Time {
 }
 
 // expire withdraws a passive connection still pending at its
-// Config.PendingTimeout: REJ (timeout) of the REQ or REP, timewait, and
-// EventUnreachable for the owner.
+// Config.PendingTimeout, into timewait.
 func (m *Machine) expire(now time.Time, e *entry) {
 	m.stats.Expired++
+	m.withdraw(e)
+	m.enterTimeWait(now, e)
+}
+
+// withdraw rejects a pending passive connection (timeout) and tells the owner.
+func (m *Machine) withdraw(e *entry) {
 	m.stats.RejSent++
 	which := uint8(MsgREP)
 	if e.state == StateREQRcvd || e.state == StateMRAREQSent {
@@ -666,7 +681,6 @@ func (m *Machine) expire(now time.Time, e *entry) {
 	}
 	e.reply = m.send(e.peer, e.tid, &REJ{LocalCommID: e.id, RemoteCommID: e.remoteID,
 		MessageRejected: which, Reason: RejTimeout})
-	m.enterTimeWait(now, e)
 	m.emit(Event{Type: EventUnreachable, ID: e.id, Peer: e.peer, Err: ErrTimeout})
 }
 

@@ -302,7 +302,11 @@ func TestResolveUD(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ca, cb := Pipe(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
-	client, server := NewManager(ca, fastConfig(nil)), NewManager(cb, fastConfig(nil))
+	// The client resends SIDR_REQ every 16.8 ms (code 12); the server's
+	// timewait must outlast a resend that a loaded host delays (50 ms did not).
+	sc := fastConfig(nil)
+	sc.Machine.TimeWait = 100 * TimeoutDuration(sc.CMResponseTimeout)
+	client, server := NewManager(ca, fastConfig(nil)), NewManager(cb, sc)
 	defer client.Close()
 	defer server.Close()
 	// Nothing listens: status "unsupported".

@@ -321,10 +321,10 @@ func TestREQFlood(t *testing.T) {
 
 // TestREQFloodAccepted: a flood of REQs that never send an RTU, each accepted
 // as an application would (REP sent), for a minute of spoofing at a steady
-// rate from as many addresses. The REPs sent are counted and bounded: at most
-// MaxPending connections pend at once, each for PendingTimeout, and each gets
-// its REP and a resend every CM response timeout (rdma_cm's 4.3 s plus two
-// packet lifetimes) until then, and one REJ.
+// rate from as many addresses, above MaxPending per PendingTimeout. At most
+// MaxPending pend at once; each new REQ evicts the oldest, which lived
+// MaxPending/rate, less than the REP's resend interval (rdma_cm's 4.3 s plus
+// two packet lifetimes): every REQ costs one REP and, evicted, one REJ.
 func TestREQFloodAccepted(t *testing.T) {
 	const (
 		limit   = 64
@@ -337,7 +337,9 @@ func TestREQFloodAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	interval := TimeoutDuration(20) + 2*TimeoutDuration(18) // testREQ: timeouts 20, packet lifetime 18
-	perConn := 1 + int(pend/interval)                       // REPs per connection that never answers
+	if life := limit * time.Second / rate; life >= interval {
+		t.Fatalf("a REP lives %v, not less than its resend interval %v", life, interval)
+	}
 	var accepted, reps, rejs int
 	for i := range rate * seconds {
 		now := t0.Add(time.Duration(i) * time.Second / rate)
@@ -367,12 +369,11 @@ func TestREQFloodAccepted(t *testing.T) {
 		}
 	}
 	s := m.Stats()
-	// Each pending slot turns over once per pending timeout at most.
-	maxAccepted := limit * (1 + seconds*int(time.Second)/int(pend))
-	t.Logf("%d REQs in %d s: %d accepted, %d refused, %d REPs (%d per connection at most), %d REJs",
-		rate*seconds, seconds, accepted, s.Refused, reps, perConn, rejs)
-	if accepted > maxAccepted || uint64(reps) != s.REPs || reps > accepted*perConn || rejs > accepted {
-		t.Errorf("%d accepted (at most %d), %d REPs sent, %d counted (at most %d), %d REJs", accepted, maxAccepted,
-			reps, s.REPs, accepted*perConn, rejs)
+	t.Logf("%d REQs in %d s: %d accepted, %d refused, %d evicted, %d REPs, %d REJs",
+		rate*seconds, seconds, accepted, s.Refused, s.Evicted, reps, rejs)
+	if n := rate * seconds; accepted != n || uint64(reps) != s.REPs || reps != n || rejs != n-limit ||
+		s.Evicted != uint64(n-limit) || s.Expired != 0 {
+		t.Errorf("%d accepted, %d REPs sent (%d counted), %d REJs, %d evicted, %d expired; want %d, %d, %d, %d, 0",
+			accepted, reps, s.REPs, rejs, s.Evicted, s.Expired, n, n, n-limit, n-limit)
 	}
 }

@@ -40,7 +40,7 @@ func NewCMCollector(opt Options, srcs ...CMSource) *CMCollector {
 		gsiMADs  = "MADs on QP1: rx delivered to the CM, tx sent."
 		gsiDrops = "QP1 datagrams dropped, by reason: malformed (not a UD SEND of a 256-byte MAD with the GSI keys), bad_icrc, overflow (the CM read too slowly)."
 		cmMADs   = "MADs the connection manager handled: rx received, tx sent (retransmissions included)."
-		cmDrops  = "CM MADs dropped, by reason: malformed (did not parse), unmatched (no connection, or the wrong state), pending_limit (a REQ over the pending-connection caps, answered by nothing so the peer retries), backlog (a REQ a listener's full backlog had no room for, answered by nothing so the peer retries)."
+		cmDrops  = "CM MADs dropped, by reason: malformed (did not parse), unmatched (no connection, or the wrong state), pending_limit (a REQ over the pending-connection caps with no REP to evict, answered by nothing so the peer retries), backlog (a REQ a listener's full backlog had no room for, answered by nothing so the peer retries)."
 		cmRejs   = "CM REJ messages sent (tx) and received (rx)."
 	)
 	ctr := prometheus.CounterValue
@@ -65,6 +65,8 @@ func NewCMCollector(opt Options, srcs ...CMSource) *CMCollector {
 		func(r *cmReading) uint64 { return r.cm.Timeouts })
 	row("roce_cm_pending_expired_total", "Passive connections withdrawn (REJ timeout) because no RTU came within the pending timeout.", ctr, "",
 		func(r *cmReading) uint64 { return r.cm.Expired })
+	row("roce_cm_pending_evicted_total", "Passive connections withdrawn (REJ timeout) to admit a REQ while the pending cap was reached: the oldest REP with no RTU.", ctr, "",
+		func(r *cmReading) uint64 { return r.cm.Evicted })
 	row("roce_cm_rejects_total", cmRejs, ctr, "direction=tx", func(r *cmReading) uint64 { return r.cm.RejSent })
 	row("roce_cm_rejects_total", cmRejs, ctr, "direction=rx", func(r *cmReading) uint64 { return r.cm.RejRcvd })
 	row("roce_cm_pending_connections", "Passive connections waiting for their RTU (REQ received, not yet established).",

@@ -167,7 +167,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	rpingPort := fs.Int("rping-port", defaultRpingPort, "rdma_cm `port` of the rping responder (rping -p)")
 	rpingMaxSess := fs.Int("rping-max-sessions", defaultMaxSessions, "established rping connections served at once per address; a request beyond them is rejected (REJ consumer defined)")
 	rpingIdle := fs.Duration("rping-idle", defaultRpingIdle, "end an rping connection when nothing completes for this long (a client that died)")
-	cmPending := fs.Int("cm-max-pending", defaultCMPending, "CM connections waiting for their RTU per address; more REQs are dropped unanswered")
+	cmPending := fs.Int("cm-max-pending", defaultCMPending, "CM connections waiting for their RTU per address; a REQ beyond them evicts the oldest unanswered REP (REJ timeout), or is dropped unanswered if none")
 	cmPerSource := fs.Int("cm-max-pending-per-source", defaultCMPerSource, "CM connections of one source address whose REP went unanswered (no RTU in the time the peer promised); while it has this many, its REQs are dropped unanswered")
 	cmPendingFor := fs.Duration("cm-pending-timeout", defaultCMPendingFor, "withdraw a CM connection (REJ timeout) not established this long after its REQ")
 	drain := fs.Duration("drain-timeout", defaultDrainTimeout, "on SIGINT/SIGTERM, how long to wait for sessions to finish")

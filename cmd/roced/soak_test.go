@@ -284,8 +284,7 @@ func (s *soak) runJunk(ctx context.Context) int {
 		case 3: // a REQ that never gets its RTU, one round in three
 			// About 11 a second, each pending for -cm-pending-timeout (3 s):
 			// about 33 at once, under -cm-max-pending (64). A flood above the
-			// cap starves real clients as a SYN flood does (their REQs are
-			// dropped with the flood's); TestCMREQFlood tests that bound.
+			// cap evicts the oldest; TestCMREQFlood tests that bound.
 			if (n/6)%3 != 0 {
 				pkt = []byte{0}
 				break
