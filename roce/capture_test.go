@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/gopacket"
@@ -16,25 +15,8 @@ import (
 	"github.com/google/gopacket/pcapgo"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 )
-
-// lockedBuffer is an io.Writer the pcap tap can share with the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) Bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.b.Bytes())
-}
 
 // TestCaptureOfRCTransferVerifies captures an RC transfer (multi-packet SEND, WRITE and
 // READ at PMTU 1024) through the device's pcap tap over real loopback UDP and checks
@@ -43,7 +25,7 @@ func (l *lockedBuffer) Bytes() []byte {
 // without a malformed-packet or error-level expert item. Under CI tshark must be
 // present (scripts/test.sh installs it); elsewhere that part is skipped when absent.
 func TestCaptureOfRCTransferVerifies(t *testing.T) {
-	var capture lockedBuffer
+	var capture syncbuf.Buffer // the pcap tap writes it while the test runs
 	p := udpPort(t)
 	da, err := Open(addrA, WithPort(p), WithMTU(MTU1024), WithPcap(&capture))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/dcqcn"
 	"github.com/goroce/goroce/internal/testsupport/cnptest"
+	"github.com/goroce/goroce/internal/testsupport/syncbuf"
 	"github.com/goroce/goroce/link"
 )
 
@@ -36,7 +37,7 @@ func TestCongestionNotification(t *testing.T) {
 	la, lb := link.Pipe(netip.AddrPortFrom(addrA, RoCEv2Port), netip.AddrPortFrom(addrB, RoCEv2Port))
 	cc := dcqcn.DefaultConfig()
 	cc.LineRate = 10_000_000_000
-	var capture lockedBuffer
+	var capture syncbuf.Buffer
 	da := must[*Device](t)(OpenLink(la, WithMTU(MTU1024), WithCongestionControl(cc)))
 	defer da.Close()
 	db := must[*Device](t)(OpenLink(ceLink{lb}, WithMTU(MTU1024), WithCongestionControl(cc), WithPcap(&capture)))

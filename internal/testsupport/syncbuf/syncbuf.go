@@ -26,6 +26,13 @@ func (l *Buffer) String() string {
 	return l.b.String()
 }
 
+// Bytes is a copy of what was written so far.
+func (l *Buffer) Bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Clone(l.b.Bytes())
+}
+
 func (l *Buffer) Reset() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
