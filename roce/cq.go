@@ -3,6 +3,7 @@ package roce
 import (
 	"context"
 	"syscall"
+	"time"
 
 	"github.com/goroce/goroce/internal/core/cq"
 )
@@ -119,6 +120,44 @@ func (c *CQ) Wait(ctx context.Context, wc []WC) (int, error) {
 			return 0, closedErr("ibv_poll_cq", c.obj)
 		case <-ctx.Done():
 			return 0, ctx.Err()
+		}
+	}
+}
+
+// SpinFor is how long a busy-poller polls an empty CQ in a row before it gives the
+// core up even without a stream: a peer that slow (rxe in an emulated guest, a host
+// short of cores) is not waited for faster by spinning.
+const SpinFor = time.Millisecond
+
+// ShouldYield is the busy-poll policy: whether a poller whose polls have found c empty
+// for emptyFor should give its core up before it polls again. A program waiting for a
+// request's answer, due within a round trip, spins; a stream's progress needs the
+// engine's goroutines and the peer, so while the device carries one (Streaming), or
+// after SpinFor, the poller yields.
+func (c *CQ) ShouldYield(emptyFor time.Duration) bool {
+	return emptyFor >= SpinFor || c.Streaming()
+}
+
+// Spin is Poll that busy-polls until a completion arrives or ctx ends (ctx's error),
+// as a verbs program that polls without a completion channel: with
+// WithRunToCompletion, the spinning goroutine is the one that receives the answer,
+// with no wake-up. Where ShouldYield says to give the core up, a goroutine can do
+// better than yield: it sleeps on the channel as Wait, so a stream's engine
+// goroutines, and a peer on the same host, get the core.
+func (c *CQ) Spin(ctx context.Context, wc []WC) (int, error) {
+	var since time.Time
+	for {
+		if n, err := c.Poll(wc); n > 0 || err != nil {
+			return n, err
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		if c.ShouldYield(time.Since(since)) {
+			return c.Wait(ctx, wc)
 		}
 	}
 }

@@ -14,13 +14,22 @@ import (
 func TestCQWait(t *testing.T) {
 	for _, m := range []struct {
 		name string
+		wait waitFunc
 		opts []Option
-	}{{"default", nil}, {"run-to-completion", []Option{WithRunToCompletion(true)}}} {
-		t.Run(m.name, func(t *testing.T) { cqWait(t, m.opts...) })
+	}{
+		{"default", (*CQ).Wait, nil},
+		{"run-to-completion", (*CQ).Wait, []Option{WithRunToCompletion(true)}},
+		// Spin spins SpinFor, then sleeps on the channel as Wait (the parked check).
+		{"spin", (*CQ).Spin, []Option{WithRunToCompletion(true)}},
+	} {
+		t.Run(m.name, func(t *testing.T) { cqWait(t, m.wait, m.opts...) })
 	}
 }
 
-func cqWait(t *testing.T, opts ...Option) {
+// waitFunc is CQ.Wait or CQ.Spin.
+type waitFunc func(c *CQ, ctx context.Context, wc []WC) (int, error)
+
+func cqWait(t *testing.T, wait waitFunc, opts ...Option) {
 	da, db := pipePair(t, opts...)
 	pdB := must[*PD](t)(db.AllocPD())
 	b := newSide(t, db, QPTypeRC, 64, nil, pdB)
@@ -30,7 +39,7 @@ func cqWait(t *testing.T, opts ...Option) {
 
 	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if n, err := b.rcq.Wait(short, wc); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
+	if n, err := wait(b.rcq, short, wc); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("empty CQ: %d, %v", n, err)
 	}
 
@@ -39,7 +48,7 @@ func cqWait(t *testing.T, opts ...Option) {
 	_ = must[int](t)(b.qp.PostRecv([]RecvWR{{WRID: 7, SGL: []SGE{{Addr: b.mr.Addr(), Length: 64, LKey: b.mr.LKey()}}}}))
 	got := make(chan error, 1)
 	go func() {
-		n, err := b.rcq.Wait(ctx, wc)
+		n, err := wait(b.rcq, ctx, wc)
 		if err == nil && (n != 1 || wc[0].WRID != 7 || wc[0].Status != WCSuccess) {
 			err = errors.New("wrong completion")
 		}
@@ -52,7 +61,7 @@ func cqWait(t *testing.T, opts ...Option) {
 		t.Fatal(err)
 	}
 	// A completion already held comes back without sleeping.
-	if n, err := a.scq.Wait(ctx, wc); n != 1 || err != nil || wc[0].WRID != 1 {
+	if n, err := wait(a.scq, ctx, wc); n != 1 || err != nil || wc[0].WRID != 1 {
 		t.Fatalf("held completion: %d, %v, %+v", n, err, wc[0])
 	}
 }
@@ -105,6 +114,19 @@ func TestMTUFromBytes(t *testing.T) {
 		0: 0, 128: 0, 1000: 0, 1500: 0, 8192: 0, -1024: 0} {
 		if got := MTUFromBytes(n); got != want {
 			t.Errorf("MTUFromBytes(%d) = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// TestCQShouldYield: an idle device's poller spins for SpinFor, then yields.
+func TestCQShouldYield(t *testing.T) {
+	c := must[*CQ](t)(pipeDevice(t).CreateCQ(4))
+	for _, tt := range []struct {
+		empty time.Duration
+		want  bool
+	}{{0, false}, {SpinFor / 2, false}, {SpinFor, true}, {time.Second, true}} {
+		if got := c.ShouldYield(tt.empty); got != tt.want {
+			t.Errorf("ShouldYield(%v) = %v, want %v", tt.empty, got, tt.want)
 		}
 	}
 }

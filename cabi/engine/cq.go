@@ -158,18 +158,12 @@ func gr_req_notify_cq(h C.uintptr_t, solicitedOnly C.int) C.int {
 // into it; a larger request loops.
 const pollBatch = 32
 
-// spinFor is how long a program may poll a CQ empty in a row before its polls
-// give the core up even without a stream (gr_poll_cq): a peer that slow (rxe in
-// an emulated guest, a host short of cores) is not waited for faster by spinning.
-const spinFor = time.Millisecond
-
 // gr_poll_cq is ibv_poll_cq: up to n completions into wc, the number taken, or
 // a negative errno (a CQ that overran, once its completions are drained). On an
 // empty poll *yield says whether the C half should give the core up
-// (sched_yield) before it returns: when the device carries a stream
-// (roce.CQ.Streaming), or after spinFor of empty polls in a row. A program
-// that waits for the answer to a request spins, which is what busy-polling is
-// for.
+// (sched_yield) before it returns, by roce's busy-poll policy
+// (roce.CQ.ShouldYield): a program that waits for the answer to a request
+// spins, which is what busy-polling is for.
 //
 //export gr_poll_cq
 func gr_poll_cq(h C.uintptr_t, n C.int, wc *C.struct_ibv_wc, yield *C.int) C.int {
@@ -181,18 +175,18 @@ func gr_poll_cq(h C.uintptr_t, n C.int, wc *C.struct_ibv_wc, yield *C.int) C.int
 		return 0
 	}
 	got := pollCQ(o, n, wc)
-	switch {
-	case got != 0:
+	if got != 0 {
 		o.emptySince.Store(0)
-	case o.cq.Streaming():
+		return got
+	}
+	now := time.Now().UnixNano()
+	since := o.emptySince.Load()
+	if since == 0 {
+		o.emptySince.Store(now)
+		since = now
+	}
+	if o.cq.ShouldYield(time.Duration(now - since)) {
 		*yield = 1
-	default:
-		now := time.Now().UnixNano()
-		if since := o.emptySince.Load(); since == 0 {
-			o.emptySince.Store(now)
-		} else if now-since >= int64(spinFor) {
-			*yield = 1
-		}
 	}
 	return got
 }

@@ -251,7 +251,7 @@ func (e *Engine) FlushPosts() {
 
 const (
 	streamFor     = time.Millisecond // how long a stream's last sign counts
-	streamPackets = 8                // packets in one read, or WRs outstanding, that make a stream
+	streamPackets = 8                // packets in one read or one send, or WRs outstanding, that make a stream
 )
 
 // markStream notes a sign of a stream now.
@@ -261,7 +261,8 @@ func (e *Engine) markStream() {
 
 // Streaming reports whether the engine carried a stream within the last
 // streamFor: a post behind streamPackets outstanding WRs or more, or a
-// receive batch of streamPackets packets or more. Outside run-to-completion
+// receive or send batch of streamPackets packets or more (a large message's
+// stream has few WRs and few ACKs). Outside run-to-completion
 // mode it is false.
 func (e *Engine) Streaming() bool {
 	return e.cfg.RunToCompletion && e.cfg.Clock.Now().UnixNano() < e.streamUntil.Load()

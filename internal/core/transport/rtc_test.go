@@ -330,29 +330,37 @@ func TestRunToCompletionPollWaitsForHolder(t *testing.T) {
 }
 
 // TestRunToCompletionStreaming: a post behind streamPackets outstanding WRs,
-// or a read of streamPackets packets, marks a stream for streamFor; a
-// request/response's posts and reads do not.
+// a read of streamPackets packets, or a send of as many (one large message),
+// marks a stream for streamFor; a request/response's posts, reads and sends
+// do not.
 func TestRunToCompletionStreaming(t *testing.T) {
 	cases := []struct {
 		name   string
 		posts  int // posts of one SEND each, before the check
+		pkts   int // packets of each SEND (0: one of 64 bytes)
 		reads  int // datagrams in one read, before the check
 		stream bool
 	}{
-		{"request", 1, 0, false},
-		{"posts behind a few", streamPackets, 0, false},
-		{"posts behind many", streamPackets + 1, 0, true},
-		{"small read", 0, streamPackets - 1, false},
-		{"batch read", 0, streamPackets, true},
+		{"request", 1, 0, 0, false},
+		{"posts behind a few", streamPackets, 0, 0, false},
+		{"posts behind many", streamPackets + 1, 0, 0, true},
+		{"small read", 0, 0, streamPackets - 1, false},
+		{"batch read", 0, 0, streamPackets, true},
+		{"short message", 1, streamPackets - 1, 0, false},
+		{"long message", 1, streamPackets, 0, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var reads []link.Message
 			w, _ := rtcWireOpts(t, &reads, rcOpts{recvWR: 2 * streamPackets, sendWR: 2 * streamPackets})
 			w.e.pollers[0].r = scriptReader(w, &reads, 2*streamPackets)
-			sb := w.mem.reg(1, pattern(64, 2), verbs.AccessLocalWrite)
+			size := 64
+			if c.pkts > 0 {
+				size = c.pkts * verbs.MTU1024.Bytes() // the wire's path MTU
+			}
+			sb := w.mem.reg(1, pattern(size, 2), verbs.AccessLocalWrite)
 			for range c.posts {
-				w.post(verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 64)}})
+				w.post(verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, size)}})
 			}
 			rb := w.mem.reg(1, make([]byte, 256), verbs.AccessLocalWrite)
 			for i := range c.reads {

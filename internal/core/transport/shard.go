@@ -358,6 +358,9 @@ func (s *shard) flush() {
 	if s.held > 0 {
 		s.stopHold()
 	}
+	if len(s.out) >= streamPackets && s.e.cfg.RunToCompletion {
+		s.e.markStream()
+	}
 	s.tx, s.pieces = s.tx[:0], s.pieces[:0]
 	s.queueRange(s.held, len(s.out))
 	s.queueRange(0, s.held)
