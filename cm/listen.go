@@ -45,7 +45,7 @@ func (q *requestQueue[T]) listenLocked(mg *Manager, addr netip.AddrPort, ps Port
 	sid := ServiceID(ps, addr.Port())
 	if g := mg.grace[sid]; g != nil && ps == PortSpaceTCP {
 		// The machine still takes requests for sid: the port's last
-		// listener closed within ListenGrace (Manager.endGraceLocked),
+		// listener closed within its grace (Manager.startGraceLocked),
 		// and roced's claim on it (ServiceClaimer) is still this process's.
 		g.timer.Stop()
 		delete(mg.grace, sid)

@@ -172,6 +172,7 @@ type Manager struct {
 // handle is the Manager's record of one communication ID.
 type handle struct {
 	id            uint32
+	sid           uint64 // the service ID a passive connection was requested on (0: active)
 	local, remote netip.AddrPort
 	ev            chan Event // machine events for this ID; handleEvents buffered
 	conn          *Conn
@@ -424,7 +425,7 @@ func (mg *Manager) onConnectRequestLocked(ev Event) {
 		return
 	}
 	_, port, _ := SplitServiceID(req.ServiceID)
-	h := &handle{id: ev.ID, local: netip.AddrPortFrom(ch.Dst, port),
+	h := &handle{id: ev.ID, sid: req.ServiceID, local: netip.AddrPortFrom(ch.Dst, port),
 		remote: netip.AddrPortFrom(ch.Src, ch.SrcPort), ev: make(chan Event, handleEvents)}
 	mg.handles[ev.ID] = h
 	r := &ConnRequest{mg: mg, h: h, req: req, Local: h.local, Remote: h.remote,
@@ -498,13 +499,22 @@ func (l *Listener) closeLocked() {
 // arrive in between; rdma_cm programs take that REJ as fatal (perftest's
 // client then fails, or crashes in its retry path). rxe's kernel CM leaves the
 // gap open, but its peers take longer to resolve a route than the listener
-// takes to open. Requests held are bounded by the manager's pending caps.
-const ListenGrace = time.Second
+// takes to open. The grace lasts while a connection the closed listener
+// accepted is still up (perftest's exchange runs over one, and took 1.4 s on
+// a loaded host), then ListenGrace more, and never beyond ListenGraceMax. A
+// request held past its sender's response timeout is kept alive by the MRA
+// the machine answers its retransmission with. Requests held are bounded by
+// the manager's pending caps.
+const (
+	ListenGrace    = time.Second
+	ListenGraceMax = 10 * time.Second
+)
 
 // listenGrace is a port in its grace: the machine still accepts its requests.
 type listenGrace struct {
 	timer *time.Timer
-	held  []Event // connection requests that arrived in the grace
+	until time.Time // ListenGraceMax after the listener closed
+	held  []Event   // connection requests that arrived in the grace
 }
 
 // startGraceLocked begins sid's grace as its listener closes; a manager that
@@ -514,16 +524,32 @@ func (mg *Manager) startGraceLocked(sid uint64) {
 		mg.unlistenLocked(sid, false)
 		return
 	}
-	g := &listenGrace{}
+	g := &listenGrace{until: time.Now().Add(ListenGraceMax)}
 	g.timer = time.AfterFunc(ListenGrace, func() {
 		mg.mu.Lock()
 		defer mg.mu.Unlock()
-		if mg.grace[sid] == g {
-			mg.endGraceLocked(sid)
-			mg.flushLocked()
+		if mg.grace[sid] != g {
+			return
 		}
+		if left := time.Until(g.until); left > 0 && mg.acceptedUpLocked(sid) {
+			g.timer.Reset(min(ListenGrace, left))
+			return
+		}
+		mg.endGraceLocked(sid)
+		mg.flushLocked()
 	})
 	mg.grace[sid] = g
+}
+
+// acceptedUpLocked reports whether a connection accepted on sid is still up.
+// It looks at every handle, at most once per ListenGrace per port in grace.
+func (mg *Manager) acceptedUpLocked(sid uint64) bool {
+	for _, h := range mg.handles {
+		if h.sid == sid && mg.m.State(h.id) == StateEstablished {
+			return true
+		}
+	}
+	return false
 }
 
 // endGraceLocked ends sid's grace with no listener back: the port stops

@@ -492,8 +492,10 @@ func TestListenBacklog(t *testing.T) {
 
 // TestListenGrace: a REQ that reaches a port whose listener just closed waits
 // for a listener that opens on the port again (perftest -R's second listen)
-// instead of being refused, and is refused as on a port nobody listens on
-// once ListenGrace passes with none.
+// instead of being refused; while a connection the closed listener accepted
+// is up the grace outlasts ListenGrace (perftest's exchange runs over one);
+// with none, the request is refused as on a port nobody listens on once
+// ListenGrace passes.
 func TestListenGrace(t *testing.T) {
 	checkGoroutines(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -515,43 +517,81 @@ func TestListenGrace(t *testing.T) {
 			}
 		}
 	}
+	// relisten opens the port again and serves the request held for it.
+	var conns []*Conn
+	relisten := func(dialed <-chan error, qpn uint32) *Listener {
+		t.Helper()
+		l, err := server.Listen(to, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := l.GetRequest(ctx)
+		if err != nil {
+			t.Fatalf("the new listener did not get the held request: %v", err)
+		}
+		c, err := r.Accept(ctx, ConnParam{QPN: qpn})
+		if err != nil {
+			t.Fatalf("accept: %v", err)
+		}
+		if err := <-dialed; err != nil {
+			t.Fatalf("dial through a re-listened port: %v", err)
+		}
+		conns = append(conns, c)
+		return l
+	}
+	dial := func(qpn uint32) <-chan error {
+		dialed := make(chan error, 1)
+		go func() { _, err := client.Dial(ctx, netip.AddrPort{}, to, ConnParam{QPN: qpn}); dialed <- err }()
+		return dialed
+	}
 
 	l, err := server.Listen(to, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
-	dialed := make(chan error, 1)
-	go func() { _, err := client.Dial(ctx, netip.AddrPort{}, to, ConnParam{QPN: 0x11}); dialed <- err }()
+	dialed := dial(0x11)
 	held(1)
-	l, err = server.Listen(to, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := l.GetRequest(ctx)
-	if err != nil {
-		t.Fatalf("the new listener did not get the held request: %v", err)
-	}
-	served := make(chan error, 1)
-	go func() { _, err := r.Accept(ctx, ConnParam{QPN: 0x12}); served <- err }()
-	if err := <-dialed; err != nil {
-		t.Fatalf("dial through a re-listened port: %v", err)
-	}
-	if err := <-served; err != nil {
-		t.Fatalf("accept: %v", err)
-	}
+	l = relisten(dialed, 0x12)
 
-	// No listener comes back: the request is refused after the grace.
+	// The connection it accepted is up: the port stays in grace past ListenGrace.
 	l.Close()
+	closed := time.Now()
 	rx := server.Stats().RxMADs
+	dialed = dial(0x13)
+	held(rx + 1)
+	sid := ServiceID(PortSpaceTCP, to.Port())
+	for inGrace := true; inGrace && time.Since(closed) < ListenGrace+ListenGrace/4; {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the grace never passed ListenGrace")
+		case <-time.After(10 * time.Millisecond):
+		}
+		server.mu.Lock()
+		inGrace = server.grace[sid] != nil
+		server.mu.Unlock()
+		if !inGrace {
+			t.Fatalf("the grace ended after %v with an accepted connection up", time.Since(closed))
+		}
+	}
+	l = relisten(dialed, 0x14)
+
+	// No connection, no listener: the request is refused after the grace.
+	for _, c := range conns {
+		if err := c.Disconnect(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	start := time.Now()
-	_, err = client.Dial(ctx, netip.AddrPort{}, to, ConnParam{QPN: 0x13})
+	l.Close()
+	rx = server.Stats().RxMADs
+	_, err = client.Dial(ctx, netip.AddrPort{}, to, ConnParam{QPN: 0x15})
 	var rej *RejectError
 	if !errors.As(err, &rej) || rej.Reason != RejInvalidServiceID || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("after the grace: %v", err)
 	}
-	if el := time.Since(start); el < ListenGrace {
-		t.Errorf("refused after %v, before the grace (%v) ended", el, ListenGrace)
+	if el := time.Since(start); el < ListenGrace || el >= ListenGraceMax {
+		t.Errorf("refused %v after the listener closed, want the grace of a port with no connection (%v)", el, ListenGrace)
 	}
 	if server.Stats().RxMADs <= rx {
 		t.Errorf("the server never saw the REQ")
