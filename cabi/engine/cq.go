@@ -161,7 +161,7 @@ const pollBatch = 32
 // gr_poll_cq is ibv_poll_cq: up to n completions into wc, the number taken, or
 // a negative errno (a CQ that overran, once its completions are drained). On an
 // empty poll *yield says whether the C half should give the core up
-// (sched_yield) before it returns, by roce's busy-poll policy
+// (a short sleep) before it returns, by roce's busy-poll policy
 // (roce.CQ.ShouldYield): a program that waits for the answer to a request
 // spins, which is what busy-polling is for.
 //
