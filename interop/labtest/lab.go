@@ -217,6 +217,11 @@ func (l *Lab) GuestNames() []string {
 // created on a thread that has joined the namespace and keeps it after the thread leaves,
 // so the caller's process stays where it is.
 func (l *Lab) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	return l.DialNetwork(ctx, "tcp", addr)
+}
+
+// DialNetwork is Dial for any network net.Dialer knows ("udp" too).
+func (l *Lab) DialNetwork(ctx context.Context, network, addr string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn
 		err error
@@ -224,7 +229,7 @@ func (l *Lab) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		c, err, restored := l.dialInNS(ctx, addr)
+		c, err, restored := l.dialInNS(ctx, network, addr)
 		if restored {
 			runtime.UnlockOSThread()
 		} // else: the goroutine exits locked and the runtime retires the thread
@@ -234,7 +239,7 @@ func (l *Lab) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	return r.c, r.err
 }
 
-func (l *Lab) dialInNS(ctx context.Context, addr string) (c net.Conn, err error, restored bool) {
+func (l *Lab) dialInNS(ctx context.Context, network, addr string) (c net.Conn, err error, restored bool) {
 	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
 	if err != nil {
 		return nil, err, true
@@ -248,7 +253,7 @@ func (l *Lab) dialInNS(ctx context.Context, addr string) (c net.Conn, err error,
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 		return nil, fmt.Errorf("labtest: setns %s: %w", l.NS, err), true
 	}
-	c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 	restored = unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil
 	return c, err, restored
 }
