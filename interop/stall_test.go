@@ -11,15 +11,24 @@ import (
 	"github.com/goroce/goroce/interop/labtest"
 )
 
-// A known fault of rxe on kernel 6.1 under TCG: a stock latency tool run with -e
-// (sleeping on completion events) stops for good after rxe's own retransmission
-// timer fired spuriously (completer_retry_err). Seen in ib_send_lat in both
-// directions (once in about 1100 looped runs here, and in one of four full
-// CI runs; never in 654 runs between two rxe guests): rxe's responder has
-// taken goroce's last message (rdma_recvs is one ahead of rdma_sends, and
-// rxe's ACK for it is on the wire) and goroce has nothing unacknowledged, but
-// the tool stays asleep in ib_uverbs_event_read and never posts its answer, so
-// neither side sends again.
+// A known fault of the bookworm guests' perftest (4.5, Debian 12) under TCG: a
+// latency tool run with -e (sleeping on completion events) stops for good after
+// rxe's own retransmission timer fired spuriously (completer_retry_err). Seen in
+// ib_send_lat in both directions (once in about 1100 looped runs here, and in
+// one of four full CI runs; never in 654 runs between two rxe guests): rxe's
+// responder has taken goroce's last message (rdma_recvs is one ahead of
+// rdma_sends, and rxe's ACK for it is on the wire) and goroce has nothing
+// unacknowledged, but the tool stays asleep in ib_uverbs_event_read and never
+// posts its answer, so neither side sends again.
+//
+// perftest 4.5 takes the events of both its CQs from one completion channel, and
+// polls the CQ it expects after any event: when the receive completion of
+// goroce's next message comes before the send completion of the tool's own last
+// message (here, the late completion of a retried send), it ends up waiting for
+// an event it consumed already. perftest 25.01 (trixie) has a channel per CQ. A
+// goroce reply that overtook the ACK of the message it answered made the same
+// order every time; goroce no longer sends it (transport's pollSlice), and
+// cabi/test's TestPerftest reproduced that stall on loopback, with no rxe.
 //
 // watchStall tells that fault apart from a stall of goroce's: it ends the run
 // (errRxeStall) only when the guest's RoCE counters have not moved for

@@ -8,15 +8,19 @@ export GOFLAGS=${GOFLAGS:-}
 
 # Each stage's duration is printed in a table at the end, after a failure too (the
 # EXIT trap), where a CI log cut to its tail still shows where the time went.
-names=() secs=() stage= stage_t0=0 T0=$(date +%s)
+# Next to each duration: how busy the host's CPUs were during the stage (from /proc/stat),
+# which tells a stage that waits from one that needs more cores.
+names=() secs=() busy=() stage= stage_t0=0 stage_cpu= T0=$(date +%s)
+cpu_ticks() { awk '/^cpu /{ print $2+$3+$4+$7+$8+$9, $5+$6; exit }' /proc/stat 2>/dev/null || true; }
 end_stage() {
   [ -n "$stage" ] || return 0
   names+=("$stage$1") secs+=($(($(date +%s) - stage_t0)))
+  busy+=("$(echo "$stage_cpu $(cpu_ticks)" | awk 'NF == 4 && $3 + $4 > $1 + $2 { printf "%d%%", 100 * ($3 - $1) / ($3 + $4 - $1 - $2) }')")
   stage=
 }
 begin() { # begin NAME: ends the stage running, starts NAME
   end_stage ""
-  stage=$1 stage_t0=$(date +%s)
+  stage=$1 stage_t0=$(date +%s) stage_cpu=$(cpu_ticks)
   echo "== $1"
 }
 durations() {
@@ -28,9 +32,9 @@ durations() {
     wait "$prep_pid" 2>/dev/null || true
     interop/lab down >/dev/null 2>&1 || true
   fi
-  echo "== stage durations (seconds)"
-  for i in "${!names[@]}"; do printf '%6d  %s\n' "${secs[$i]}" "${names[$i]}"; done
-  printf '%6d  total (exit %d)\n' $(($(date +%s) - T0)) "$rc"
+  echo "== stage durations (seconds; CPU busy, all cores)"
+  for i in "${!names[@]}"; do printf '%6d %5s  %s\n' "${secs[$i]}" "${busy[$i]:--}" "${names[$i]}"; done
+  printf '%6d %5s  total (exit %d)\n' $(($(date +%s) - T0)) "" "$rc"
   exit "$rc"
 }
 trap durations EXIT

@@ -199,26 +199,36 @@ func TestPingpong(t *testing.T) {
 // TestPerftest runs perftest's bandwidth and latency tests between two processes.
 func TestPerftest(t *testing.T) {
 	for _, c := range []struct {
-		test string
-		args []string
+		test   string
+		args   []string
+		server []string // the server's only
 	}{
-		{"write_bw", []string{"-s", "65536", "-n", "500"}},
-		{"write_bw", []string{"-s", "4096", "-n", "200", "-q", "4"}},
-		{"write_bw", []string{"-s", "4096", "-n", "200", "-b"}},
-		{"send_bw", []string{"-s", "4096", "-n", "500"}},
-		{"read_bw", []string{"-s", "65536", "-n", "200"}},
-		{"atomic_bw", []string{"-n", "500"}},
-		{"send_lat", []string{"-s", "64", "-n", "500", "-e"}},
-		{"write_lat", []string{"-s", "64", "-n", "500"}},
-		{"read_lat", []string{"-s", "64", "-n", "500", "-e"}},
-		{"atomic_lat", []string{"-n", "500", "-A", "CMP_AND_SWAP", "-e"}},
-		{"send_bw", []string{"-s", "1024", "-n", "200", "-c", "UD"}},
-		{"send_lat", []string{"-a", "-n", "5"}},
+		{"write_bw", []string{"-s", "65536", "-n", "500"}, nil},
+		{"write_bw", []string{"-s", "4096", "-n", "200", "-q", "4"}, nil},
+		{"write_bw", []string{"-s", "4096", "-n", "200", "-b"}, nil},
+		{"send_bw", []string{"-s", "4096", "-n", "500"}, nil},
+		{"read_bw", []string{"-s", "65536", "-n", "200"}, nil},
+		{"atomic_bw", []string{"-n", "500"}, nil},
+		{"send_lat", []string{"-s", "64", "-n", "500", "-e"}, nil},
+		{"write_lat", []string{"-s", "64", "-n", "500"}, nil},
+		{"read_lat", []string{"-s", "64", "-n", "500", "-e"}, nil},
+		{"atomic_lat", []string{"-n", "500", "-A", "CMP_AND_SWAP", "-e"}, nil},
+		{"send_bw", []string{"-s", "1024", "-n", "200", "-c", "UD"}, nil},
+		{"send_lat", []string{"-a", "-n", "5"}, nil},
+		// A busy-polling client answers at once, and a server sleeping on
+		// events takes both CQs' events from one completion channel (perftest
+		// 4.5): it waited for good once a reply overtook the ACK of the message
+		// it answered (transport's pollSlice).
+		{"send_lat", []string{"-s", "64", "-n", "500"}, []string{"-e"}},
 	} {
-		t.Run(c.test+strings.Join(c.args, ""), func(t *testing.T) {
+		name := c.test + strings.Join(c.args, "")
+		if c.server != nil {
+			name += "/server" + strings.Join(c.server, "")
+		}
+		t.Run(name, func(t *testing.T) {
 			port := freePort(t)
 			args := append([]string{"-d", "goroce0", "-x", "1", "-F", "-p", port}, c.args...)
-			srv, cli := pair(t, 120*time.Second, tool(t, "ib_"+c.test), args, args)
+			srv, cli := pair(t, 120*time.Second, tool(t, "ib_"+c.test), append(c.server, args...), args)
 			if !strings.Contains(cli, "#bytes") {
 				t.Errorf("client printed no results:\n%s", cli)
 			}

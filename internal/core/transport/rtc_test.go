@@ -57,7 +57,8 @@ func TestRunToCompletionPostSends(t *testing.T) {
 
 // TestRunToCompletionPollHoldsACK: a CQ poller that receives a SEND sees its
 // completion at once, while the SEND's ACK waits; the poller's reply then
-// leaves before the ACK, and a poll that finds nothing sends what is held.
+// leaves in the same batch, after the ACK (never overtaking it: see
+// pollSlice), and a poll that finds nothing sends what is held.
 func TestRunToCompletionPollHoldsACK(t *testing.T) {
 	var reads []link.Message
 	w, l := rtcWire(t, &reads)
@@ -80,8 +81,11 @@ func TestRunToCompletionPollHoldsACK(t *testing.T) {
 		t.Fatalf("%d messages written before the reply, want the ACK held", len(l.msgs))
 	}
 	w.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 64)}})
-	if len(l.msgs) != 2 || bth.Opcode(l.msgs[0].Buf[0]) != bth.RCSendOnly || bth.Opcode(l.msgs[1].Buf[0]) != bth.RCAck {
-		t.Fatalf("written %d messages, want the reply, then the ACK", len(l.msgs))
+	if l.writes != 1 {
+		t.Fatalf("the ACK and the reply took %d link writes, want 1", l.writes)
+	}
+	if len(l.msgs) != 2 || bth.Opcode(l.msgs[0].Buf[0]) != bth.RCAck || bth.Opcode(l.msgs[1].Buf[0]) != bth.RCSendOnly {
+		t.Fatalf("written %d messages, want the ACK, then the reply", len(l.msgs))
 	}
 	send(wireRQPSN.Add(1))
 	w.e.Poll()

@@ -353,8 +353,8 @@ func (p *txPacket) packet() []byte {
 // now, over its source port and the IPv4 ID the kernel will give it (DF set;
 // ID 0 for a datagram sent alone: package link).
 func (s *shard) flush() {
-	// Held packets (rtc.go) go after the newer ones, in the same link batch: a
-	// reply and the ACK it overtakes cost one system call.
+	// Held packets (rtc.go) go first, in the same link batch as the newer
+	// ones: an ACK and the reply after it cost one system call.
 	if s.held > 0 {
 		s.stopHold()
 	}
@@ -362,8 +362,7 @@ func (s *shard) flush() {
 		s.e.markStream()
 	}
 	s.tx, s.pieces = s.tx[:0], s.pieces[:0]
-	s.queueRange(s.held, len(s.out))
-	s.queueRange(0, s.held)
+	s.queueRange(0, len(s.out))
 	if len(s.tx) > 0 {
 		s.write(s.tx)
 	}
