@@ -65,6 +65,25 @@ var compRules = []compRule{
 				t.Errorf("after the timeout: %s, want the probe of the first PSN", pktsString(out))
 			}
 		}},
+	{name: "a message sent again after a timeout completes on an ACK of its last PSN, and the rest of it is not resent",
+		wrs:  []verbs.SendWR{sendWR(1, verbs.WRSend, 0, 3000)},
+		sent: 3,
+		check: func(t *testing.T, w *wire, buf *Region) {
+			if out := w.advance(w.q.rto); len(out) != 1 || out[0].PSN() != wireSQPSN {
+				t.Fatalf("after the timeout: %s, want the probe of the first PSN", pktsString(out))
+			}
+			// The peer had the whole message; its ACK crossed the probe. It
+			// may exit now, and nothing would answer a resent packet.
+			if out := w.deliverRule([]rulePkt{resp(bth.RCAck, 2, ack, 0)}, wireSQPSN, nil); len(out) != 0 {
+				t.Errorf("after the ACK of the last PSN: %s, want nothing", pktsString(out))
+			}
+			if wcs := w.wcs(w.scq); len(wcs) != 1 || wcs[0].Status != verbs.WCSuccess {
+				t.Errorf("send completions %v, want one success", wcs)
+			}
+			if out := w.advance(4 * w.q.rto); len(out) != 0 {
+				t.Errorf("later: %s, want nothing", pktsString(out))
+			}
+		}},
 	{name: "a NAK for a PSN never sent is a ghost and ignored",
 		wrs:  []verbs.SendWR{sendWR(1, verbs.WRSend, 0, 8)},
 		sent: 1, resp: [][]rulePkt{{resp(bth.RCAck, 1, nakAcc, 0)}}},

@@ -204,6 +204,13 @@ func (c *completer) onResponse(now time.Time, pkt *bth.Packet) {
 // everything before pkt's PSN is implicitly acknowledged, and a positive ACK
 // (cumulative) acknowledges its own PSN too. It has acted when a READ or
 // atomic whose response was lost started a retry.
+//
+// A WQE the requester is sending again after a timeout completes too once its
+// last PSN is acknowledged: every packet of it went out before (a ghost is
+// dropped first), and the peer has the whole message. rxe completes only a WQE
+// whose last packet went out again and waits for one more ACK, which never
+// comes when the peer's program exits after that ACK (a pingpong server's
+// last message): its retries go on for good with retry_cnt 7.
 func (c *completer) retireAcked(now time.Time, pkt *bth.Packet) ackResult {
 	q := c.q
 	res := ackNothing
@@ -214,7 +221,7 @@ func (c *completer) retireAcked(now time.Time, pkt *bth.Packet) ackResult {
 	}
 	for {
 		w := c.head()
-		if w == nil || w.state != wqePending || w.lastPSN.After(through) {
+		if w == nil || w.lastPSN.After(through) {
 			break
 		}
 		if w.isReadOrAtomic() {
@@ -237,10 +244,8 @@ func (c *completer) retireAcked(now time.Time, pkt *bth.Packet) ackResult {
 // ackedTo is how far the head PSN may move when everything before next is
 // acknowledged: not into a READ or atomic at the head (only its own responses
 // advance it there, even when one implicitly acknowledges the WRITE before
-// it); not past the last PSN of a WQE still being (re)sent (after a probe the
-// peer may acknowledge a message of which one packet went out again); and not
-// at all with nothing started outstanding, as rxe ignores responses while its
-// head WQE is posted.
+// it); and not at all with nothing started outstanding, as rxe ignores
+// responses while its head WQE is posted.
 func (c *completer) ackedTo(next bth.PSN) bth.PSN {
 	w := c.head()
 	switch {
@@ -248,8 +253,6 @@ func (c *completer) ackedTo(next bth.PSN) bth.PSN {
 		return c.q.win.headPSN
 	case w.isReadOrAtomic() && next.After(w.firstPSN):
 		return w.firstPSN
-	case w.state != wqePending && next.After(w.lastPSN):
-		return w.lastPSN
 	}
 	return next
 }
