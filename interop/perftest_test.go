@@ -311,38 +311,6 @@ func parsePTRows(out string, lat bool) ([]ptRow, error) {
 	return nil, fmt.Errorf("no results row")
 }
 
-// runPairWatched is runPair with watchStall on the stock tool when it sleeps on
-// completion events (-e): on rxe's event stall it runs the case once more,
-// from fresh counters (*before), and marks res; a second stall fails t.
-func runPairWatched(ctx context.Context, t *testing.T, lab *labtest.Lab, g *labtest.Guest, bin string, c ptCase,
-	stock string, ours []string, oursClient bool, before *labtest.Counters, res *ptResult) pairRun {
-	t.Helper()
-	for attempt := 1; ; attempt++ {
-		runCtx, cancelRun := context.WithCancelCause(ctx)
-		why, stop := "", func() {}
-		if c.events() {
-			stop = watchStall(runCtx, g, "ib_"+c.test, *before, cancelRun, &why)
-		}
-		r := runPair(runCtx, t, lab, g, bin, stock, ours, oursClient)
-		stop()
-		again := stalled(runCtx)
-		cancelRun(nil)
-		if !again {
-			return r
-		}
-		if attempt == 2 {
-			t.Errorf("%v, twice: %s", errRxeStall, why)
-			return r
-		}
-		t.Logf("%v (%s): running the case again", errRxeStall, why)
-		res.rerun = true
-		var err error
-		if *before, err = g.Counters(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // ptOurs is goroce's side of a perftest row: roce-perftest, or the stock
 // perftest on goroce's libibverbs (cabi_test.go).
 type ptOurs struct {
@@ -396,7 +364,7 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ptOurs, c p
 		}
 		defer captureRun(t, lab, "perftest-"+c.name()+"-"+dir.short(), sender)()
 		bin, ours := o.command(c, lab.HostIP.String(), opts)
-		r := runPairWatched(ctx, t, lab, g, bin, c, c.stockCommand(g, port), ours, dir == ptOursToRxe, &before, &res)
+		r := runPairWatched(ctx, t, lab, g, bin, "ib_"+c.test, c.events(), c.stockCommand(g, port), ours, dir == ptOursToRxe, &before, &res.rerun)
 		sides = r.ptSides(o.who, "ib_"+c.test, dir == ptRxeToOurs)
 		oursErr = r.oursErr
 	}
@@ -422,7 +390,7 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ptOurs, c p
 	if !t.Failed() {
 		res.verdict = "pass"
 		if res.rerun {
-			res.verdict = "pass on a second run (rxe 6.1 event stall, see stall_test.go)"
+			res.verdict = rerunVerdict
 		}
 	}
 	t.Logf("rxe: %v", d)

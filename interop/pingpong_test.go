@@ -223,7 +223,8 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ppOurs, c p
 	port := lab.Port(pingpongPort)
 	bin, ours := o.command(c, ourAddr, ourGID, port)
 
-	r := runPair(ctx, t, lab, g, bin, c.stockCommand(stockGID, port), ours, dir == oursToRxe)
+	var rerun bool
+	r := runPairWatched(ctx, t, lab, g, bin, "ibv_"+c.mode+"_pingpong", true, c.stockCommand(stockGID, port), ours, dir == oursToRxe, &before, &rerun)
 	res.ours, res.stockOut = r.oursOut, r.stock.Out
 
 	if strings.Contains(r.oursErr, "UC QPs are not implemented") {
@@ -247,6 +248,9 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ppOurs, c p
 	}
 	if !t.Failed() {
 		res.verdict = "pass"
+		if rerun {
+			res.verdict = rerunVerdict
+		}
 	}
 	t.Logf("rxe: %v", d)
 	t.Logf("goroce: %s", lastLine(r.oursErr))

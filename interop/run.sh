@@ -232,7 +232,7 @@ done
 for d in "${again[@]}"; do digest "$d" .1; done
 for d in "${failed[@]}"; do digest "$d" ""; done
 # The second runs this stage needed, in its last line: a lane rebooted after a guest died,
-# and a case run again after rxe 6.1's event stall (stall_test.go; each says so in its log).
+# and a case run again after rxe's event stall (stall_test.go; each says so in its log).
 stalls=0
 for d in "${dists[@]}"; do
   for f in "$RUN/$d/go-test.1.log" "$RUN/$d/go-test.log"; do

@@ -138,6 +138,30 @@ func (c *CQ) ShouldYield(emptyFor time.Duration) bool {
 	return emptyFor >= SpinFor || c.Streaming()
 }
 
+// Spin is Poll that busy-polls until a completion arrives or ctx ends (ctx's error),
+// as a verbs program that polls without a completion channel: with
+// WithRunToCompletion, the spinning goroutine is the one that receives the answer,
+// with no wake-up. Where ShouldYield says to give the core up, a goroutine can do
+// better than yield: it sleeps on the channel as Wait, so a stream's engine
+// goroutines, and a peer on the same host, get the core.
+func (c *CQ) Spin(ctx context.Context, wc []WC) (int, error) {
+	var since time.Time
+	for {
+		if n, err := c.Poll(wc); n > 0 || err != nil {
+			return n, err
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		if c.ShouldYield(time.Since(since)) {
+			return c.Wait(ctx, wc)
+		}
+	}
+}
+
 // Resize is ibv_resize_cq: room for at least cqe completions, keeping those held; it
 // returns the actual size. Below their number or above max_cqe is EINVAL, no change.
 func (c *CQ) Resize(cqe int) (int, error) {

@@ -14,13 +14,22 @@ import (
 func TestCQWait(t *testing.T) {
 	for _, m := range []struct {
 		name string
+		wait waitFunc
 		opts []Option
-	}{{"default", nil}, {"run-to-completion", []Option{WithRunToCompletion(true)}}} {
-		t.Run(m.name, func(t *testing.T) { cqWait(t, m.opts...) })
+	}{
+		{"default", (*CQ).Wait, nil},
+		{"run-to-completion", (*CQ).Wait, []Option{WithRunToCompletion(true)}},
+		// Spin spins SpinFor, then sleeps on the channel as Wait (the parked check).
+		{"spin", (*CQ).Spin, []Option{WithRunToCompletion(true)}},
+	} {
+		t.Run(m.name, func(t *testing.T) { cqWait(t, m.wait, m.opts...) })
 	}
 }
 
-func cqWait(t *testing.T, opts ...Option) {
+// waitFunc is CQ.Wait or CQ.Spin.
+type waitFunc func(c *CQ, ctx context.Context, wc []WC) (int, error)
+
+func cqWait(t *testing.T, wait waitFunc, opts ...Option) {
 	da, db := pipePair(t, opts...)
 	pdB := must[*PD](t)(db.AllocPD())
 	b := newSide(t, db, QPTypeRC, 64, nil, pdB)
@@ -30,7 +39,7 @@ func cqWait(t *testing.T, opts ...Option) {
 
 	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if n, err := b.rcq.Wait(short, wc); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
+	if n, err := wait(b.rcq, short, wc); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("empty CQ: %d, %v", n, err)
 	}
 
@@ -39,7 +48,7 @@ func cqWait(t *testing.T, opts ...Option) {
 	_ = must[int](t)(b.qp.PostRecv([]RecvWR{{WRID: 7, SGL: []SGE{{Addr: b.mr.Addr(), Length: 64, LKey: b.mr.LKey()}}}}))
 	got := make(chan error, 1)
 	go func() {
-		n, err := b.rcq.Wait(ctx, wc)
+		n, err := wait(b.rcq, ctx, wc)
 		if err == nil && (n != 1 || wc[0].WRID != 7 || wc[0].Status != WCSuccess) {
 			err = errors.New("wrong completion")
 		}
@@ -52,7 +61,7 @@ func cqWait(t *testing.T, opts ...Option) {
 		t.Fatal(err)
 	}
 	// A completion already held comes back without sleeping.
-	if n, err := a.scq.Wait(ctx, wc); n != 1 || err != nil || wc[0].WRID != 1 {
+	if n, err := wait(a.scq, ctx, wc); n != 1 || err != nil || wc[0].WRID != 1 {
 		t.Fatalf("held completion: %d, %v, %+v", n, err, wc[0])
 	}
 }

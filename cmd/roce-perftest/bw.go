@@ -29,11 +29,20 @@ func (s *session) sizes() []int {
 // timed reports whether the run is measured by time (-D, --run_infinitely).
 func (s *session) timed() bool { return s.c.set("duration") || s.c.runInf }
 
-// wait is cq.Wait bounded by the -D clock: a wait that reaches the next phase
+// waitCQ takes completions as perftest does: busy-polling, or with -e sleeping on
+// the completion channel.
+func (s *session) waitCQ(ctx context.Context, wc []roce.WC) (int, error) {
+	if s.c.events {
+		return s.cq.Wait(ctx, wc)
+	}
+	return s.cq.Spin(ctx, wc)
+}
+
+// wait is waitCQ bounded by the -D clock: a wait that reaches the next phase
 // returns no completions and no error.
 func (s *session) wait(ctx context.Context, k *clock, wc []roce.WC) (int, error) {
 	wctx, cancel := k.waitCtx(ctx)
-	n, err := s.cq.Wait(wctx, wc)
+	n, err := s.waitCQ(wctx, wc)
 	cancel()
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		return 0, nil
@@ -370,7 +379,7 @@ func (s *session) bwInfinitely(ctx context.Context) error {
 				return fmt.Errorf("couldn't post send: qp %d: %w", q, err)
 			}
 		}
-		got, err := s.cq.Wait(ctx, wc)
+		got, err := s.waitCQ(ctx, wc)
 		if ctx.Err() != nil {
 			return nil
 		}

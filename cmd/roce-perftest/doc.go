@@ -36,6 +36,9 @@
 //	                  or in send_lat) draws every QP's receives from one SRQ of
 //	                  -r WRs, -r/-q of them posted for each QP's region
 //	-A, --atomic_type FETCH_AND_ADD (default) or CMP_AND_SWAP
+//	-e, --events      sleep on the completion channel; without it the CQ is
+//	                  busy-polled, and the polling goroutine receives the answer
+//	                  itself (run to completion), as perftest on a NIC
 //	--write_with_imm  write_bw's WRITEs carry immediate data: the server posts
 //	                  receives (-r, 512) and counts the completions, as send_bw
 //	-o, --outs        outstanding READs/atomics
@@ -46,11 +49,10 @@
 //	--report_gbits, --report-both, -N, --noPeak, -U, -H, --output
 //	-V, --version, -h, --help
 //
-// Accepted and ignored, because they change nothing here: -F, -e, -Q, -I, -S,
+// Accepted and ignored, because they change nothing here: -F, -Q, -I, -S,
 // --odp, --use_hugepages, --use_old_post_send, --perform_warm_up, --mr_per_qp,
 // --cpu_util, --latency_gap, --flow_label, --retry_count, --wait_destroy and
-// --pkey_index 0. goroce always sleeps on the completion channel (no busy
-// polling) and, but in a post list, asks for a completion of every WR.
+// --pkey_index 0. But in a post list, goroce asks for a completion of every WR.
 // Refused with a one-line reason: the rdma_cm exchange alone (-z), -R over UD
 // or UC, multicast, dual port, raw Ethernet, XRC/DC/SRD, receive post lists,
 // rate limits, hardware counters, JSON output, CPU cycle reports and

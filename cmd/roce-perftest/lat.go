@@ -107,7 +107,7 @@ func (s *session) writeLatRun(ctx context.Context) ([]int64, *clock, error) {
 // waitOne waits for one send completion and checks it.
 func (s *session) waitOne(ctx context.Context, wc []roce.WC) error {
 	for {
-		n, err := s.cq.Wait(ctx, wc[:1])
+		n, err := s.waitCQ(ctx, wc[:1])
 		if err != nil {
 			return err
 		}
@@ -349,7 +349,7 @@ func (s *session) sendLatRun(ctx context.Context, posted []int) ([]int64, *clock
 	// Every send is acknowledged before the closing exchange (RC; UC and UD
 	// complete at once).
 	for ccnt < scnt && !(timed && k.ended()) {
-		n, err := s.cq.Wait(ctx, wc)
+		n, err := s.waitCQ(ctx, wc)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w after %d/%d send completions", err, ccnt, scnt)
 		}

@@ -56,6 +56,7 @@ type config struct {
 	tos              int    // -T: the traffic class of -R's connections
 	postList         int    // -l: WRs per ibv_post_send, a chain; 1 without -l
 	useSRQ           bool   // --use-srq: the receiving side's QPs share one SRQ
+	events           bool   // -e: sleep on the completion channel; busy-poll otherwise
 }
 
 // set reports whether the option with long name name was given.
@@ -163,8 +164,7 @@ var unsupported = []struct {
 }
 
 // ignored are perftest options that change nothing in goroce, accepted so
-// that stock command lines work: CPU frequency checks (-F), events (-e: goroce
-// always sleeps on the completion channel), CQ moderation (-Q), inline sends
+// that stock command lines work: CPU frequency checks (-F), CQ moderation (-Q), inline sends
 // (-I), the service level (-S), CPU utilisation, on-demand paging and huge
 // pages (Go memory is resident), the old post-send API, warm-up rounds, one MR
 // per QP, the latency gap, the flow label and retry count of rdma_cm, and the
@@ -175,7 +175,6 @@ var ignoredFlags = []struct {
 	help  string
 }{
 	{"CPU-freq", 'F', "accepted (no CPU frequency checks)"},
-	{"events", 'e', "accepted (completions are always waited for on the channel)"},
 	{"noPeak", 'N', "do not compute the peak bandwidth"},
 	{"odp", 0, "accepted and ignored"},
 	{"use_hugepages", 0, "accepted and ignored"},
@@ -233,6 +232,7 @@ func parseArgs(args []string) (*config, *cli.Options, error) {
 	o.FlagLong(&c.tos, "tos", 'T', "with -R: the type of service (traffic class) of the connections", "TOS")
 	o.FlagLong(&c.postList, "post_list", 'l', "post the WRs in chains of this many, one ibv_post_send each; CQ moderation is the chain's length (bw tests)", "SIZE")
 	o.FlagLong(&c.useSRQ, "use-srq", 0, "the receiving side's QPs draw their receives from one SRQ (send tests)")
+	o.FlagLong(&c.events, "events", 'e', "sleep on the completion channel for completions (default: busy-poll the CQ)")
 	atomicType := "FETCH_AND_ADD"
 	o.FlagLong(&atomicType, "atomic_type", 'A', "atomic test: CMP_AND_SWAP or FETCH_AND_ADD", "TYPE")
 	var showVersion bool

@@ -52,7 +52,8 @@ func TestParseArgs(t *testing.T) {
 		{"report options", []string{"write_bw", "--report_gbits", "--run_infinitely", "-b", "--report-both"}, func(c *config) bool {
 			return c.reportGbits && c.runInf && c.duplex && c.reportBoth && c.noPeak
 		}},
-		{"accepted and ignored", []string{"send_lat", "-F", "-e", "-Q", "10", "-I", "64", "-S", "3", "--odp", "--cpu_util", "-N"}, func(c *config) bool { return c.noPeak }},
+		{"accepted and ignored", []string{"send_lat", "-F", "-Q", "10", "-I", "64", "-S", "3", "--odp", "--cpu_util", "-N"}, func(c *config) bool { return c.noPeak && !c.events }},
+		{"events", []string{"send_lat", "-e"}, func(c *config) bool { return c.events }},
 		{"odd rx depth rounds up", []string{"send_bw", "-r", "7"}, func(c *config) bool { return c.rxDepth == 8 }},
 		{"-- before the host", []string{"write_lat", "--", "127.0.0.1"}, func(c *config) bool { return c.server == "127.0.0.1" }},
 		{"-R", []string{"write_bw", "-R", "-T", "96", "127.0.0.1"}, func(c *config) bool { return c.rdmaCM && c.tos == 96 }},
@@ -399,6 +400,10 @@ func TestLoopback(t *testing.T) {
 		{[]string{"read_lat", "-s", "64", "-n", "200"}, 64, 200, 1, true, false},
 		{[]string{"send_lat", "-s", "64", "-n", "200"}, 64, 200, 1, false, false},
 		{[]string{"send_lat", "-s", "65536", "-n", "50"}, 65536, 50, 1, false, false},
+		// -e: completions from the channel instead of busy-polling.
+		{[]string{"send_lat", "-e", "-s", "64", "-n", "200"}, 64, 200, 1, false, false},
+		{[]string{"send_bw", "-e", "-s", "4096", "-n", "300"}, 4096, 300, 1, false, false},
+		{[]string{"atomic_lat", "-e", "-n", "100"}, 8, 100, 1, true, true},
 		{[]string{"atomic_lat", "-n", "200"}, 8, 200, 1, true, true},
 		{[]string{"atomic_lat", "-n", "200", "-A", "CMP_AND_SWAP"}, 8, 200, 1, true, true},
 		{[]string{"write_bw", "-q", "4", "-s", "4096", "-n", "100"}, 4096, 400, 1, false, false},

@@ -27,7 +27,7 @@ const (
 
 // openCM opens the device with its GSI agent and a CM on it.
 func (s *session) openCM() error {
-	dev, mads, err := gsi.Open(s.c.Addr, uint16(s.c.RoCEPort))
+	dev, mads, err := gsi.Open(s.c.Addr, uint16(s.c.RoCEPort), roce.WithRunToCompletion(true))
 	if err != nil {
 		return err
 	}

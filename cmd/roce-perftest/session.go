@@ -164,7 +164,7 @@ func (s *session) openDevice() error {
 	var err error
 	if s.c.rdmaCM {
 		err = s.openCM()
-	} else if s.dev, err = s.c.Open(); err == nil {
+	} else if s.dev, err = s.c.Open(roce.WithRunToCompletion(true)); err == nil {
 		s.Add(s.dev.Close)
 	}
 	if err != nil {
