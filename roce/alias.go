@@ -5,42 +5,8 @@ import (
 	"github.com/goroce/goroce/internal/core/verbs"
 )
 
-// SGE is a scatter/gather element (struct ibv_sge): a range of registered memory.
-type SGE = verbs.SGE
-
-// RecvWR is a receive work request (struct ibv_recv_wr).
-type RecvWR = verbs.RecvWR
-
-// SendWR is a send work request (struct ibv_send_wr) for QP.PostSend.
-type SendWR = verbs.SendWR
-
-// FlushWR is a WRFlush work request's type, level and len (ibv_wr_flush).
-type FlushWR = verbs.FlushWR
-
-// MWBindWR is the bind of a WRBindMW work request (wr.bind_mw).
-type MWBindWR = verbs.MWBindWR
-
-// WC is a work completion (struct ibv_wc), as CQ.Poll returns it.
-type WC = verbs.WC
-
-// AddressVector says how to reach a peer (struct ibv_ah_attr with ibv_global_route):
-// CreateAH's attributes, QPAttr.AV, SendWR.AH (AH.AV()). IsGlobal must be true on RoCE.
-type AddressVector = verbs.AddressVector
-
 // AHAttr holds the attributes of an address handle (struct ibv_ah_attr).
 type AHAttr = AddressVector
-
-// QPCap holds the queue sizes of a QP (struct ibv_qp_cap).
-type QPCap = verbs.QPCap
-
-// QPAttr holds the attributes of a QP (struct ibv_qp_attr), for Modify and Query.
-type QPAttr = verbs.QPAttr
-
-// SRQAttr holds the attributes of an SRQ (struct ibv_srq_attr).
-type SRQAttr = verbs.SRQAttr
-
-// QPInfo is a debugging snapshot of one QP, from Device.QPs.
-type QPInfo = verbs.QPInfo
 
 // FLUSH placement types and selectivity levels, for FlushWR.
 const (
