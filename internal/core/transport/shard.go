@@ -362,7 +362,7 @@ func (s *shard) flush() {
 		s.e.markStream()
 	}
 	s.tx, s.pieces = s.tx[:0], s.pieces[:0]
-	s.queueRange(0, len(s.out))
+	s.queueOut()
 	if len(s.tx) > 0 {
 		s.write(s.tx)
 	}
@@ -376,9 +376,9 @@ func (s *shard) flush() {
 	clear(s.pieces)
 }
 
-// queueRange adds out[lo:hi] to the link batch, writing it whenever full.
-func (s *shard) queueRange(lo, hi int) {
-	for i := lo; i < hi; {
+// queueOut adds the output list to the link batch, writing it whenever full.
+func (s *shard) queueOut() {
+	for i, hi := 0, len(s.out); i < hi; {
 		if len(s.tx) == s.batch {
 			s.write(s.tx)
 			s.tx, s.pieces = s.tx[:0], s.pieces[:0]
