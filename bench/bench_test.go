@@ -314,7 +314,7 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	if bl.err != nil {
 		b.Fatalf("raw-UDP baseline: %v", bl.err)
 	}
-	depth, every := window(size)
+	depth, _ := window(size)
 	rq := 0
 	if op == roce.WRSend {
 		rq = 4 * depth
@@ -326,16 +326,7 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 		recvDone = make(chan error, 1)
 		go receive(y, size, rq, b.N, recvDone)
 	}
-	wrs := make([]roce.SendWR, every)
-	for i := range wrs {
-		wrs[i] = roce.SendWR{WRID: uint64(i), Opcode: op,
-			SGL:        []roce.SGE{{Addr: x.mr.Addr(), Length: uint32(size), LKey: x.mr.LKey()}},
-			RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}
-	}
-	// groups is a ring of the sizes of the posted groups, each ending in a signaled
-	// WR; at most depth/every+1 are outstanding.
-	groups, gHead, gLen := make([]int, depth/every+1), 0, 0
-	w := newWaiter(x.scq, depth)
+	st := newStream(x, y, op, size)
 	class := roce.ClassWrite
 	if op == roce.WRSend {
 		class = roce.ClassSend
@@ -346,30 +337,8 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	b.ReportAllocs()
 	m := startCPU()
 	b.ResetTimer()
-	posted, outstanding, sqFull := 0, 0, 0
-	for posted < b.N || outstanding > 0 {
-		for posted < b.N && outstanding+every <= depth {
-			k := min(every, b.N-posted)
-			for i := range wrs[:k] {
-				wrs[i].Flags = 0
-			}
-			wrs[k-1].Flags = roce.SendSignaled
-			if err := postAll(x.qp, wrs[:k], &sqFull); err != nil {
-				b.Fatal(err)
-			}
-			groups[(gHead+gLen)%len(groups)] = k
-			gLen++
-			posted += k
-			outstanding += k
-		}
-		wcs, err := w.wait()
-		if err != nil {
-			b.Fatalf("send completions (%d posted, %d outstanding): %v", posted, outstanding, err)
-		}
-		for range wcs {
-			outstanding -= groups[gHead]
-			gHead, gLen = (gHead+1)%len(groups), gLen-1
-		}
+	if err := st.run(b.N); err != nil {
+		b.Fatal(err)
 	}
 	if recvDone != nil {
 		if err := <-recvDone; err != nil {
@@ -399,10 +368,64 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	b.ReportMetric(acks/pkts, "acks/pkt")
 	b.ReportMetric(trainLen(before, after, pkts), "pkts/msg")
 	b.ReportMetric(retx/float64(b.N), "retx/op")
-	b.ReportMetric(float64(sqFull)/float64(b.N), "sqfull/op")
+	b.ReportMetric(float64(st.sqFull)/float64(b.N), "sqfull/op")
 	b.Logf("N=%d: %.0f pkts/s = %.1f%% of batched raw UDP (%.0f pkts/s at %d B), %.1f%% of raw GSO/GRO (%.0f pkts/s at %d B)",
 		b.N, r.pps, 100*r.ratio, bl.batchPPS[dsize], dsize, 100*r.gsoRatio, bl.gsoPPS, bigDatagram)
 	record(b.Name(), r)
+}
+
+// stream posts messages of one size and opcode from x to y, keeping the window
+// outstanding (window) and signaling every signalEvery-th WR.
+type stream struct {
+	x            *end
+	depth, every int
+	wrs          []roce.SendWR
+	groups       []int // a ring of the posted groups' sizes, each ending in a signaled WR
+	gHead, gLen  int
+	w            *waiter
+	sqFull       int // posts refused for a full send queue (postAll)
+}
+
+func newStream(x, y *end, op roce.WROpcode, size int) *stream {
+	depth, every := window(size)
+	s := &stream{x: x, depth: depth, every: every, wrs: make([]roce.SendWR, every),
+		groups: make([]int, depth/every+1), w: newWaiter(x.scq, depth)}
+	for i := range s.wrs {
+		s.wrs[i] = roce.SendWR{WRID: uint64(i), Opcode: op,
+			SGL:        []roce.SGE{{Addr: x.mr.Addr(), Length: uint32(size), LKey: x.mr.LKey()}},
+			RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}
+	}
+	return s
+}
+
+// run posts n messages and returns when all of them have completed.
+func (s *stream) run(n int) error {
+	posted, outstanding := 0, 0
+	for posted < n || outstanding > 0 {
+		for posted < n && outstanding+s.every <= s.depth {
+			k := min(s.every, n-posted)
+			for i := range s.wrs[:k] {
+				s.wrs[i].Flags = 0
+			}
+			s.wrs[k-1].Flags = roce.SendSignaled
+			if err := postAll(s.x.qp, s.wrs[:k], &s.sqFull); err != nil {
+				return err
+			}
+			s.groups[(s.gHead+s.gLen)%len(s.groups)] = k
+			s.gLen++
+			posted += k
+			outstanding += k
+		}
+		wcs, err := s.w.wait()
+		if err != nil {
+			return fmt.Errorf("send completions (%d posted, %d outstanding): %w", posted, outstanding, err)
+		}
+		for range wcs {
+			outstanding -= s.groups[s.gHead]
+			s.gHead, s.gLen = (s.gHead+1)%len(s.groups), s.gLen-1
+		}
+	}
+	return nil
 }
 
 // trainLen is the mean GSO train of the pkts data packets a device sent between
@@ -559,102 +582,21 @@ func BenchmarkRCPingPongModes(b *testing.B) {
 
 // pingPong runs the round trips; lock pins each side's goroutine to its thread.
 func pingPong(b *testing.B, lock bool) {
-	const size, depth = 64, 16
 	bl := rawBaseline()
 	if bl.err != nil {
 		b.Fatalf("raw-UDP baseline: %v", bl.err)
 	}
-	cli, srv := rcPair(b, size, depth, depth)
-	postRecvs := func(e *end, n int) error {
-		for range n {
-			if _, err := e.qp.PostRecv([]roce.RecvWR{{SGL: []roce.SGE{{Addr: e.mr.Addr(), Length: size, LKey: e.mr.LKey()}}}}); err != nil {
-				return err
-			}
-		}
-		return nil
+	cli, srv := rcPair(b, pingSize, pingDepth, pingDepth)
+	p, err := startPinger(cli, srv, lock)
+	if err != nil {
+		b.Fatal(err)
 	}
-	for _, e := range []*end{cli, srv} {
-		if err := postRecvs(e, depth); err != nil {
-			b.Fatal(err)
-		}
-	}
-	// Sends are signaled one in eight; the rest are retired by the signaled one.
-	type sender struct {
-		e      *end
-		wr     []roce.SendWR
-		rwr    []roce.RecvWR
-		n      int
-		poller []roce.WC
-	}
-	newSender := func(e *end) *sender {
-		return &sender{e: e, poller: make([]roce.WC, depth),
-			wr:  []roce.SendWR{{Opcode: roce.WRSend, SGL: []roce.SGE{{Addr: e.mr.Addr(), Length: size, LKey: e.mr.LKey()}}}},
-			rwr: []roce.RecvWR{{SGL: []roce.SGE{{Addr: e.mr.Addr(), Length: size, LKey: e.mr.LKey()}}}}}
-	}
-	// send posts one SEND and, at every eighth, waits for its completion, which keeps
-	// the send queue from filling with unsignaled WRs.
-	send := func(s *sender, w *waiter) error {
-		s.n++
-		s.wr[0].Flags = 0
-		if s.n%8 == 0 {
-			s.wr[0].Flags = roce.SendSignaled
-		}
-		if _, err := s.e.qp.PostSend(s.wr); err != nil {
-			return err
-		}
-		if s.n%8 == 0 {
-			_, err := w.wait()
-			return err
-		}
-		return nil
-	}
-	// echo is the server: every receive is answered with a send.
-	stop := make(chan struct{})
-	echoDone := make(chan error, 1)
-	go func() {
-		if lock {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-		}
-		s, rw, sw := newSender(srv), newWaiter(srv.rcq, 1), newWaiter(srv.scq, 1)
-		rw.stop = stop
-		for {
-			if _, err := rw.wait(); err != nil {
-				select {
-				case <-stop:
-					err = nil
-				default:
-				}
-				echoDone <- err
-				return
-			}
-			if _, err := srv.qp.PostRecv(s.rwr); err != nil {
-				echoDone <- err
-				return
-			}
-			if err := send(s, sw); err != nil {
-				echoDone <- err
-				return
-			}
-		}
-	}()
 	if lock {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
-	c, rw, sw := newSender(cli), newWaiter(cli.rcq, 1), newWaiter(cli.scq, 1)
-	roundTrip := func() error {
-		if err := send(c, sw); err != nil {
-			return err
-		}
-		if _, err := rw.wait(); err != nil {
-			return err
-		}
-		_, err := cli.qp.PostRecv(c.rwr)
-		return err
-	}
 	for range 100 { // warm up
-		if err := roundTrip(); err != nil {
+		if err := p.roundTrip(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -662,15 +604,14 @@ func pingPong(b *testing.B, lock bool) {
 	m := startCPU()
 	b.ResetTimer()
 	for range b.N {
-		if err := roundTrip(); err != nil {
+		if err := p.roundTrip(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
 	cpu := m.stop(2 * float64(b.N)) // a round trip is two data packets
 	rt := b.Elapsed() / time.Duration(b.N)
-	close(stop)
-	if err := <-echoDone; err != nil {
+	if err := p.close(); err != nil {
 		b.Fatalf("echo: %v", err)
 	}
 	r := result{rtt: rt, rttRatio: float64(rt) / float64(bl.rtt), spinRatio: float64(rt) / float64(bl.spinRTT),
@@ -683,4 +624,113 @@ func pingPong(b *testing.B, lock bool) {
 	b.Logf("N=%d: %.1f µs per round trip = %.2fx raw UDP ping-pong (%.1f µs), %.2fx busy-polling (%.1f µs), %.2fx busy-polling with ACKs (%.1f µs)",
 		b.N, us(rt), r.rttRatio, us(bl.rtt), r.spinRatio, us(bl.spinRTT), r.ackedRatio, us(bl.ackedRTT))
 	record(b.Name(), r)
+}
+
+// pingSize and pingDepth are the ping-pong's message size and receive queue depth.
+const pingSize, pingDepth = 64, 16
+
+// pingSender posts one end's SENDs; sends are signaled one in eight, and the
+// signaled one retires the rest.
+type pingSender struct {
+	e   *end
+	wr  []roce.SendWR
+	rwr []roce.RecvWR
+	n   int
+}
+
+func newPingSender(e *end) *pingSender {
+	sge := []roce.SGE{{Addr: e.mr.Addr(), Length: pingSize, LKey: e.mr.LKey()}}
+	return &pingSender{e: e, wr: []roce.SendWR{{Opcode: roce.WRSend, SGL: sge}}, rwr: []roce.RecvWR{{SGL: sge}}}
+}
+
+// send posts one SEND and, at every eighth, waits for its completion, which keeps
+// the send queue from filling with unsignaled WRs.
+func (s *pingSender) send(w *waiter) error {
+	s.n++
+	s.wr[0].Flags = 0
+	if s.n%8 == 0 {
+		s.wr[0].Flags = roce.SendSignaled
+	}
+	if _, err := s.e.qp.PostSend(s.wr); err != nil {
+		return err
+	}
+	if s.n%8 == 0 {
+		_, err := w.wait()
+		return err
+	}
+	return nil
+}
+
+// pinger is a ping-pong between two connected ends: roundTrip sends from the
+// client and waits for the echo, which the server's goroutine sends for every
+// receive.
+type pinger struct {
+	cli      *end
+	c        *pingSender
+	rw, sw   *waiter
+	stop     chan struct{}
+	echoDone chan error
+}
+
+// startPinger fills both receive queues and starts the server's echo; lock pins
+// the echo goroutine to its thread.
+func startPinger(cli, srv *end, lock bool) (*pinger, error) {
+	for _, e := range []*end{cli, srv} {
+		s := newPingSender(e)
+		for range pingDepth {
+			if _, err := e.qp.PostRecv(s.rwr); err != nil {
+				return nil, err
+			}
+		}
+	}
+	p := &pinger{cli: cli, c: newPingSender(cli), rw: newWaiter(cli.rcq, 1), sw: newWaiter(cli.scq, 1),
+		stop: make(chan struct{}), echoDone: make(chan error, 1)}
+	go p.echo(srv, lock)
+	return p, nil
+}
+
+func (p *pinger) echo(srv *end, lock bool) {
+	if lock {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	s, rw, sw := newPingSender(srv), newWaiter(srv.rcq, 1), newWaiter(srv.scq, 1)
+	rw.stop = p.stop
+	for {
+		if _, err := rw.wait(); err != nil {
+			select {
+			case <-p.stop:
+				err = nil
+			default:
+			}
+			p.echoDone <- err
+			return
+		}
+		if _, err := srv.qp.PostRecv(s.rwr); err != nil {
+			p.echoDone <- err
+			return
+		}
+		if err := s.send(sw); err != nil {
+			p.echoDone <- err
+			return
+		}
+	}
+}
+
+// roundTrip sends one message and waits for its echo.
+func (p *pinger) roundTrip() error {
+	if err := p.c.send(p.sw); err != nil {
+		return err
+	}
+	if _, err := p.rw.wait(); err != nil {
+		return err
+	}
+	_, err := p.cli.qp.PostRecv(p.c.rwr)
+	return err
+}
+
+// close stops the echo and returns what ended it, nil for the stop.
+func (p *pinger) close() error {
+	close(p.stop)
+	return <-p.echoDone
 }

@@ -110,6 +110,15 @@ func TestCongestionControlOn(t *testing.T) {
 // queueBound, and 8 flows (2 MiB of windows) fill the
 // 1 MiB buffer and tail-drop. Nothing is marked (nothing is ECN-capable)
 // and no CNP is sent.
+//
+// Once the 8 flows drop, how many keep sending is up to which packets the
+// tail drop took: a flow whose go-back-N retransmission is dropped again gets
+// no second NAK and waits for its local ACK timeout (67 ms, longer than the
+// run), and which flows that hits depends on the order of the engines'
+// goroutines within an instant of virtual time: in 60 runs, 3 to 5 of the 8
+// kept sending, and a CI run beside other load once left 1, holding the queue
+// at its one window (180 KB). So the standing queue is asserted only for the
+// runs without drops.
 func TestCongestionControlOff(t *testing.T) {
 	for _, sc := range []scenario{
 		{"cc-off-2flows", 2, false, 0, 20 * time.Millisecond},
@@ -122,8 +131,11 @@ func TestCongestionControlOff(t *testing.T) {
 				t.Logf("Jain %.3f, utilisation %.3f, queue max %d B, rates %.2f Gb/s; egress %+v",
 					Jain(rates), res.Utilisation(0, sc.dur), res.Egress.MaxBytes, scale(rates, 1e-9), res.Egress)
 				last := time.Duration(sc.n-1) * sc.stagger
-				if q := res.MaxQueue(last+5*time.Millisecond, sc.dur); q <= queueBound(res.Config) {
+				if q := res.MaxQueue(last+5*time.Millisecond, sc.dur); res.Egress.Dropped == 0 && q <= queueBound(res.Config) {
 					t.Errorf("queue at most %d bytes once every flow runs, want more than %d", q, queueBound(res.Config))
+				}
+				if sc.n == 2 && res.Egress.Dropped != 0 {
+					t.Errorf("egress %+v: 2 windows fit the %d-byte buffer, want no drops", res.Egress, res.Config.Buffer)
 				}
 				if sc.n == 8 && (res.Egress.MaxBytes < res.Config.Buffer*9/10 || res.Egress.Dropped == 0) {
 					t.Errorf("egress %+v: want the %d-byte buffer full and drops", res.Egress, res.Config.Buffer)
