@@ -103,7 +103,14 @@ func bindReusePort(ap netip.AddrPort) (*os.File, uint16, error) {
 		sa6 := &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
 		sa = sa6
 	}
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.IPPROTO_UDP)
+	// Blocking, so that os.NewFile below makes a plain File: a non-blocking
+	// descriptor becomes a pollable File, registered in the process's epoll
+	// set, and the group keeps every socket open for its whole life. roced
+	// then took an epoll event for every datagram to every attached process.
+	// Whoever reads a block makes its own pollable duplicate (link.FromFile),
+	// which turns O_NONBLOCK on for the open file, shared by every duplicate;
+	// roced itself only reads with MSG_DONTWAIT.
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/internal/testsupport/nettest"
 	"github.com/goroce/goroce/link"
 )
 
@@ -209,4 +210,42 @@ func TestListenRefusesStaleMember(t *testing.T) {
 		t.Fatalf("a group after the stale member closed: %v", err)
 	}
 	g2.Close()
+}
+
+// TestSocketsNotPolled: the group's own copies of its sockets stay out of the
+// process's epoll set. roced keeps them for the group's life; registered, every
+// datagram to every attached process was an epoll event in roced.
+func TestSocketsNotPolled(t *testing.T) {
+	// The control: a socket the runtime polls is found registered.
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(lo, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var polled bool
+	var perr error
+	if err := rc.Control(func(fd uintptr) { polled, perr = nettest.InEpoll(int(fd)) }); err != nil || perr != nil || !polled {
+		t.Fatalf("a net.UDPConn's socket: in epoll %v (%v, %v), want true", polled, err, perr)
+	}
+	g, err := Listen(netip.AddrPortFrom(lo, 0), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for b := range g.Blocks() {
+		err := Control(g.Socket(b), func(fd int) error {
+			in, err := nettest.InEpoll(fd)
+			if err == nil && in {
+				err = errors.New("registered in epoll")
+			}
+			return err
+		})
+		if err != nil {
+			t.Errorf("block %d's socket: %v", b, err)
+		}
+	}
 }

@@ -135,6 +135,13 @@ func parseFiles(oob []byte) []*os.File {
 		}
 		for _, fd := range fds {
 			unix.CloseOnExec(fd)
+			// A plain File, not a pollable one (os.NewFile polls a non-blocking
+			// descriptor): the block's reader, link.FromFile, polls its own
+			// duplicate, and a second registration in epoll would take a second
+			// event for every datagram. O_NONBLOCK belongs to the open file that
+			// roced shares; roced reads it with MSG_DONTWAIT, and FromFile turns
+			// it back on.
+			_ = unix.SetNonblock(fd, false)
 			files = append(files, os.NewFile(uintptr(fd), "attach"))
 		}
 	}

@@ -130,20 +130,7 @@ func FuzzDecode(f *testing.F) {
 // TestRecvSeesPeerClose: a peer that closes is a closed connection to Recv,
 // never a message or an error to retry (roced would spin on it).
 func TestRecvSeesPeerClose(t *testing.T) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns := make([]*Conn, 2)
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "pair")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns[i] = NewConn(c.(*net.UnixConn))
-	}
+	conns := connPair(t)
 	if err := conns[0].Send(&Msg{Type: TOK, Seq: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -158,4 +145,25 @@ func TestRecvSeesPeerClose(t *testing.T) {
 		}
 	}
 	conns[1].Close()
+}
+
+// connPair returns the two ends of a connected SOCK_SEQPACKET pair, as roced's
+// socket gives them.
+func connPair(t *testing.T) [2]*Conn {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns [2]*Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "pair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = NewConn(c.(*net.UnixConn))
+	}
+	return conns
 }
