@@ -22,42 +22,23 @@ import (
 // own block-0 devices and its attach server run under both variants: what is left
 // is each device's own data path (the steered socket and the block filter).
 //
-//	pingpong     64 B SEND round trips, busy-polling, run to completion
-//	             (BenchmarkRCPingPong): µs per round trip
-//	write-1MiB   RDMA WRITE of 1 MiB at BenchmarkRCWrite's window: MB/s
-//	send-4KiB    SEND of 4 KiB at BenchmarkRCSend's window: MB/s
+//	pingpong          64 B SEND round trips, busy-polling, run to completion
+//	                  (BenchmarkRCPingPong): µs per round trip
+//	pingpong-control  the same with both pairs owned (roced still in the
+//	                  process): the difference the method reads where there is none
+//	write-1MiB        RDMA WRITE of 1 MiB at BenchmarkRCWrite's window: MB/s
+//	send-4KiB         SEND of 4 KiB at BenchmarkRCSend's window: MB/s
 //
 // Each variant reports its median, and the pair the median of the per-round
 // differences (attached - owned, µs per round trip) or ratios (attached / owned
 // throughput), with the middle half of the rounds around it, and the CPU (user +
 // system) per data packet of each variant's blocks.
 func BenchmarkAttachedVsOwned(b *testing.B) {
-	b.Run("pingpong", func(b *testing.B) {
-		devOpts, spinFor = []roce.Option{roce.WithRunToCompletion(true)}, pollSpin
-		defer func() { devOpts, spinFor = nil, 0 }()
-		var ps [2]*pinger
-		for i := range ps {
-			attached = i == 1
-			cli, srv := rcPair(b, pingSize, pingDepth, pingDepth)
-			attached = false
-			p, err := startPinger(cli, srv, false)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ps[i] = p
-			b.Cleanup(func() { p.close() })
-		}
-		run := func(i, n int) error {
-			for range n {
-				if err := ps[i].roundTrip(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		pr := alternate(b, 2000, 100, run)
-		pr.report(b, 2, func(d time.Duration) float64 { return us(d) }, "µs/rt", true)
-	})
+	pingpong := func(control bool) func(b *testing.B) {
+		return func(b *testing.B) { pairedPingPong(b, control) }
+	}
+	b.Run("pingpong", pingpong(false))
+	b.Run("pingpong-control", pingpong(true))
 	for _, c := range []struct {
 		name string
 		op   roce.WROpcode
@@ -102,6 +83,40 @@ func BenchmarkAttachedVsOwned(b *testing.B) {
 			pr.report(b, pkts, mbps, "MB/s", false)
 		})
 	}
+}
+
+// pairedPingPong is the ping-pong of BenchmarkAttachedVsOwned; control makes
+// both pairs owned, which shows what the method reads as a difference where
+// there is none.
+func pairedPingPong(b *testing.B, control bool) {
+	devOpts, spinFor = []roce.Option{roce.WithRunToCompletion(true)}, pollSpin
+	defer func() { devOpts, spinFor = nil, 0 }()
+	if control {
+		// roced and its devices run in the process as in the comparison.
+		shareBoth(b, sharedPort(b))
+	}
+	var ps [2]*pinger
+	for i := range ps {
+		attached = i == 1 && !control
+		cli, srv := rcPair(b, pingSize, pingDepth, pingDepth)
+		attached = false
+		p, err := startPinger(cli, srv, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps[i] = p
+		b.Cleanup(func() { p.close() })
+	}
+	run := func(i, n int) error {
+		for range n {
+			if err := ps[i].roundTrip(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	pr := alternate(b, 2000, 100, run)
+	pr.report(b, 2, func(d time.Duration) float64 { return us(d) }, "µs/rt", true)
 }
 
 // pairedPlan is how alternate divides n operations a variant: rounds of blk.
