@@ -96,11 +96,11 @@ go test -race -count=1 -timeout 20m ./...
 # interop lanes wait on TCG guests), which the fuzzers take instead of running alone for
 # three minutes. Niced, it takes less from those stages than the CPU hog they pass beside.
 # It is waited for before the bench, which needs the CPU to itself.
-# setsid gives it a session, so that a failure ends its whole process group; with
-# autogroup scheduling (kernel.sched_autogroup_enabled) a session is also a task group
-# that CFS shares the CPU with at equal weight whatever its tasks' nice values, so the
-# group's own nice is set too (/proc/self/autogroup, from inside the new session): without it the fuzzers took half
-# the CPU from the cabi stage and doubled its time.
+# setsid gives it a session, so that a failure ends its whole process group. With
+# autogroup scheduling (kernel.sched_autogroup_enabled) a session is also a task group,
+# which CFS weighs equally with the others whatever its tasks' nice values, so the group's
+# own nice is set too (/proc/self/autogroup, from inside the new session): without it the
+# fuzzers took half the CPU from the cabi stage and doubled its time.
 fuzz_log=$(mktemp)
 fuzz_t0=$(date +%s)
 setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 bash scripts/fuzz.sh' >"$fuzz_log" 2>&1 &
