@@ -6,10 +6,13 @@
  *   cm-errors -t reject      -a ADDR -p PORT   connect to a reject-server
  *   cm-errors -t reject-server -b ADDR -p PORT  reject one request with private data
  *   cm-errors -t withdraw    -a ADDR           destroy an id whose event waits unread
+ *   cm-errors -t late-reader -a ADDR           rdma_get_cm_event after the channel's destroy
  *
  * A client prints "cm-errors TEST: EVENT status S [private_data TEXT]" for the event that
  * ended its rdma_connect and exits 0; withdraw prints "cm-errors withdraw: quiet" when the
- * channel's fd stopped polling readable with the id; the checks are the caller's (the same binary runs
+ * channel's fd stopped polling readable with the id, and late-reader prints "cm-errors
+ * late-reader: blocked" when a thread that calls rdma_get_cm_event on a destroyed channel
+ * sleeps in a system call instead of returning; the checks are the caller's (the same binary runs
  * on goroce's librdmacm and on rxe's). It exits 1 when a step before the connect fails, 2
  * on bad arguments.
  */
@@ -17,9 +20,14 @@
 #include <getopt.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
 #include <rdma/rdma_cma.h>
 
 #define REJECT_DATA "no thanks"
@@ -148,6 +156,77 @@ static int withdraw(const char *addr)
 	return 0;
 }
 
+struct late {
+	struct rdma_event_channel *ch;
+	atomic_int tid, returned, err;
+};
+
+static void *late_read(void *arg)
+{
+	struct late *l = arg;
+	struct rdma_cm_event *ev;
+
+	atomic_store(&l->tid, (int)syscall(SYS_gettid));
+	rdma_get_cm_event(l->ch, &ev);
+	atomic_store(&l->err, errno);
+	atomic_store(&l->returned, 1);
+	return NULL;
+}
+
+/* in_syscall reports whether thread tid sleeps in a system call: the first field
+ * of /proc/self/task/TID/syscall is its number then, "running" when it runs. */
+static int in_syscall(int tid)
+{
+	char path[64], buf[64] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", tid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return buf[0] >= '0' && buf[0] <= '9';
+}
+
+/* late_reader: rping's event thread loops back into rdma_get_cm_event while its
+ * main thread destroys the channel. A reader that comes after the destroy must
+ * sleep, as one that came a moment before does, not return (EBADF, on which rping
+ * exits 255). */
+static int late_reader(void)
+{
+	struct late l = {.ch = rdma_create_event_channel()};
+	struct timespec nap = {.tv_nsec = 1000000};
+	pthread_t th;
+	int i, asleep;
+
+	if (!l.ch)
+		return fail("rdma_create_event_channel");
+	rdma_destroy_event_channel(l.ch);
+	if (pthread_create(&th, NULL, late_read, &l))
+		return fail("pthread_create");
+	/* Bounded: 30 s for the thread to reach its sleep. Asleep is in a system call
+	 * at 3 looks in a row, 1 ms apart: a call on the way (malloc's mmap) is over
+	 * in microseconds. */
+	for (i = 0, asleep = 0; i < 30000 && asleep < 3; i++) {
+		int tid = atomic_load(&l.tid);
+
+		if (atomic_load(&l.returned)) {
+			int e = atomic_load(&l.err);
+
+			printf("cm-errors late-reader: rdma_get_cm_event returned (errno %d: %s)\n", e, strerror(e));
+			return 1;
+		}
+		asleep = tid && in_syscall(tid) ? asleep + 1 : 0;
+		nanosleep(&nap, NULL);
+	}
+	if (asleep == 3 && !atomic_load(&l.returned)) {
+		printf("cm-errors late-reader: blocked\n");
+		return 0;
+	}
+	return fail("the late reader neither slept nor returned in 30 s");
+}
+
 int main(int argc, char **argv)
 {
 	const char *test = NULL, *addr = NULL, *port = "7480";
@@ -168,9 +247,11 @@ int main(int argc, char **argv)
 		return server(addr, port);
 	if (!strcmp(test, "withdraw"))
 		return withdraw(addr);
+	if (!strcmp(test, "late-reader"))
+		return late_reader();
 	if (!strcmp(test, "noport") || !strcmp(test, "unreachable") || !strcmp(test, "reject"))
 		return client(test, addr, port);
 usage:
-	fprintf(stderr, "usage: cm-errors -t noport|unreachable|reject -a ADDR -p PORT | -t reject-server -b ADDR -p PORT | -t withdraw -a ADDR\n");
+	fprintf(stderr, "usage: cm-errors -t noport|unreachable|reject -a ADDR -p PORT | -t reject-server -b ADDR -p PORT | -t withdraw|late-reader -a ADDR\n");
 	return 2;
 }

@@ -37,12 +37,24 @@ static int ndevs = -1;
 /* A channel lives until it is destroyed and no thread is inside
  * rdma_get_cm_event on it: a thread blocked there when the program destroys the
  * channel stays blocked on the still-open fd, as one in the kernel's ucma does,
- * instead of waking to a closed fd (rping's event thread is one). */
+ * instead of waking to a closed fd (rping's event thread is one).
+ *
+ * A thread that enters rdma_get_cm_event only after the program destroyed the
+ * channel blocks too. rping's event thread acks the DISCONNECTED event and
+ * loops back into rdma_get_cm_event while its main thread tears down and
+ * destroys the channel: librdmacm would read a closed fd (EBADF, on which rping
+ * exits 255) or a reused one. Whichever thread runs first is the scheduler's
+ * choice, and on a loaded host rping lost the race. So the memory of a channel
+ * the program created stays after its destroy (its fd is closed), for such a
+ * late reader to find it destroyed: a few dozen bytes per channel, and programs
+ * create one or a few. Channels made for synchronous ids (internal) are freed,
+ * as no program thread reads them. */
 struct cma_channel {
 	struct rdma_event_channel ch;
 	uintptr_t h;
 	int readers;    /* threads inside rdma_get_cm_event; chan_mut guards */
 	int destroyed;  /* chan_mut guards */
+	int internal;   /* made for a synchronous id: freed on destroy */
 };
 
 static pthread_mutex_t chan_mut = PTHREAD_MUTEX_INITIALIZER;
@@ -136,7 +148,7 @@ void rdma_free_devices(struct ibv_context **list)
 
 /* ---- event channels ---- */
 
-struct rdma_event_channel *rdma_create_event_channel(void)
+static struct rdma_event_channel *create_channel(int internal)
 {
 	struct cma_channel *c;
 	int fd, e;
@@ -152,7 +164,13 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 		return errno = e, NULL;
 	}
 	c->ch.fd = fd;
+	c->internal = internal;
 	return &c->ch;
+}
+
+struct rdma_event_channel *rdma_create_event_channel(void)
+{
+	return create_channel(0);
 }
 
 /* channel_put ends one use of c: a reader leaving, or the program destroying
@@ -170,7 +188,8 @@ static void channel_put(struct cma_channel *c, int destroy)
 	pthread_mutex_unlock(&chan_mut);
 	if (last) {
 		close(c->ch.fd);
-		free(c);
+		if (c->internal)
+			free(c);
 	}
 }
 
@@ -245,7 +264,7 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 
 	if (init())
 		return -1;
-	if (sync && !(channel = rdma_create_event_channel()))
+	if (sync && !(channel = create_channel(1)))
 		return -1;
 	c = new_id(channel, context, ps, qp_type);
 	if (!c)
@@ -738,7 +757,7 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 
 	if (c->sync && !channel)
 		return ERR(EINVAL);
-	if (sync && !(channel = rdma_create_event_channel()))
+	if (sync && !(channel = create_channel(1)))
 		return -1;
 	e = gr_cm_migrate_id(c->h, ((struct cma_channel *)channel)->h);
 	if (e) {
@@ -888,6 +907,14 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	if (!event)
 		return ERR(EINVAL);
 	pthread_mutex_lock(&chan_mut);
+	if (ch->destroyed) {
+		/* A late reader of a destroyed channel (see struct cma_channel): it
+		 * sleeps as a reader that came a moment earlier would, until the
+		 * process ends. */
+		pthread_mutex_unlock(&chan_mut);
+		for (;;)
+			pause();
+	}
 	ch->readers++;
 	pthread_mutex_unlock(&chan_mut);
 	ret = get_cm_event(ch, event);

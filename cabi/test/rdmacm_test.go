@@ -215,7 +215,8 @@ func TestPerftestRdmacm(t *testing.T) {
 // REJECTED with reason 8 (invalid service ID), one to an address that never
 // answers is UNREACHABLE with -ETIMEDOUT (GOROCE_CM_RETRIES=1 makes it give up
 // in about 13 s instead of a minute), a reject's private data reaches the
-// client, and an unread event goes with its id.
+// client, an unread event goes with its id, and a reader of a destroyed channel
+// sleeps.
 func TestCMErrors(t *testing.T) {
 	bin := filepath.Join(cabiDir(t), "bin", "cm-errors")
 	run := func(t *testing.T, addr string, env []string, args ...string) string {
@@ -276,6 +277,15 @@ func TestCMErrors(t *testing.T) {
 		// EBADF).
 		if out := run(t, clientAddr, nil, "-t", "withdraw", "-a", serverAddr); !strings.Contains(out, "cm-errors withdraw: quiet") {
 			t.Errorf("want a quiet channel:\n%s", out)
+		}
+	})
+	t.Run("late-reader", func(t *testing.T) {
+		// rdma_get_cm_event entered after the program destroyed the channel
+		// sleeps, as a reader that came a moment earlier does: rping's event
+		// thread loops back into it while rping's main thread tears down, and
+		// on a loaded host came too late, read a closed fd and exited 255.
+		if out := run(t, clientAddr, nil, "-t", "late-reader", "-a", serverAddr); !strings.Contains(out, "cm-errors late-reader: blocked") {
+			t.Errorf("want the late reader asleep:\n%s", out)
 		}
 	})
 	t.Run("unreachable", func(t *testing.T) {
