@@ -78,6 +78,13 @@ func transfer(t *testing.T, a, b *node, qa, qb *QP, op verbs.WROpcode, size int,
 			t.Fatalf("recv completion qp %#x src %#x", rwc.QPNum, rwc.SrcQP)
 		}
 	}
+	if qa.typ == verbs.QPTypeUC && !wantRecv {
+		// A UC WRITE has no ACK and no receive completion: it completes when its
+		// last packet leaves, and the responder may still be writing the first
+		// ones (ci52: "WRITE of 3000 bytes: data differs"). Wait until every
+		// goroutine of the bubble is blocked, the pipe empty and b's shard idle.
+		synctest.Wait()
+	}
 	// The responder wrote remote memory on b's shard; a command on that
 	// shard orders those writes before our reads (over a real socket the
 	// kernel gives the race detector no happens-before edge).
