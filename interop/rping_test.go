@@ -522,7 +522,6 @@ func TestRpingRoced(t *testing.T) {
 				{"roce_rping_accept_errors_total", 0},
 				{"roce_icrc_errors_total", 0},
 				{"roce_malformed_packets_total", 0},
-				{"roce_unknown_qp_total", 0},
 				{"roce_retry_exceeded_total", 0},
 			} {
 				got := m1[w.name]
@@ -534,6 +533,15 @@ func TestRpingRoced(t *testing.T) {
 				} else if got != w.want {
 					t.Errorf("%s moved by %v, want %v", w.name, got, w.want)
 				}
+			}
+			// A datagram for no QP is not this session's: ci53 counted one while rxe
+			// sent the session its usual packets, every one to QP1 or the session's
+			// QP (the capture). roced's address is the lane's, where earlier tests'
+			// peers may still retransmit to their gone QPs. So it is logged, and the
+			// session's own packets are judged by the pings, the ends and rxe's
+			// counters.
+			if n := m1["roce_unknown_qp_total"] - m0["roce_unknown_qp_total"]; n != 0 {
+				t.Logf("roce_unknown_qp_total moved by %v during the session", n)
 			}
 			if t.Failed() {
 				t.Logf("roced metrics:\n%s\nroced log:\n%s", text, tail(p.stderr.String(), 20))
