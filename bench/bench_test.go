@@ -314,11 +314,7 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	if bl.err != nil {
 		b.Fatalf("raw-UDP baseline: %v", bl.err)
 	}
-	depth, _ := window(size)
-	rq := 0
-	if op == roce.WRSend {
-		rq = 4 * depth
-	}
+	depth, rq := streamQueues(op, size)
 	x, y := rcPair(b, size, depth, max(rq, 1))
 
 	var recvDone chan error
@@ -372,6 +368,16 @@ func benchRC(b *testing.B, op roce.WROpcode, size int) {
 	b.Logf("N=%d: %.0f pkts/s = %.1f%% of batched raw UDP (%.0f pkts/s at %d B), %.1f%% of raw GSO/GRO (%.0f pkts/s at %d B)",
 		b.N, r.pps, 100*r.ratio, bl.batchPPS[dsize], dsize, 100*r.gsoRatio, bl.gsoPPS, bigDatagram)
 	record(b.Name(), r)
+}
+
+// streamQueues is the send queue depth of a stream of op at size (window) and the
+// receives the far side keeps posted: four windows for SEND, none for WRITE.
+func streamQueues(op roce.WROpcode, size int) (depth, rq int) {
+	depth, _ = window(size)
+	if op == roce.WRSend {
+		rq = 4 * depth
+	}
+	return depth, rq
 }
 
 // stream posts messages of one size and opcode from x to y, keeping the window

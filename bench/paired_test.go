@@ -48,11 +48,7 @@ func BenchmarkAttachedVsOwned(b *testing.B) {
 		{"send-4KiB", roce.WRSend, 4096},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			depth, _ := window(c.size)
-			rq := 0
-			if c.op == roce.WRSend {
-				rq = 4 * depth
-			}
+			depth, rq := streamQueues(c.op, c.size)
 			block := max(1, (128<<20)/c.size) // 128 MiB a block
 			warm := block / 4
 			var ss [2]*stream
