@@ -203,8 +203,9 @@ func (q *QP) PostRecv(wrs []RecvWR) (int, error) {
 	return n, nil
 }
 
-// Close is ibv_destroy_qp: outstanding WRs are discarded without completions, as in C;
-// then the QP's CQs, SRQ and PD may be destroyed.
+// Close is ibv_destroy_qp: outstanding WRs are discarded without completions, as in C,
+// except that a UD QP in RTS first sends the datagrams posted to it, as a NIC would have
+// by then; then the QP's CQs, SRQ and PD may be destroyed.
 func (q *QP) Close() error {
 	const op = "ibv_destroy_qp"
 	q.mu.Lock()

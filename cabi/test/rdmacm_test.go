@@ -3,6 +3,7 @@ package cabitest
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -295,4 +296,47 @@ func TestCMErrors(t *testing.T) {
 			t.Errorf("want UNREACHABLE status -110 (ETIMEDOUT):\n%s", out)
 		}
 	})
+}
+
+// TestMckey runs the stock mckey: a receiver with two ids, each with a UD QP
+// attached to the group, and a sender, which posts its ten SENDs unsignaled
+// and destroys its QP at once: every datagram must still reach both QPs.
+func TestMckey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	group := fmt.Sprintf("239.42.%d.%d", os.Getpid()>>8&255, os.Getpid()&255)
+	mckey := tool(t, "mckey")
+	// Line-buffered, so its "joined" lines say when the sender may start.
+	r := command(ctx, t, serverAddr, tool(t, "stdbuf"), "-oL", mckey, "-m", group, "-b", serverAddr, "-c", "2", "-C", "10", "-S", "100")
+	var ro lockedBuf
+	r.Stdout, r.Stderr = &ro, &ro
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Wait() }()
+	defer func() {
+		if len(done) == 0 {
+			r.Process.Kill()
+			<-done
+		}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); strings.Count(ro.String(), "joined dgid") < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) || len(done) > 0 {
+			t.Fatalf("receiver did not join twice:\n%s", ro.String())
+		}
+	}
+	so, err := command(ctx, t, clientAddr, mckey, "-m", group, "-b", clientAddr, "-s", "-C", "10", "-S", "100").CombinedOutput()
+	if err != nil || !strings.Contains(string(so), "data transfers complete") {
+		t.Fatalf("sender: %v\n%s", err, so)
+	}
+	select {
+	case err = <-done:
+		done <- err // nothing left to kill
+	case <-ctx.Done():
+		t.Fatalf("receiver did not get all 10 datagrams on both QPs:\n%s", ro.String())
+	}
+	if err != nil || !strings.Contains(ro.String(), "data transfers complete") {
+		t.Errorf("receiver: %v\n%s", err, ro.String())
+	}
 }

@@ -489,12 +489,16 @@ func (q *QP) Query() (verbs.QPAttr, QPInitAttr) {
 }
 
 // Destroy is ibv_destroy_qp: the QP stops at once, its WRs are dropped without
-// completions, its CQs and SRQ detached.
+// completions, its CQs and SRQ detached. A UD QP first sends what was posted
+// (sendPosted).
 func (q *QP) Destroy() error {
 	const op = "ibv_destroy_qp"
 	var already bool
 	err := q.run(op, func() {
 		already = q.destroyed
+		if !already {
+			q.sendPosted()
+		}
 		q.destroyed = true
 		q.resp.dropHeld()
 		if q.timer != nil {
@@ -518,6 +522,29 @@ func (q *QP) Destroy() error {
 		q.srq.Detach()
 	}
 	return nil
+}
+
+// sendPosted sends, on the shard, the datagrams a UD QP in RTS has been posted
+// and not yet sent, with their completions: a NIC has sent them long before a
+// destroy gets through, and programs count on it (rdmacm-utils' mckey posts its
+// sends unsignaled and destroys the QP at once). Bounded: one packet per WR, at
+// most the send queue's depth. An RC or UC QP's WRs are dropped: their messages
+// could not finish without the QP.
+func (q *QP) sendPosted() {
+	if q.typ != verbs.QPTypeUD || q.attr.State != verbs.QPSRTS {
+		return
+	}
+	s, now := q.sh, q.e.cfg.Clock.Now()
+	s.deferWC = true
+	for left := int(q.init.Cap.MaxSendWR); left > 0; {
+		sent, more := q.req.run(now, min(left, slicePackets))
+		s.flush()
+		left -= sent
+		if !more {
+			break
+		}
+	}
+	s.drainWC()
 }
 
 // PostSend is ibv_post_send: each WR is validated (validateSendWR) and queued,

@@ -312,3 +312,53 @@ func TestEngineLeavesTheSRQLimitHandlerAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestUDDestroySendsPosted destroys a UD QP whose posted sends its shard has
+// not served yet: every datagram still leaves, and the one
+// signaled send completes, as on a NIC, where mckey's unsignaled sends are
+// long gone by the time it destroys its QP.
+func TestUDDestroySendsPosted(t *testing.T) {
+	a, b := pair(t, nil)
+	defer a.close(t)
+	defer b.close(t)
+	qa, qb := udQP(t, a, 0x1111), udQP(t, b, 0x2222)
+	const n = 8
+	src := a.mem.reg(1, pattern(100, 5), verbs.AccessLocalWrite)
+	dst := b.mem.reg(1, make([]byte, n*200), verbs.AccessLocalWrite)
+	for i := range n {
+		if _, err := qb.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{dst.sge(i*200, 200)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ah := &verbs.AddressVector{DGID: b.addr}
+	wrs := make([]verbs.SendWR, n)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SGL: []verbs.SGE{src.sge(0, 100)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x2222}
+	}
+	wrs[n-1].Flags = verbs.SendSignaled
+	// The shard goroutine, the only other receiver of its commands, runs this
+	// one holding its token: the destroy, finding the token taken, hands its
+	// work over the command channel, and runs before any slice.
+	s, entered := qa.sh, make(chan struct{})
+	s.cmds <- func() {
+		close(entered)
+		(<-s.cmds)()
+	}
+	<-entered
+	if _, err := qa.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- qa.Destroy() }()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if w := waitWC(t, a.scq, 1, 10*time.Second)[0]; w.WRID != n-1 || w.Status != verbs.WCSuccess {
+		t.Errorf("signaled send: %s, want wr_id %d success", wcString(w), n-1)
+	}
+	for i, w := range waitWC(t, b.rcq, n, 10*time.Second) {
+		if w.WRID != uint64(i) || w.Status != verbs.WCSuccess || w.ByteLen != 100+40 {
+			t.Errorf("receive %d: %s", i, wcString(w))
+		}
+	}
+}
