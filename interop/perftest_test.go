@@ -377,7 +377,7 @@ func runPerftest(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ptOurs, c p
 		}
 		res.oursStats = checkOursStats(t, o.who, oursErr)
 	}
-	d := rxeSince(ctx, t, g, before)
+	d := rxeSinceOurs(ctx, t, g, before, res.oursStats) // nil between the guests
 	res.rxe = d
 	// Every request goroce sent must have reached rxe's transport: a packet with a
 	// bad ICRC, P_Key or address is dropped silently and would be missing here.

@@ -236,7 +236,7 @@ func runPingpong(t *testing.T, lab *labtest.Lab, g *labtest.Guest, o ppOurs, c p
 	if c.loss {
 		allow = []string{"out_of_seq_request", "rcvd_seq_err"}
 	}
-	d := rxeSince(ctx, t, g, before, allow...)
+	d := rxeSinceOurs(ctx, t, g, before, res.oursStats, allow...)
 	res.rxe = d
 	// Every request we sent must have reached rxe's transport: a packet with a bad
 	// ICRC or a wrong P_Key/Q_Key/GID is dropped silently and would be missing here.
