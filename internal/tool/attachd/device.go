@@ -1,6 +1,7 @@
 package attachd
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -206,8 +207,8 @@ func (d *Device) admit(c *Client) error {
 		}
 		d.locked[b] = true
 	}
-	if err := d.watch(b, false); err != nil {
-		return err
+	if err := d.watch(b, false); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err // ENOENT: its release could not watch it
 	}
 	d.drainLocked(b)
 	if old := d.router.portOf(b); old != nil {
