@@ -188,6 +188,14 @@ digest() {
     echo "== lane $d: the output of $leaf, its first failed test ($(basename "$log")):"
     awk -v t="$leaf" '$0 ~ /^=== (RUN|CONT|PAUSE|NAME) / { on = ($3 == t) } on' "$log" | head -n 24 | cut -c1-200 |
       sed 's/^/    /'
+    # Its top-level test's own lines too: a parent that failed on its own (a wait that ended
+    # the run) fails its subtests with it, and says why only there.
+    top=${leaf%%/*}
+    if [ "$top" != "$leaf" ]; then
+      echo "== lane $d: the lines of $top itself:"
+      awk -v t="$top" '$0 ~ /^=== (RUN|CONT|PAUSE|NAME) / { on = ($3 == t) } on' "$log" | grep -v '^=== ' |
+        head -n 12 | cut -c1-200 | sed 's/^/    /'
+    fi
   fi
   echo "== lane $d: its guests after the run:"
   sed 's/^/    /' "$RUN/$d/health$sfx.txt" 2>/dev/null
