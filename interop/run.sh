@@ -174,9 +174,13 @@ run_lanes() {
 
 # digest DIST SUFFIX: why the run of lane DIST whose files end in SUFFIX failed: the first
 # failed tests, the output of the first of them, and the lane's guests afterwards
-# (run/DIST/health$SUFFIX.txt).
+# (run/DIST/health$SUFFIX.txt). A report, never a verdict: its pipelines stop reading early
+# (head, awk's exit), and a writer that gets SIGPIPE for it must not end the script (ci61: a
+# lane whose rerun passed failed the stage with exit 141 while its first run was reported).
 digest() {
-  local d=$1 sfx=$2 log=$RUN/$1/go-test$2.log res=$RUN/$1/results$2.tsv leaf
+  local -
+  set +e +o pipefail
+  local d=$1 sfx=$2 log=$RUN/$1/go-test$2.log res=$RUN/$1/results$2.tsv leaf top own
   echo "== lane $d${sfx:+ (its first run)} failed: $(grep -c $'\tFAIL\t' "$res" 2>/dev/null || true) of" \
     "$(wc -l <"$res" 2>/dev/null || echo 0) rows FAIL; the first failed tests:"
   grep -E -m 8 -- '--- FAIL' "$log" | sed 's/^ */    /'
@@ -191,10 +195,11 @@ digest() {
     # Its top-level test's own lines too: a parent that failed on its own (a wait that ended
     # the run) fails its subtests with it, and says why only there.
     top=${leaf%%/*}
-    if [ "$top" != "$leaf" ]; then
+    own=$(awk -v t="$top" '$0 ~ /^=== (RUN|CONT|PAUSE|NAME) / { on = ($3 == t) } on' "$log" | grep -v '^=== ' |
+      head -n 12 | cut -c1-200)
+    if [ "$top" != "$leaf" ] && [ -n "$own" ]; then
       echo "== lane $d: the lines of $top itself:"
-      awk -v t="$top" '$0 ~ /^=== (RUN|CONT|PAUSE|NAME) / { on = ($3 == t) } on' "$log" | grep -v '^=== ' |
-        head -n 12 | cut -c1-200 | sed 's/^/    /'
+      echo "$own" | sed 's/^/    /'
     fi
   fi
   echo "== lane $d: its guests after the run:"
@@ -237,8 +242,8 @@ for d in "${dists[@]}"; do
   fi
 done
 # Why a lane failed goes last, where a CI log cut to its tail still shows it.
-for d in "${again[@]}"; do digest "$d" .1; done
-for d in "${failed[@]}"; do digest "$d" ""; done
+for d in "${again[@]}"; do digest "$d" .1 || true; done
+for d in "${failed[@]}"; do digest "$d" "" || true; done
 # The second runs this stage needed, in its last line: a lane rebooted after a guest died,
 # and a case run again after rxe's event stall (stall_test.go; each says so in its log).
 stalls=0
