@@ -204,9 +204,18 @@ digest() {
   fi
   echo "== lane $d: its guests after the run:"
   sed 's/^/    /' "$RUN/$d/health$sfx.txt" 2>/dev/null
+  # A kernel fault's first lines say what faulted (the health report has the console's tail).
+  local c
+  for c in "$RUN/$d"/*.console$sfx.log; do
+    [ -e "$c" ] || continue
+    own=$(grep -n -m 1 -E 'BUG:|Oops|general protection|Kernel panic|WARNING:|Call Trace' "$c" | cut -d: -f1)
+    [ -n "$own" ] || continue
+    echo "== lane $d: the first kernel fault on $(basename "$c") (line $own):"
+    tail -n +"$own" "$c" | head -n 40 | cut -c1-200 | sed 's/^/    /'
+  done
 }
 
-for d in "${dists[@]}"; do rm -f "$RUN/$d/go-test.1.log" "$RUN/$d/results.1.tsv" "$RUN/$d/health.1.txt"; done
+for d in "${dists[@]}"; do rm -f "$RUN/$d/go-test.1.log" "$RUN/$d/results.1.tsv" "$RUN/$d/health.1.txt" "$RUN/$d"/*.console.1.log; done
 run_lanes "${dists[@]}"
 # A lane whose guest died (its qemu gone, no answer, its rxe port down, or a kernel oops on
 # its console) fails every row after that, rxe's own rows with ours. Such a lane is booted
@@ -223,6 +232,8 @@ if [ ${#again[@]} -gt 0 ]; then
   for d in "${again[@]}"; do
     mv "$RUN/$d/go-test.log" "$RUN/$d/go-test.1.log"
     mv "$RUN/$d/results.tsv" "$RUN/$d/results.1.tsv" 2>/dev/null || true
+    # The reboot starts the consoles afresh: keep the ones that saw the guest die.
+    for c in "$RUN/$d"/*.console.log; do [ -e "$c" ] && cp "$c" "${c%.log}.1.log"; done
     step "$HERE/lab" reboot "$d" || fail "lane $d: the reboot failed"
   done
   run_lanes "${again[@]}"
