@@ -3,6 +3,7 @@ package link
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/goroce/goroce/bth"
 	"io"
 	"net/netip"
 	"sync"
@@ -42,12 +43,12 @@ const (
 //     them: 0, or TrainIPv4ID for a train's segments (see the package doc),
 //     so the ICRC of our own packets verifies in the capture. A train is
 //     recorded segment by segment, as the wire carries it.
-//   - Datagrams we receive get ID 0 too; their real IPv4 ID is unknown (rxe
-//     uses hashed IDs), so their ICRC verifies in the capture only over IPv6
-//     or when the peer also sends ID 0. A GRO train is recorded segment by
-//     segment, segment j with TrainIPv4ID: the IDs a UDP link's GSO train
-//     carries, which a receiver on the same host (lo keeps a super-datagram
-//     whole) sees exactly; other senders' trains get IDs that may not match.
+//   - Datagrams we receive get the ID that makes their ICRC verify: the
+//     socket does not report it (rxe uses hashed IDs, a UDP link's trains
+//     0, 1, ...), but exactly one ID fits a correct RoCEv2 packet
+//     (bth.SolveIPv4ID). A datagram that fits none (corrupt, or not RoCEv2)
+//     gets ID 0, or TrainIPv4ID as segment j of a GRO train. A GRO train is
+//     recorded segment by segment.
 //   - TOS / traffic class, TTL / hop limit and the IPv6 flow label are the
 //     message's (TTL 0, "the socket default", is recorded as 64).
 //   - The UDP checksum is always computed, even where the wire carried 0.
@@ -171,15 +172,35 @@ func (t *Tap) recorded(fn ReceiveFunc, msgs []Message) (int, error) {
 				h.dst = netip.AddrPortFrom(m.Local, local.Port())
 			}
 			for j := range m.NumSegments() {
-				if m.SegSize > 0 {
-					h.id = TrainIPv4ID(m.SegSize, j)
-				}
+				h.id = receivedIPv4ID(h, m, j)
 				t.recordLocked(now, h, m.Segment(j))
 			}
 		}
 		t.mu.Unlock()
 	}
 	return n, err
+}
+
+// receivedIPv4ID is the IPv4 Identification recorded for segment j of a
+// received message: the one that makes its ICRC verify (the sender computed
+// the ICRC over the ID the wire carried, and exactly one ID fits a correct
+// packet, bth.SolveIPv4ID), else the ID a UDP link's train gives it. The
+// socket does not report the ID, nor whether a train arrived whole: a
+// super-datagram the kernel segmented on the way arrives as datagrams whose
+// IDs are 0, 1, ... of their train.
+func receivedIPv4ID(h recHdr, m *Message, j int) uint16 {
+	var id uint16
+	if m.SegSize > 0 {
+		id = TrainIPv4ID(m.SegSize, j)
+	}
+	if !h.src.Addr().Unmap().Is4() {
+		return id
+	}
+	env := bth.Envelope{Src: h.src.Addr(), Dst: h.dst.Addr(), DF: true, SrcPort: h.src.Port(), DstPort: h.dst.Port()}
+	if solved, ok := bth.SolveIPv4ID(&env, m.Segment(j)); ok {
+		return solved
+	}
+	return id
 }
 
 // WriteBatch writes through the wrapped Link and records what was sent.
