@@ -48,7 +48,10 @@
 // # Run to completion
 //
 // With Config.RunToCompletion the goroutine that has the work does it when
-// the QP's shard is idle, under the shard's token (rtc.go).
+// the QP's shard is idle, under the shard's token (rtc.go). Without it, a post
+// worth a train (to an idle send queue, or a list of WRs) still sends its own
+// packets when the shard is idle (postedDefault); received batches go to the
+// shard goroutine, so a bulk receiver reads and processes on two cores.
 //
 // # Receive flow
 //

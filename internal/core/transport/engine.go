@@ -38,6 +38,10 @@ type Engine struct {
 
 	streamUntil atomic.Int64 // UnixNano: a stream ran until then (rtc.go, Streaming)
 
+	// inlinePosts: a post may run its shard (postedDefault). Set by NewEngine
+	// only: an engine built without its goroutines is stepped by its test.
+	inlinePosts bool
+
 	mu sync.Mutex
 	// mu guards: writes of qps (lookups are lock-free).
 	qps qpTable
@@ -59,6 +63,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.inlinePosts = true
 	readers := link.ReceiveFuncs(cfg.Link) // one, or one per SO_REUSEPORT socket
 	e.wg.Add(len(e.shards) + len(readers))
 	for _, s := range e.shards {

@@ -189,7 +189,7 @@ func (s *shard) call(fn func()) bool {
 	}
 	if s.mu.TryLock() {
 		fn()
-		s.mu.Unlock()
+		s.unlock()
 		return true
 	}
 	done := make(chan struct{})

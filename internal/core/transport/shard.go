@@ -68,6 +68,10 @@ type shard struct {
 	// and runs on the caller's goroutine (call).
 	mu sync.Mutex
 
+	// wanted: the shard goroutine waits for the token another goroutine holds
+	// (lock); whoever lets the token go wakes it (unlock).
+	wanted atomic.Bool
+
 	heldTimer Timer       // sends what poll-driven slices hold (token holder)
 	heldArmed atomic.Bool // heldTimer is running
 
@@ -158,7 +162,7 @@ func (s *shard) run() {
 			s.inMu.Unlock()
 			return
 		}
-		s.mu.Lock()
+		s.lock()
 		if fn != nil {
 			fn()
 		}
@@ -180,10 +184,36 @@ func (s *shard) process() {
 			break
 		}
 		s.mu.Unlock()
-		s.mu.Lock()
+		s.lock()
 	}
 	if len(s.out) > 0 {
 		s.flush() // what poll-driven slices held (rtc.go)
+	}
+}
+
+// lock takes the token for the shard goroutine. A post or a CQ poller that
+// runs the shard (rtc.go) holds it for a bounded time; instead of blocking on
+// the mutex the goroutine asks to be woken when it is let go (unlock), so it
+// waits where testing/synctest sees it wait (a channel) and a command sent to
+// it meanwhile waits on the command channel. Checking the token again after
+// asking closes the window in which the holder let go before it was asked.
+func (s *shard) lock() {
+	for !s.mu.TryLock() {
+		s.wanted.Store(true)
+		if s.mu.TryLock() {
+			break
+		}
+		<-s.kick
+	}
+	s.wanted.Store(false)
+}
+
+// unlock lets the token go for a goroutine other than the shard's, waking
+// the shard goroutine if it waits for it (lock).
+func (s *shard) unlock() {
+	s.mu.Unlock()
+	if s.wanted.Load() {
+		s.wake()
 	}
 }
 
