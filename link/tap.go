@@ -3,13 +3,14 @@ package link
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/goroce/goroce/bth"
 	"io"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // LinkType is a pcap link-layer header type (www.tcpdump.org/linktypes.html).
