@@ -154,6 +154,19 @@ func readPcapICRC(t *testing.T, r io.Reader, lt link.LinkType, checkICRC bool) [
 
 func rocePayloadLike(p []byte) bool { return p[0] == 0x64 }
 
+// newTap wraps l in a Tap writing to the returned buffer, closed at the end
+// of the test.
+func newTap(t *testing.T, l link.Link, lt link.LinkType) (*link.Tap, *bytes.Buffer) {
+	t.Helper()
+	pcap := new(bytes.Buffer)
+	tap, err := link.NewTap(l, pcap, lt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tap.Close() })
+	return tap, pcap
+}
+
 func TestTap(t *testing.T) {
 	tests := []struct {
 		name string
@@ -171,12 +184,7 @@ func TestTap(t *testing.T) {
 				aAddr, bAddr := netip.MustParseAddrPort(tt.a), netip.MustParseAddrPort(tt.b)
 				pa, pb := link.Pipe(aAddr, bAddr)
 				defer pb.Close()
-				var pcap bytes.Buffer
-				tap, err := link.NewTap(pa, &pcap, tt.lt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer tap.Close()
+				tap, pcap := newTap(t, pa, tt.lt)
 				out := []link.Message{
 					{Buf: rocePayload(aAddr, bAddr), Addr: bAddr},
 					{Buf: []byte("second"), Addr: bAddr},
@@ -190,7 +198,7 @@ func TestTap(t *testing.T) {
 				if n, err := tap.ReadBatch(in); n != 1 || err != nil {
 					t.Fatalf("ReadBatch = %d, %v", n, err)
 				}
-				got := readPcap(t, &pcap, tt.lt)
+				got := readPcap(t, pcap, tt.lt)
 				want := []captured{
 					{src: aAddr, dst: bAddr, payload: out[0].Buf},
 					{src: aAddr, dst: bAddr, payload: out[1].Buf},
@@ -273,12 +281,7 @@ func TestTapReceivePaths(t *testing.T) {
 		aAddr, bAddr := netip.MustParseAddrPort("10.0.0.1:4791"), netip.MustParseAddrPort("10.0.0.2:4791")
 		pa, pb := link.NewPipe(aAddr, bAddr, link.PipeConfig{}, link.PipeConfig{Readers: 2})
 		defer pa.Close()
-		var pcap bytes.Buffer
-		tap, err := link.NewTap(pb, &pcap, link.LinkTypeRaw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tap.Close()
+		tap, pcap := newTap(t, pb, link.LinkTypeRaw)
 		group := netip.MustParseAddr("239.0.0.9")
 		fg, err := tap.JoinGroup(group)
 		if err != nil {
@@ -298,7 +301,7 @@ func TestTapReceivePaths(t *testing.T) {
 			}
 			n += k
 		}
-		got := readPcap(t, &pcap, link.LinkTypeRaw)
+		got := readPcap(t, pcap, link.LinkTypeRaw)
 		if n != len(out) || len(got) != n || got[n-1].dst.Addr() != group {
 			t.Fatalf("read %d, recorded %d of %d datagrams", n, len(got), len(out))
 		}
@@ -315,25 +318,20 @@ func TestTapRecordsReceivedIPv4ID(t *testing.T) {
 		aAddr, bAddr := netip.MustParseAddrPort("10.0.0.1:4791"), netip.MustParseAddrPort("10.0.0.2:4791")
 		pa, pb := link.NewPipe(aAddr, bAddr, link.PipeConfig{}, link.PipeConfig{})
 		defer pa.Close()
-		var pcap bytes.Buffer
-		tap, err := link.NewTap(pb, &pcap, link.LinkTypeRaw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tap.Close()
+		tap, pcap := newTap(t, pb, link.LinkTypeRaw)
 		const id = 0x1234
 		good := rocePayload(aAddr, bAddr)
 		env := bth.Envelope{Src: aAddr.Addr(), Dst: bAddr.Addr(), IPID: id, DF: true, SrcPort: aAddr.Port(), DstPort: bAddr.Port()}
 		bth.PutICRC(&env, good)
 		bad := rocePayload(aAddr, bAddr)
-		bad[len(bad)-1] ^= 0xFF // fits no ID but with probability 2^-16; this one fits none
+		bad[len(bad)-1] ^= 0xFF // a corrupted trailer fits some ID with probability 2^-16: checked below
 		if _, err := pa.WriteBatch([]link.Message{{Buf: good, Addr: bAddr}, {Buf: bad, Addr: bAddr}}); err != nil {
 			t.Fatal(err)
 		}
 		if k, err := tap.ReadBatch(msgs(4)); err != nil || k != 2 {
 			t.Fatalf("read %d, %v", k, err)
 		}
-		got := readPcapICRC(t, &pcap, link.LinkTypeRaw, false)
+		got := readPcapICRC(t, pcap, link.LinkTypeRaw, false)
 		if len(got) != 2 || got[0].id != id || got[1].id != 0 {
 			t.Fatalf("recorded %d datagrams, IDs %v; want IDs %#x and 0", len(got), ids(got), id)
 		}
