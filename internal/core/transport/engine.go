@@ -82,6 +82,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 			p.poll = true
 			e.pollers = append(e.pollers, &poller{r: p})
 			r.recv, r.ordered, r.wait = polls[i], e.pollers[i], waits[i]
+		} else if len(polls) == len(readers) {
+			r.spin = polls[i] // polled before it parks on a stream (reader.read)
+		} else if len(polls) == len(readers) {
+			r.spin = polls[i]
 		}
 		go r.loop()
 	}

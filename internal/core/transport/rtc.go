@@ -289,7 +289,13 @@ func (e *Engine) markStream() {
 // stream has few WRs and few ACKs). Outside run-to-completion
 // mode it is false.
 func (e *Engine) Streaming() bool {
-	return e.cfg.RunToCompletion && e.cfg.Clock.Now().UnixNano() < e.streamUntil.Load()
+	return e.cfg.RunToCompletion && e.streamed()
+}
+
+// streamed is Streaming in either mode: the receive paths' goroutines poll
+// before they park while it holds (reader.read).
+func (e *Engine) streamed() bool {
+	return e.cfg.Clock.Now().UnixNano() < e.streamUntil.Load()
 }
 
 // readyQP puts q on the shard's ready list without waking the shard.

@@ -388,7 +388,7 @@ func (s *shard) flush() {
 	if s.held > 0 {
 		s.stopHold()
 	}
-	if len(s.out) >= streamPackets && s.e.cfg.RunToCompletion {
+	if len(s.out) >= streamPackets {
 		s.e.markStream()
 	}
 	s.tx, s.pieces = s.tx[:0], s.pieces[:0]
