@@ -84,8 +84,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 			r.recv, r.ordered, r.wait = polls[i], e.pollers[i], waits[i]
 		} else if len(polls) == len(readers) {
 			r.spin = polls[i] // polled before it parks on a stream (reader.read)
-		} else if len(polls) == len(readers) {
-			r.spin = polls[i]
 		}
 		go r.loop()
 	}

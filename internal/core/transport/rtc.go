@@ -11,8 +11,9 @@ import (
 // crosses goroutines twice (reader to shard to application), and a 64-byte
 // ping-pong spends more in those wake-ups than in the kernel (a post worth a
 // train runs its shard itself in both modes: postedDefault). In this mode the
-// goroutine that has the work does it, under the shard's token: PostSend runs the shard's slices itself (the requester builds
-// the packets, the flush sends them), and a reader runs each shard it fed
+// goroutine that has the work does it, under the shard's token: PostSend runs
+// the shard's slices itself (the requester builds the packets, the flush
+// sends them), and a reader runs each shard it fed
 // (responder, completer, ACKs, completions). Whoever finds the token taken
 // wakes the shard goroutine, as in the default mode, so nothing waits and a QP
 // never has two writers. Inline work is bounded by rtcSlices; the shard
