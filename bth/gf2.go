@@ -33,8 +33,17 @@ func multmodp(a, b uint32) uint32 {
 	return p
 }
 
-// x2n[k] = x^(2^k) mod P.
-var x2n [32]uint32
+// x2n[k] = x^(2^k) mod P. It is a variable initializer, not part of init,
+// so that other initializers (the folding keys of crcIEEE) can use xpow.
+var x2n = func() (t [32]uint32) {
+	p := uint32(1) << 30 // x^1
+	t[0] = p
+	for k := 1; k < 32; k++ {
+		p = multmodp(p, p)
+		t[k] = p
+	}
+	return t
+}()
 
 // idBitCRC[i] is the bare CRC register (init 0, no final xor) of the 2-byte
 // big-endian value 1<<i: the contribution of IPv4 ID bit i, before the
@@ -42,12 +51,6 @@ var x2n [32]uint32
 var idBitCRC [16]uint32
 
 func init() {
-	p := uint32(1) << 30 // x^1
-	x2n[0] = p
-	for k := 1; k < 32; k++ {
-		p = multmodp(p, p)
-		x2n[k] = p
-	}
 	for i := range 16 {
 		v := uint16(1) << i
 		b := [2]byte{byte(v >> 8), byte(v)}

@@ -2,7 +2,6 @@ package bth
 
 import (
 	"encoding/binary"
-	"hash/crc32"
 	"net/netip"
 )
 
@@ -93,7 +92,7 @@ func icrc(env *Envelope, udpPayload []byte, id uint16) uint32 {
 	n, used := pseudo(&ph, env, udpPayload, id)
 	c := crcUpdate(0, ph[:n])
 	if end := len(udpPayload) - ICRCLen; end > used {
-		c = crc32.Update(c, crc32.IEEETable, udpPayload[used:end])
+		c = crcIEEE(c, udpPayload[used:end])
 	}
 	return c
 }
@@ -107,7 +106,7 @@ func rxeFlush(udpPayload []byte) bool {
 // rxeTwice continues c, IBA's ICRC of an RC FLUSH, into rxe's: the CRC once
 // more over every byte before the trailer, unmasked.
 func rxeTwice(c uint32, udpPayload []byte) uint32 {
-	return crc32.Update(c, crc32.IEEETable, udpPayload[:len(udpPayload)-ICRCLen])
+	return crcIEEE(c, udpPayload[:len(udpPayload)-ICRCLen])
 }
 
 // wireICRC is the ICRC a packet carries on the wire: IBA's, or rxe's for an
@@ -150,13 +149,13 @@ func ICRCParts(env *Envelope, hdr, payload, tail []byte) uint32 {
 	var ph [maxPseudo]byte
 	n, used := pseudoHead(&ph, env, len(hdr)+len(payload)+len(tail), hdr, env.IPID)
 	c := crcUpdate(0, ph[:n])
-	c = crc32.Update(c, crc32.IEEETable, hdr[used:])
-	c = crc32.Update(c, crc32.IEEETable, payload)
-	c = crc32.Update(c, crc32.IEEETable, tail[:len(tail)-ICRCLen])
+	c = crcIEEE(c, hdr[used:])
+	c = crcIEEE(c, payload)
+	c = crcIEEE(c, tail[:len(tail)-ICRCLen])
 	if Opcode(hdr[0]) == RCFlush {
-		c = crc32.Update(c, crc32.IEEETable, hdr)
-		c = crc32.Update(c, crc32.IEEETable, payload)
-		c = crc32.Update(c, crc32.IEEETable, tail[:len(tail)-ICRCLen])
+		c = crcIEEE(c, hdr)
+		c = crcIEEE(c, payload)
+		c = crcIEEE(c, tail[:len(tail)-ICRCLen])
 	}
 	return c
 }
@@ -201,7 +200,7 @@ func IBAICRCOverHeaders(ipUDP, udpPayload []byte) uint32 {
 	h = append(h, udpPayload[:BTHLen]...)
 	h[bt+4] = 0xFF // FECN, BECN, reserved
 	c := crcUpdate(0, h)
-	return crc32.Update(c, crc32.IEEETable, udpPayload[BTHLen:len(udpPayload)-ICRCLen])
+	return crcIEEE(c, udpPayload[BTHLen:len(udpPayload)-ICRCLen])
 }
 
 // PutICRC writes ICRC(env, udpPayload) little-endian into the last 4

@@ -1,0 +1,114 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Each folding step replaces a 128-bit part H of the data by
+// clmul(H.lo, key.lo) ^ clmul(H.hi, key.hi), which has the same remainder
+// once moved d bytes ahead, and xors it into the part found there.
+
+// func fold256(crc uint32, p *byte, n int, k *crcKeys) (lo, hi uint64)
+TEXT ·fold256(SB), NOSPLIT, $0-48
+	MOVL crc+0(FP), AX
+	MOVQ p+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ k+24(FP), DX
+
+	// Four 512-bit accumulators over the first 256 bytes, the register
+	// xored into the first four.
+	VMOVDQU64       0(SI), Z0
+	VMOVDQU64       64(SI), Z1
+	VMOVDQU64       128(SI), Z2
+	VMOVDQU64       192(SI), Z3
+	VMOVD           AX, X4
+	VPXORQ          Z4, Z0, Z0
+	ADDQ            $256, SI
+	SUBQ            $256, CX
+	VBROADCASTI32X4 0(DX), Z8
+	CMPQ            CX, $256
+	JB              four
+
+	// 256 bytes a step, four independent chains.
+loop256:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	PREFETCHT0 1216(SI)
+	VMOVDQU64  0(SI), Z12
+	VMOVDQU64  64(SI), Z13
+	VMOVDQU64  128(SI), Z14
+	VMOVDQU64  192(SI), Z16
+	VPCLMULQDQ $0x00, Z8, Z0, Z4
+	VPCLMULQDQ $0x11, Z8, Z0, Z0
+	VPCLMULQDQ $0x00, Z8, Z1, Z5
+	VPCLMULQDQ $0x11, Z8, Z1, Z1
+	VPCLMULQDQ $0x00, Z8, Z2, Z6
+	VPCLMULQDQ $0x11, Z8, Z2, Z2
+	VPCLMULQDQ $0x00, Z8, Z3, Z7
+	VPCLMULQDQ $0x11, Z8, Z3, Z3
+	VPTERNLOGD $0x96, Z12, Z4, Z0
+	VPTERNLOGD $0x96, Z13, Z5, Z1
+	VPTERNLOGD $0x96, Z14, Z6, Z2
+	VPTERNLOGD $0x96, Z16, Z7, Z3
+	ADDQ       $256, SI
+	SUBQ       $256, CX
+	CMPQ       CX, $256
+	JAE        loop256
+
+	// Fold the four accumulators into Z3, 64 bytes at a time.
+four:
+	VBROADCASTI32X4 16(DX), Z8
+	VPCLMULQDQ      $0x00, Z8, Z0, Z4
+	VPCLMULQDQ      $0x11, Z8, Z0, Z5
+	VPTERNLOGD      $0x96, Z4, Z5, Z1
+	VPCLMULQDQ      $0x00, Z8, Z1, Z4
+	VPCLMULQDQ      $0x11, Z8, Z1, Z5
+	VPTERNLOGD      $0x96, Z4, Z5, Z2
+	VPCLMULQDQ      $0x00, Z8, Z2, Z4
+	VPCLMULQDQ      $0x11, Z8, Z2, Z5
+	VPTERNLOGD      $0x96, Z4, Z5, Z3
+	CMPQ            CX, $64
+	JB              lanes
+
+loop64:
+	VMOVDQU64  0(SI), Z12
+	VPCLMULQDQ $0x00, Z8, Z3, Z4
+	VPCLMULQDQ $0x11, Z8, Z3, Z3
+	VPTERNLOGD $0x96, Z12, Z4, Z3
+	ADDQ       $64, SI
+	SUBQ       $64, CX
+	CMPQ       CX, $64
+	JAE        loop64
+
+	// Fold Z3's four 128-bit parts into X4: the first three moved ahead
+	// by 48, 32 and 16 bytes (the last key pair is zero), then the fourth.
+lanes:
+	VMOVDQU64     32(DX), Z8
+	VPCLMULQDQ    $0x00, Z8, Z3, Z4
+	VPCLMULQDQ    $0x11, Z8, Z3, Z5
+	VPXORQ        Z4, Z5, Z4
+	VEXTRACTI32X4 $3, Z3, X6
+	VEXTRACTI32X4 $1, Z4, X7
+	VEXTRACTI32X4 $2, Z4, X9
+	VPTERNLOGD    $0x96, X7, X9, X4
+	VPXOR         X6, X4, X4
+	CMPQ          CX, $16
+	JB            done
+	VMOVDQU       64(DX), X8
+
+loop16:
+	VMOVDQU    0(SI), X12
+	VPCLMULQDQ $0x00, X8, X4, X5
+	VPCLMULQDQ $0x11, X8, X4, X4
+	VPTERNLOGD $0x96, X12, X5, X4
+	ADDQ       $16, SI
+	SUBQ       $16, CX
+	CMPQ       CX, $16
+	JAE        loop16
+
+done:
+	VMOVQ      X4, AX
+	VPEXTRQ    $1, X4, BX
+	VZEROUPPER
+	MOVQ       AX, lo+32(FP)
+	MOVQ       BX, hi+40(FP)
+	RET

@@ -1,0 +1,47 @@
+//go:build amd64 && !purego
+
+package bth
+
+import (
+	"hash/crc32"
+	"testing"
+)
+
+// TestFoldKeysArePublished checks the key construction against the
+// constants Intel's PCLMULQDQ paper lists for the reflected IEEE CRC
+// (folding by 64 and by 16 bytes).
+func TestFoldKeysArePublished(t *testing.T) {
+	for _, c := range []struct {
+		d    uint64
+		want [2]uint64
+	}{
+		{64, [2]uint64{0x154442bd4, 0x1c6e41596}},
+		{16, [2]uint64{0x1751997d0, 0x0ccaa009e}},
+	} {
+		if got := foldPair(c.d); got != c.want {
+			t.Errorf("foldPair(%d) = %#x, want %#x", c.d, got, c.want)
+		}
+	}
+}
+
+// TestCRCFoldPath runs the folding path itself, whatever crcIEEE chooses on
+// this CPU, when the CPU has it.
+func TestCRCFoldPath(t *testing.T) {
+	if !canFold {
+		t.Skip("no AVX-512 carry-less multiply on this CPU")
+	}
+	p := make([]byte, 5000)
+	for i := range p {
+		p[i] = byte(i*7 + i>>8)
+	}
+	for n := foldMin; n <= len(p); n += 13 {
+		for _, c := range []uint32{0, 0xFFFFFFFF, 0x12345678} {
+			if got, want := crcFold(c, p[:n]), crc32.Update(c, crc32.IEEETable, p[:n]); got != want {
+				t.Fatalf("len %d from %#x: %#x, want %#x", n, c, got, want)
+			}
+		}
+	}
+	if a := testing.AllocsPerRun(100, func() { crcFold(0, p) }); a != 0 {
+		t.Fatalf("%v allocations per fold", a)
+	}
+}

@@ -1,0 +1,8 @@
+//go:build !amd64 || purego
+
+package bth
+
+import "hash/crc32"
+
+// crcIEEE is crc32.Update(c, crc32.IEEETable, p); see crcfold_amd64.go.
+func crcIEEE(c uint32, p []byte) uint32 { return crc32.Update(c, crc32.IEEETable, p) }
