@@ -4,6 +4,7 @@ package bth
 
 import (
 	"hash/crc32"
+	"math/bits"
 
 	"golang.org/x/sys/cpu"
 )
@@ -12,27 +13,31 @@ import (
 // waits for the carry-less multiply before it (one chain, about 28 GB/s on
 // the bench host). crcIEEE folds four lanes at once, 256 bytes per step,
 // which keeps the multipliers busy: twice the rate over a 4 KiB payload, the
-// size of every RC WRITE and SEND packet at MTU 4096, and the ICRC is checked
-// once where it is sent and once where it is received.
+// size of every RC WRITE and SEND packet at MTU 4096, and the ICRC is
+// computed once where it is sent and once where it is received. Short inputs
+// (the ICRC's 48-byte pseudo-header) fold 16 bytes a step and end in the
+// same carry-less reduction instead of table lookups.
 
-// foldMin is the shortest input worth the fold's fixed cost (the reduction
-// and the 16 bytes it leaves, hashed with slicing-by-8).
-const foldMin = 256
+// clmulMin is the shortest input crcClmul takes: one 128-bit block.
+const clmulMin = 16
 
-// canFold reports the instructions fold256 needs: 512-bit carry-less
-// multiply, and AVX-512VL for its 128-bit tail. cpu checks that the OS
+// canFold reports the instructions crcClmul needs: 512-bit carry-less
+// multiply, and AVX-512VL for its 128-bit steps. cpu checks that the OS
 // saves the 512-bit state.
 var canFold = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
 
-// crcKeys are the folding constants of fold256, each pair for one folding
+// crcKeys are the constants of crcClmul. Each folding pair is for one
 // distance of d bytes: {x^(8d+32), x^(8d-32)} mod P, bit-reflected and
 // shifted left by one as the carry-less multiply of the reflected CRC wants
 // them (the construction of Intel's "Fast CRC Computation for Generic
-// Polynomials Using PCLMULQDQ").
+// Polynomials Using PCLMULQDQ"); the reduction to 32 bits ends in a Barrett
+// step. The assembly reads the fields by offset.
 type crcKeys struct {
-	k256  [2]uint64 // four lanes, 256 bytes ahead
-	k64   [2]uint64 // one 512-bit lane, 64 bytes ahead
-	lanes [8]uint64 // the 128-bit parts of a 512-bit lane: 48, 32, 16 bytes ahead, and the last stays
+	k256    [2]uint64 // 0: four lanes, 256 bytes ahead
+	k64     [2]uint64 // 16: one 512-bit lane, 64 bytes ahead
+	lanes   [8]uint64 // 32: a 512-bit lane's 128-bit parts moved 48, 32 and 16 bytes ahead; the last stays
+	k32     [2]uint64 // 96: {x^64}: 32 bits ahead, from 96 bits to 64
+	barrett [2]uint64 // 112: {P, floor(x^64 / P)}, reflected over 33 bits
 }
 
 var foldKeys = newCRCKeys()
@@ -41,37 +46,60 @@ func foldKey(e uint64) uint64 { return uint64(xpow(e)) << 1 }
 
 func foldPair(d uint64) [2]uint64 { return [2]uint64{foldKey(8*d + 32), foldKey(8*d - 32)} }
 
+// crcPolyFull is P with its x^32 term, in normal bit order (bit i is x^i).
+const crcPolyFull = 0x104C11DB7
+
+// reflect33 reverses the low 33 bits of v.
+func reflect33(v uint64) uint64 { return bits.Reverse64(v) >> 31 }
+
+// barrettMu is floor(x^64 / P), by long division (normal bit order).
+func barrettMu() uint64 {
+	// The first quotient bit is x^32; what remains fits in 64 bits.
+	q, r := uint64(1)<<32, uint64(crcPolyFull&0xFFFFFFFF)<<32
+	for i := 31; i >= 0; i-- {
+		if r>>(32+i)&1 != 0 {
+			q |= 1 << i
+			r ^= crcPolyFull << i
+		}
+	}
+	return q
+}
+
 func newCRCKeys() (k crcKeys) {
 	k.k256, k.k64 = foldPair(256), foldPair(64)
 	p48, p32, p16 := foldPair(48), foldPair(32), foldPair(16)
 	k.lanes = [8]uint64{p48[0], p48[1], p32[0], p32[1], p16[0], p16[1], 0, 0}
+	k.k32 = [2]uint64{foldKey(64), 0}
+	k.barrett = [2]uint64{reflect33(crcPolyFull), reflect33(barrettMu())}
 	return k
 }
 
-// fold256 folds the first n bytes of p (n a multiple of 16, at least 256)
-// with the bare register crc xored into their first four bytes, and returns
-// the 16 bytes whose bare CRC (init 0) is the bare CRC of those n bytes.
+// crcClmul returns the bare CRC register (no inversions) after the first n
+// bytes of p, n a multiple of 16 and at least 16, from register crc.
 //
 //go:noescape
-func fold256(crc uint32, p *byte, n int, k *crcKeys) (lo, hi uint64)
+func crcClmul(crc uint32, p *byte, n int, k *crcKeys) uint32
 
 // crcIEEE is crc32.Update(c, crc32.IEEETable, p).
 func crcIEEE(c uint32, p []byte) uint32 {
-	if !canFold || len(p) < foldMin {
-		return crc32.Update(c, crc32.IEEETable, p)
+	if canFold && len(p) >= clmulMin {
+		return crcFold(c, p)
 	}
-	return crcFold(c, p)
+	return crc32.Update(c, crc32.IEEETable, p)
 }
 
-// crcFold is crcIEEE's folding path, for inputs of at least foldMin bytes.
+// crcShort is crcIEEE for short inputs that live on the stack: it never
+// lets p escape, as hash/crc32 does.
+func crcShort(c uint32, p []byte) uint32 {
+	if canFold && len(p) >= clmulMin {
+		return crcFold(c, p)
+	}
+	return crcUpdate(c, p)
+}
+
+// crcFold is crcIEEE's carry-less path, for inputs of at least clmulMin
+// bytes; the last len(p)%16 go through slicing-by-8.
 func crcFold(c uint32, p []byte) uint32 {
 	n := len(p) &^ 15
-	lo, hi := fold256(^c, &p[0], n, &foldKeys)
-	var r [16]byte
-	for i := range 8 {
-		r[i], r[8+i] = byte(lo>>(8*i)), byte(hi>>(8*i))
-	}
-	// The folded bytes stand for the first n of p: their CRC from a zero
-	// bare register (crcUpdate from all ones) continues over the rest.
-	return crcUpdate(crcUpdate(0xFFFFFFFF, r[:]), p[n:])
+	return crcUpdate(^crcClmul(^c, &p[0], n, &foldKeys), p[n:])
 }

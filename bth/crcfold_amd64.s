@@ -6,20 +6,41 @@
 // clmul(H.lo, key.lo) ^ clmul(H.hi, key.hi), which has the same remainder
 // once moved d bytes ahead, and xors it into the part found there.
 
-// func fold256(crc uint32, p *byte, n int, k *crcKeys) (lo, hi uint64)
-TEXT ·fold256(SB), NOSPLIT, $0-48
+// func crcClmul(crc uint32, p *byte, n int, k *crcKeys) uint32
+TEXT ·crcClmul(SB), NOSPLIT, $0-36
 	MOVL crc+0(FP), AX
 	MOVQ p+8(FP), SI
 	MOVQ n+16(FP), CX
 	MOVQ k+24(FP), DX
+	VMOVD AX, X4
+	CMPQ  CX, $256
+	JAE   wide
+	CMPQ  CX, $64
+	JAE   one
+
+	// Under 64 bytes: one 128-bit accumulator, the register xored in.
+	VMOVDQU 0(SI), X5
+	VPXOR   X5, X4, X4
+	ADDQ    $16, SI
+	SUBQ    $16, CX
+	JMP     narrow
+
+	// Under 256 bytes: one 512-bit accumulator.
+one:
+	VMOVDQU64       0(SI), Z3
+	VPXORQ          Z4, Z3, Z3
+	ADDQ            $64, SI
+	SUBQ            $64, CX
+	VBROADCASTI32X4 16(DX), Z8
+	JMP             more64
 
 	// Four 512-bit accumulators over the first 256 bytes, the register
 	// xored into the first four.
+wide:
 	VMOVDQU64       0(SI), Z0
 	VMOVDQU64       64(SI), Z1
 	VMOVDQU64       128(SI), Z2
 	VMOVDQU64       192(SI), Z3
-	VMOVD           AX, X4
 	VPXORQ          Z4, Z0, Z0
 	ADDQ            $256, SI
 	SUBQ            $256, CX
@@ -66,8 +87,10 @@ four:
 	VPCLMULQDQ      $0x00, Z8, Z2, Z4
 	VPCLMULQDQ      $0x11, Z8, Z2, Z5
 	VPTERNLOGD      $0x96, Z4, Z5, Z3
-	CMPQ            CX, $64
-	JB              lanes
+
+more64:
+	CMPQ CX, $64
+	JB   lanes
 
 loop64:
 	VMOVDQU64  0(SI), Z12
@@ -91,9 +114,11 @@ lanes:
 	VEXTRACTI32X4 $2, Z4, X9
 	VPTERNLOGD    $0x96, X7, X9, X4
 	VPXOR         X6, X4, X4
-	CMPQ          CX, $16
-	JB            done
-	VMOVDQU       64(DX), X8
+
+narrow:
+	VMOVDQU 64(DX), X8
+	CMPQ    CX, $16
+	JB      reduce
 
 loop16:
 	VMOVDQU    0(SI), X12
@@ -105,10 +130,31 @@ loop16:
 	CMPQ       CX, $16
 	JAE        loop16
 
-done:
-	VMOVQ      X4, AX
-	VPEXTRQ    $1, X4, BX
+	// Reduce the 128 bits in X4 to the 32-bit register. X8 still holds the
+	// 16-byte pair, whose second key moves the first 64 bits 64 bits ahead.
+reduce:
+	VPCLMULQDQ $0x10, X8, X4, X5
+	VPSRLDQ    $8, X4, X4
+	VPXOR      X5, X4, X4
+
+	// 96 to 64 bits: the first 32 moved 32 bits ahead.
+	MOVL       $0xFFFFFFFF, AX
+	VMOVD      AX, X9
+	VPAND      X9, X4, X5
+	VPSRLDQ    $4, X4, X4
+	VMOVDQU    96(DX), X8
+	VPCLMULQDQ $0x00, X8, X5, X5
+	VPXOR      X5, X4, X4
+
+	// Barrett reduction of the 64 bits: the quotient estimate from mu,
+	// times P, cancels all but the remainder in the upper 32 bits.
+	VMOVDQU    112(DX), X8
+	VPAND      X9, X4, X5
+	VPCLMULQDQ $0x10, X8, X5, X5
+	VPAND      X9, X5, X5
+	VPCLMULQDQ $0x00, X8, X5, X5
+	VPXOR      X4, X5, X5
+	VPEXTRD    $1, X5, AX
 	VZEROUPPER
-	MOVQ       AX, lo+32(FP)
-	MOVQ       BX, hi+40(FP)
+	MOVL       AX, ret+32(FP)
 	RET

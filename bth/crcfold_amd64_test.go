@@ -9,7 +9,7 @@ import (
 
 // TestFoldKeysArePublished checks the key construction against the
 // constants Intel's PCLMULQDQ paper lists for the reflected IEEE CRC
-// (folding by 64 and by 16 bytes).
+// (folding by 64 and by 16 bytes, 96 to 64 bits, and Barrett's P and mu).
 func TestFoldKeysArePublished(t *testing.T) {
 	for _, c := range []struct {
 		d    uint64
@@ -21,6 +21,12 @@ func TestFoldKeysArePublished(t *testing.T) {
 		if got := foldPair(c.d); got != c.want {
 			t.Errorf("foldPair(%d) = %#x, want %#x", c.d, got, c.want)
 		}
+	}
+	if got := foldKeys.k32[0]; got != 0x163cd6124 {
+		t.Errorf("x^64 key = %#x, want 0x163cd6124", got)
+	}
+	if got, want := foldKeys.barrett, [2]uint64{0x1db710641, 0x1f7011641}; got != want {
+		t.Errorf("Barrett constants = %#x, want %#x", got, want)
 	}
 }
 
@@ -34,7 +40,7 @@ func TestCRCFoldPath(t *testing.T) {
 	for i := range p {
 		p[i] = byte(i*7 + i>>8)
 	}
-	for n := foldMin; n <= len(p); n += 13 {
+	for n := clmulMin; n <= len(p); n += 1 + n/300 {
 		for _, c := range []uint32{0, 0xFFFFFFFF, 0x12345678} {
 			if got, want := crcFold(c, p[:n]), crc32.Update(c, crc32.IEEETable, p[:n]); got != want {
 				t.Fatalf("len %d from %#x: %#x, want %#x", n, c, got, want)

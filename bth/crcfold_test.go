@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestCRCIEEEMatchesHashCRC32 checks crcIEEE against hash/crc32 over every
+// TestCRCIEEEMatchesHashCRC32 checks crcIEEE and crcShort against hash/crc32 over every
 // length up to a few folding steps past 1 KiB, the MTU-sized ones, and
 // every alignment of the start within a cache line, from random registers.
 func TestCRCIEEEMatchesHashCRC32(t *testing.T) {
@@ -21,8 +21,12 @@ func TestCRCIEEEMatchesHashCRC32(t *testing.T) {
 		off := r.Intn(64)
 		p := buf[off : off+n]
 		c := r.Uint32()
-		if got, want := crcIEEE(c, p), crc32.Update(c, crc32.IEEETable, p); got != want {
-			t.Fatalf("len %d at offset %d from %#x: %#x, want %#x", n, off, c, got, want)
+		want := crc32.Update(c, crc32.IEEETable, p)
+		if got := crcIEEE(c, p); got != want {
+			t.Fatalf("crcIEEE: len %d at offset %d from %#x: %#x, want %#x", n, off, c, got, want)
+		}
+		if got := crcShort(c, p); got != want {
+			t.Fatalf("crcShort: len %d at offset %d from %#x: %#x, want %#x", n, off, c, got, want)
 		}
 	}
 }

@@ -14,21 +14,16 @@ const crcPoly = 0xEDB88320
 
 func leadingZeros32(v uint32) int { return bits.LeadingZeros32(v) }
 
-// multmodp returns a*b mod P (reflected bit order: bit 31 is x^0).
+// multmodp returns a*b mod P (reflected bit order: bit 31 is x^0). It runs
+// without branches on the bits: a receiver solves an IPv4 ID with it per
+// packet (solveID), and data-dependent branches there cost more than the
+// arithmetic.
 func multmodp(a, b uint32) uint32 {
 	var p uint32
-	for m := uint32(1) << 31; m != 0; m >>= 1 {
-		if a&m != 0 {
-			p ^= b
-			if a&(m-1) == 0 {
-				break
-			}
-		}
-		if b&1 != 0 {
-			b = b>>1 ^ crcPoly
-		} else {
-			b >>= 1
-		}
+	for range 32 {
+		p ^= b & -(a >> 31)
+		a <<= 1
+		b = b>>1 ^ crcPoly&-(b&1)
 	}
 	return p
 }
@@ -117,8 +112,8 @@ func unshift(n int) uint32 {
 // slicing8 holds slicing-by-8 tables for the IEEE polynomial. The ICRC's
 // masked pseudo-header lives on the stack, and hash/crc32 makes any slice it
 // is given escape to the heap (it dispatches through a function value), so
-// the pseudo-header is hashed here and only the caller's packet bytes go to
-// hash/crc32's PCLMUL path.
+// without crcClmul (crcShort) the pseudo-header is hashed here and only the
+// caller's packet bytes go to hash/crc32's PCLMUL path.
 var slicing8 [8][256]uint32
 
 func init() {

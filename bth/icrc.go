@@ -90,7 +90,7 @@ func pseudoHead(ph *[maxPseudo]byte, env *Envelope, total int, head []byte, id u
 func icrc(env *Envelope, udpPayload []byte, id uint16) uint32 {
 	var ph [maxPseudo]byte
 	n, used := pseudo(&ph, env, udpPayload, id)
-	c := crcUpdate(0, ph[:n])
+	c := crcShort(0, ph[:n])
 	if end := len(udpPayload) - ICRCLen; end > used {
 		c = crcIEEE(c, udpPayload[used:end])
 	}
@@ -148,7 +148,7 @@ func IBAICRC(env *Envelope, udpPayload []byte) uint32 {
 func ICRCParts(env *Envelope, hdr, payload, tail []byte) uint32 {
 	var ph [maxPseudo]byte
 	n, used := pseudoHead(&ph, env, len(hdr)+len(payload)+len(tail), hdr, env.IPID)
-	c := crcUpdate(0, ph[:n])
+	c := crcShort(0, ph[:n])
 	c = crcIEEE(c, hdr[used:])
 	c = crcIEEE(c, payload)
 	c = crcIEEE(c, tail[:len(tail)-ICRCLen])
@@ -199,7 +199,7 @@ func IBAICRCOverHeaders(ipUDP, udpPayload []byte) uint32 {
 	bt := len(h)
 	h = append(h, udpPayload[:BTHLen]...)
 	h[bt+4] = 0xFF // FECN, BECN, reserved
-	c := crcUpdate(0, h)
+	c := crcIEEE(0, h)
 	return crcIEEE(c, udpPayload[BTHLen:len(udpPayload)-ICRCLen])
 }
 

@@ -46,11 +46,13 @@ func (req *requester) nextOpcode(w *sendWQE, off uint32) (o bth.Opcode, last boo
 	return o, last
 }
 
-// rdAtomicOutstanding counts READ/atomic WQEs sent and not yet completed.
-func (req *requester) rdAtomicOutstanding() int {
+// rdAtomicOutstanding counts READ/atomic WQEs sent and not yet completed, up
+// to limit: the window can hold a whole send queue, and the callers only ask
+// whether the count reached a bound.
+func (req *requester) rdAtomicOutstanding(limit int) int {
 	q := req.q
 	n := 0
-	for i := q.win.head; i < q.win.next; i++ {
+	for i := q.win.head; i < q.win.next && n < limit; i++ {
 		if q.sq.slot(i).isReadOrAtomic() {
 			n++
 		}
@@ -146,12 +148,13 @@ func (req *requester) startWQE(now time.Time, w *sendWQE) bool {
 	if q.attr.State == verbs.QPSSQD {
 		return false // SQD: finish what started, begin nothing new
 	}
+	// Only a fenced WQE or a READ/atomic waits on the READs/atomics in
+	// flight; a SEND or WRITE does not look at them.
 	if q.typ == verbs.QPTypeRC {
-		out := req.rdAtomicOutstanding()
-		if w.wr.Flags&verbs.SendFence != 0 && out > 0 {
+		if w.wr.Flags&verbs.SendFence != 0 && req.rdAtomicOutstanding(1) > 0 {
 			return false
 		}
-		if w.isReadOrAtomic() && out >= max(int(q.attr.MaxRDAtomic), 1) {
+		if lim := max(int(q.attr.MaxRDAtomic), 1); w.isReadOrAtomic() && req.rdAtomicOutstanding(lim) >= lim {
 			return false
 		}
 	}
