@@ -14,15 +14,21 @@ const crcPoly = 0xEDB88320
 
 func leadingZeros32(v uint32) int { return bits.LeadingZeros32(v) }
 
-// multmodp returns a*b mod P (reflected bit order: bit 31 is x^0). It runs
-// without branches on the bits: a receiver solves an IPv4 ID with it per
-// packet (solveID), and data-dependent branches there cost more than the
-// arithmetic.
+// multmodp returns a*b mod P (reflected bit order: bit 31 is x^0). A
+// receiver runs it per IPv4 packet whose ID is not 0 (solveID), with a
+// constant per packet length: it branches on a's bits, which repeat from one
+// call to the next, and updates b without branches, whose bits need not
+// (22 ns per call here, 29 for random b; a branch on b's bits cost 110 ns
+// for random b, as from rxe's random IDs).
 func multmodp(a, b uint32) uint32 {
 	var p uint32
-	for range 32 {
-		p ^= b & -(a >> 31)
-		a <<= 1
+	for m := uint32(1) << 31; m != 0; m >>= 1 {
+		if a&m != 0 {
+			p ^= b
+			if a&(m-1) == 0 {
+				break
+			}
+		}
 		b = b>>1 ^ crcPoly&-(b&1)
 	}
 	return p
