@@ -18,8 +18,11 @@ import (
 // (the ICRC's 48-byte pseudo-header) fold 16 bytes a step and end in the
 // same carry-less reduction instead of table lookups.
 
-// clmulMin is the shortest input crcClmul takes: one 128-bit block.
-const clmulMin = 16
+// clmulMin is the shortest input crcIEEE gives crcClmul (which takes 16
+// bytes up): below it slicing-by-8 is as fast here (5.8 ns for 16 bytes
+// against 11; 14.6 against 16.7 at 48), and faster than hash/crc32, which
+// reaches its own slicing-by-8 through a function value.
+const clmulMin = 48
 
 // canFold reports the instructions crcClmul needs: 512-bit carry-less
 // multiply, and AVX-512VL for its 128-bit steps. cpu checks that the OS
@@ -82,7 +85,10 @@ func crcClmul(crc uint32, p *byte, n int, k *crcKeys) uint32
 
 // crcIEEE is crc32.Update(c, crc32.IEEETable, p).
 func crcIEEE(c uint32, p []byte) uint32 {
-	if canFold && len(p) >= clmulMin {
+	switch {
+	case len(p) < clmulMin:
+		return crcUpdate(c, p)
+	case canFold:
 		return crcFold(c, p)
 	}
 	return crc32.Update(c, crc32.IEEETable, p)
@@ -97,8 +103,8 @@ func crcShort(c uint32, p []byte) uint32 {
 	return crcUpdate(c, p)
 }
 
-// crcFold is crcIEEE's carry-less path, for inputs of at least clmulMin
-// bytes; the last len(p)%16 go through slicing-by-8.
+// crcFold is crcIEEE's carry-less path, for inputs of at least 16 bytes;
+// the last len(p)%16 go through slicing-by-8.
 func crcFold(c uint32, p []byte) uint32 {
 	n := len(p) &^ 15
 	return crcUpdate(^crcClmul(^c, &p[0], n, &foldKeys), p[n:])

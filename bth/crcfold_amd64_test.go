@@ -40,7 +40,7 @@ func TestCRCFoldPath(t *testing.T) {
 	for i := range p {
 		p[i] = byte(i*7 + i>>8)
 	}
-	for n := clmulMin; n <= len(p); n += 1 + n/300 {
+	for n := 16; n <= len(p); n += 1 + n/300 { // crcClmul takes 16 bytes up
 		for _, c := range []uint32{0, 0xFFFFFFFF, 0x12345678} {
 			if got, want := crcFold(c, p[:n]), crc32.Update(c, crc32.IEEETable, p[:n]); got != want {
 				t.Fatalf("len %d from %#x: %#x, want %#x", n, c, got, want)

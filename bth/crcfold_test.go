@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// TestCRCIEEEMatchesHashCRC32 checks crcIEEE and crcShort against hash/crc32 over every
-// length up to a few folding steps past 1 KiB, the MTU-sized ones, and
-// every alignment of the start within a cache line, from random registers.
+// TestCRCIEEEMatchesHashCRC32 checks crcIEEE and crcShort against
+// hash/crc32 over every length up to a few folding steps past 1 KiB and the
+// MTU-sized ones, each at a random alignment within a cache line and from a
+// random register.
 func TestCRCIEEEMatchesHashCRC32(t *testing.T) {
 	r := rand.New(rand.NewSource(1))
 	buf := make([]byte, 9000+64)
