@@ -417,3 +417,123 @@ func TestRunToCompletionStreamSendsACKs(t *testing.T) {
 		})
 	}
 }
+
+// handClock is a Clock the test moves by hand: advance fires the timers that
+// come due, in order, on the test's goroutine.
+type handClock struct {
+	now    time.Time
+	timers []*handTimer
+}
+
+type handTimer struct {
+	c    *handClock
+	at   time.Time
+	f    func()
+	live bool
+	arms int // AfterFunc and Reset calls
+}
+
+func (c *handClock) Now() time.Time { return c.now }
+
+func (c *handClock) AfterFunc(d time.Duration, f func()) Timer {
+	t := &handTimer{c: c, f: f}
+	c.timers = append(c.timers, t)
+	t.Reset(d)
+	return t
+}
+
+func (t *handTimer) Stop() bool {
+	was := t.live
+	t.live = false
+	return was
+}
+
+func (t *handTimer) Reset(d time.Duration) bool {
+	was := t.live
+	t.at, t.live = t.c.now.Add(d), true
+	t.arms++
+	return was
+}
+
+func (c *handClock) advance(d time.Duration) {
+	c.now = c.now.Add(d)
+	for _, t := range c.timers {
+		if t.live && !t.at.After(c.now) {
+			t.live = false
+			t.f()
+		}
+	}
+}
+
+// TestRunToCompletionHoldTimer: the hold timer is armed once for the ACKs a
+// poller holds, not restarted by the holds that follow while it runs nor
+// stopped when a reply sends them; it runs out holdFor after the first, and
+// wakes the shard goroutine only if an ACK is held then.
+func TestRunToCompletionHoldTimer(t *testing.T) {
+	var reads []link.Message
+	w, l := rtcWire(t, &reads)
+	c := &handClock{now: w.clock.now}
+	w.e.cfg.Clock = c
+	s := w.e.shards[0]
+	rb := w.mem.reg(1, make([]byte, 256), verbs.AccessLocalWrite)
+	sb := w.mem.reg(1, pattern(64, 2), verbs.AccessLocalWrite)
+	for i := range 4 {
+		w.recv(verbs.RecvWR{WRID: uint64(i), SGL: []verbs.SGE{rb.sge(0, 256)}})
+	}
+	woken := func() bool {
+		select {
+		case <-s.kick:
+			return true
+		default:
+			return false
+		}
+	}
+	held := func() bool { return s.heldN.Load() > 0 }
+	hold := func(psn bth.PSN) {
+		t.Helper()
+		queueSend(w, &reads, psn)
+		if n := w.e.Poll(); n != 1 || !held() {
+			t.Fatalf("Poll read %d messages, held %v; want 1 and the ACK held", n, held())
+		}
+	}
+	emptyPoll := func() {
+		t.Helper()
+		if n := w.e.Poll(); n != 0 || held() {
+			t.Fatalf("an empty poll read %d, held %v; want 0 and the ACK sent", n, held())
+		}
+	}
+	woken()
+	hold(wireRQPSN)
+	ht, _ := s.heldTimer.(*handTimer)
+	if ht == nil || ht.arms != 1 {
+		t.Fatal("the hold did not arm the hold timer")
+	}
+	w.post(verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{sb.sge(0, 64)}}) // the reply
+	if held() {
+		t.Fatal("the reply left the ACK held")
+	}
+	c.advance(holdFor / 2)
+	hold(wireRQPSN.Add(1))
+	if ht.arms != 1 || !ht.live {
+		t.Fatalf("the timer was armed %d times and live %v, want it left running", ht.arms, ht.live)
+	}
+	c.advance(holdFor / 2)
+	if !woken() {
+		t.Fatal("the timer ran out with an ACK held and did not wake the shard")
+	}
+	emptyPoll()
+	hold(wireRQPSN.Add(2))
+	if ht.arms != 2 {
+		t.Fatalf("a hold after the timer ran out left it armed %d times, want 2", ht.arms)
+	}
+	emptyPoll()
+	c.advance(holdFor)
+	if woken() {
+		t.Fatal("the timer woke the shard with nothing held")
+	}
+	// The first ACK and the reply after it, then the two ACKs the empty polls
+	// sent.
+	if got := len(l.msgs); got != 4 {
+		t.Fatalf("%d messages written, want 4", got)
+	}
+}

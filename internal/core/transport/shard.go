@@ -72,8 +72,9 @@ type shard struct {
 	// (lock); whoever lets the token go wakes it (unlock).
 	wanted atomic.Bool
 
-	heldTimer Timer       // sends what poll-driven slices hold (token holder)
-	heldArmed atomic.Bool // heldTimer is running
+	heldTimer Timer        // sends what poll-driven slices hold (token holder)
+	heldArmed atomic.Bool  // heldTimer is running
+	heldN     atomic.Int32 // held, for heldTimer to see
 
 	// Posts left for the CQ poller (rtc.go, posted).
 	posts     atomic.Int32 // WRs posted behind outstanding ones since the last refill
@@ -385,9 +386,6 @@ func (p *txPacket) packet() []byte {
 func (s *shard) flush() {
 	// Held packets (rtc.go) go first, in the same link batch as the newer
 	// ones: an ACK and the reply after it cost one system call.
-	if s.held > 0 {
-		s.stopHold()
-	}
 	if len(s.out) >= streamPackets {
 		s.e.markStream()
 	}
@@ -396,7 +394,10 @@ func (s *shard) flush() {
 	if len(s.tx) > 0 {
 		s.write(s.tx)
 	}
-	s.held = 0
+	if s.held > 0 {
+		s.held = 0
+		s.heldN.Store(0)
+	}
 	for i := range s.out {
 		link.PutBuffer(s.out[i].buf)
 		s.out[i] = txPacket{}
