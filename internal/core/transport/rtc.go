@@ -126,11 +126,11 @@ func (s *shard) onlyACKs(from int) bool {
 // while it runs does not restart it: a ping-pong (whose every reply sends
 // the ACK held before it) would otherwise stop and restart it on every round
 // trip, two locks of the runtime's timer heap that took a quarter of a
-// poll-driven slice (0.4 µs per round trip). It runs out at most holdFor
-// after the first packet it covers, and wakes the shard only if packets are
-// held then. heldN is stored before heldArmed is tested (pollSlice), and
-// heldArmed cleared before heldN is read here, so a hold that races with the
-// timer either re-arms it or is seen by it.
+// poll-driven slice (0.4 µs per round trip on each side). It runs out at
+// most holdFor after the first packet it covers, and wakes the shard only if
+// packets are held then. heldN is stored before heldArmed is tested
+// (pollSlice), and heldArmed cleared before heldN is read here, so a hold
+// that races with the timer either re-arms it or is seen by it.
 func (s *shard) heldDue() {
 	s.heldArmed.Store(false)
 	if s.heldN.Load() > 0 {
