@@ -49,8 +49,9 @@ func foldKey(e uint64) uint64 { return uint64(xpow(e)) << 1 }
 
 func foldPair(d uint64) [2]uint64 { return [2]uint64{foldKey(8*d + 32), foldKey(8*d - 32)} }
 
-// crcPolyFull is P with its x^32 term, in normal bit order (bit i is x^i).
-const crcPolyFull = 0x104C11DB7
+// crcPolyFull is P (crcPoly) with its x^32 term, in normal bit order (bit i
+// is x^i).
+var crcPolyFull = 1<<32 | uint64(bits.Reverse32(crcPoly))
 
 // reflect33 reverses the low 33 bits of v.
 func reflect33(v uint64) uint64 { return bits.Reverse64(v) >> 31 }
