@@ -607,6 +607,8 @@ func pingPong(b *testing.B, lock bool) {
 		}
 	}
 	b.ReportAllocs()
+	trailing := func() uint64 { return cli.dev.Stats().TxTrailingACKs + srv.dev.Stats().TxTrailingACKs }
+	tr0 := trailing()
 	m := startCPU()
 	b.ResetTimer()
 	for range b.N {
@@ -616,6 +618,9 @@ func pingPong(b *testing.B, lock bool) {
 	}
 	b.StopTimer()
 	cpu := m.stop(2 * float64(b.N)) // a round trip is two data packets
+	// ACKs that rode behind a reply in its train (transport's ackBehind): up
+	// to two a round trip, one a side, where the link delivers trains whole.
+	b.ReportMetric(float64(trailing()-tr0)/float64(b.N), "ack-trains/rt")
 	rt := b.Elapsed() / time.Duration(b.N)
 	if err := p.close(); err != nil {
 		b.Fatalf("echo: %v", err)

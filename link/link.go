@@ -302,6 +302,26 @@ func OffloadsOf(l Link) Offloads {
 	return Offloads{GSO: true, GRO: true}
 }
 
+// WholeTrainer is implemented by a Link that knows which destinations get a
+// train in one piece: its segments handed to the receiving program together,
+// in order, in one read. The engine may then let a packet that must reach the
+// peer first (an ACK, ahead of the reply to the message it acknowledges) ride
+// as a train's shorter last segment, which the receiver handles first: the
+// two cost one trip through the kernel instead of two. A Link that wraps
+// another reports the wrapped one's.
+type WholeTrainer interface {
+	WholeTrains(dst netip.Addr) bool
+}
+
+// WholeTrains reports whether l delivers a train to dst in one piece; false
+// for a Link that cannot tell.
+func WholeTrains(l Link, dst netip.Addr) bool {
+	if w, ok := l.(WholeTrainer); ok {
+		return w.WholeTrains(dst)
+	}
+	return false
+}
+
 // Multicaster is implemented by a Link that can join IP multicast groups
 // (RoCE UD multicast: the MGID maps to an IP group, and datagrams to the
 // group arrive at every member on the RoCEv2 port).

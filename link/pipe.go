@@ -238,6 +238,12 @@ func (p *PipeEnd) source(port uint16) netip.AddrPort {
 // and delivers it whole unless PipeConfig.NoGRO.
 func (p *PipeEnd) Offloads() Offloads { return Offloads{GSO: true, GRO: !p.cfg.NoGRO} }
 
+// WholeTrains implements WholeTrainer: a train to the peer arrives whole
+// while the peer's GRO is on.
+func (p *PipeEnd) WholeTrains(dst netip.Addr) bool {
+	return !dst.IsMulticast() && p.peer.gro.Load()
+}
+
 // WriteBatch implements Link. Datagrams for a closed or full peer are
 // dropped silently, as UDP would. A train goes to the peer whole if its GRO
 // is on, else segment by segment. A datagram to a multicast group goes to

@@ -133,6 +133,9 @@ func (t *Tap) PollFuncs() []ReceiveFunc { return WrapReceiveFuncs(PollFuncs(t.l)
 // Offloads implements Offloader: the wrapped Link's.
 func (t *Tap) Offloads() Offloads { return OffloadsOf(t.l) }
 
+// WholeTrains implements WholeTrainer: the wrapped Link's.
+func (t *Tap) WholeTrains(dst netip.Addr) bool { return WholeTrains(t.l, dst) }
+
 // WaitFuncs implements Waiter for a wrapped Link that does (nil otherwise).
 func (t *Tap) WaitFuncs() []WaitFunc { return WaitFuncs(t.l) }
 

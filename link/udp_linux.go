@@ -482,6 +482,21 @@ func (u *UDP) GSO() bool { return u.gso.Load() }
 // checksums or the kernel ruled it out, GRO unless Config.NoGRO.
 func (u *UDP) Offloads() Offloads { return Offloads{GSO: u.gso.Load(), GRO: u.groAllowed.Load()} }
 
+// WholeTrains implements WholeTrainer for a loopback destination while the
+// link sends GSO and reads with GRO. Loopback never splits a GSO datagram on
+// the way, and a receiver with UDP_GRO on gets it in one read; the peer is
+// then a program on this host at this link's port, which rxe's kernel socket
+// cannot share, so another goroce, and this link takes it to read with GRO as
+// it does itself (Config.NoGRO and roced's -gro apply to a host's devices
+// alike). A peer that reads without GRO gets the segments one by one, in
+// order; goroce's engine handles a read batch's ACKs first, so it sees the
+// same order as from a train unless a read falls between two segments.
+// Elsewhere a network may deliver segments apart, so no address but loopback
+// qualifies.
+func (u *UDP) WholeTrains(dst netip.Addr) bool {
+	return dst.Unmap().IsLoopback() && u.gso.Load() && u.groAllowed.Load() && u.readers[0].gro.Load()
+}
+
 // Interface returns the index of the network interface the link's address
 // is on (the one multicast uses), or 0 if it was not found.
 func (u *UDP) Interface() int { return u.ifindex }

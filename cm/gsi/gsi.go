@@ -133,6 +133,9 @@ func (g *Link) ReceiveFuncs() []link.ReceiveFunc {
 // Offloads implements link.Offloader: the wrapped link's.
 func (g *Link) Offloads() link.Offloads { return link.OffloadsOf(g.Link) }
 
+// WholeTrains implements link.WholeTrainer: the wrapped link's.
+func (g *Link) WholeTrains(dst netip.Addr) bool { return link.WholeTrains(g.Link, dst) }
+
 // PollFuncs implements link.Poller when the wrapped link does (nil
 // otherwise): its non-blocking receive paths, QP1 diverted.
 func (g *Link) PollFuncs() []link.ReceiveFunc {

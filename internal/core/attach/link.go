@@ -46,6 +46,11 @@ func (l *Link) PollFuncs() []link.ReceiveFunc {
 // block's (the engine takes an empty poll as a wait that found nothing).
 func (l *Link) WaitFuncs() []link.WaitFunc { return link.WaitFuncs(l.Link) }
 
+// WholeTrains implements link.WholeTrainer: the block socket's. A train to the
+// shared address goes whole to the socket its first segment's DestQP steers
+// it to, and a train's segments share a QPN block.
+func (l *Link) WholeTrains(dst netip.Addr) bool { return link.WholeTrains(l.Link, dst) }
+
 // JoinGroup implements link.Multicaster: a group's datagrams arrive on a
 // socket of their own, which every process joins for itself, so each gets
 // its copy (DestQP 0xFFFFFF).

@@ -28,9 +28,10 @@ const (
 // path (link.ReceiveFuncs) hands datagrams to the shard goroutines that own
 // their QPs by QPN (package doc).
 type Engine struct {
-	cfg      Config        // normalized: no default left to apply
-	port     uint16        // UDP port we send from and to (the Link's)
-	offloads link.Offloads // what the Link does with trains
+	cfg      Config            // normalized: no default left to apply
+	port     uint16            // UDP port we send from and to (the Link's)
+	offloads link.Offloads     // what the Link does with trains
+	whole    link.WholeTrainer // the Link, if it tells where trains arrive whole
 
 	shards  []*shard
 	pollers []*poller    // run-to-completion: the receive paths Poll reads
@@ -101,6 +102,9 @@ func newEngine(cfg Config) (*Engine, error) {
 		offloads: link.OffloadsOf(cfg.Link),
 		retries:  newRetryBudget(cfg.RetryRate, cfg.RetryBurst),
 		done:     make(chan struct{}),
+	}
+	if w, ok := cfg.Link.(link.WholeTrainer); ok && e.offloads.GSO {
+		e.whole = w
 	}
 	e.qps.init(cfg.FirstQPN, cfg.LastQPN)
 	batch := max(cfg.Link.BatchSize(), 1)

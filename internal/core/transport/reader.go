@@ -77,7 +77,8 @@ type reader struct {
 	bufs   []*[link.MaxDatagram]byte // without GRO
 	trains []*rxTrain                // with GRO
 	kicked []*shard
-	poll   bool // a poller's reader (Engine.Poll), not a goroutine's
+	led    []bool // led[i]: msgs[i]'s ACK went ahead of the batch (take)
+	poll   bool   // a poller's reader (Engine.Poll), not a goroutine's
 
 	// ordered: the goroutine's reader of a path pollers share (run to
 	// completion) reads it without waiting under the path's lock
@@ -116,7 +117,7 @@ func newReader(e *Engine, recv link.ReceiveFunc, batch int) *reader {
 	if e.offloads.GRO {
 		batch = min(batch, groBatch)
 	}
-	r := &reader{e: e, recv: recv, msgs: make([]link.Message, batch), kicked: make([]*shard, 0, len(e.shards))}
+	r := &reader{e: e, recv: recv, msgs: make([]link.Message, batch), led: make([]bool, batch), kicked: make([]*shard, 0, len(e.shards))}
 	if !e.offloads.GRO {
 		r.bufs = make([]*[link.MaxDatagram]byte, batch)
 		for i := range r.bufs {
@@ -197,11 +198,18 @@ func (r *reader) take() (int, error) {
 	}
 	r.kicked = r.kicked[:0]
 	pkts := 0
+	ahead := true
 	for i := range n {
 		pkts += r.msgs[i].NumSegments()
+		r.led[i] = false
+		if ahead {
+			r.led[i], ahead = r.lead(i)
+		}
+	}
+	for i := range n {
 		if r.trains != nil {
 			r.takeTrain(i)
-		} else if r.dispatch(rxItem{buf: r.bufs[i], n: len(r.msgs[i].Buf)}, &r.msgs[i]) {
+		} else if !r.led[i] && r.dispatch(rxItem{buf: r.bufs[i], n: len(r.msgs[i].Buf)}, &r.msgs[i]) {
 			r.bufs[i] = link.GetBuffer()
 		}
 	}
@@ -243,30 +251,100 @@ func (r *reader) kick() {
 	r.kicked = r.kicked[:0]
 }
 
-// takeTrain hands on trains[i]: each segment of a train, or a copy of a lone
-// datagram.
+// A batch's responses are handled before its requests. A peer's requests
+// and its responses to ours are independent sequences, and the sender of an
+// ACK meant it to arrive before what it sent next: a train's shorter last
+// segment may be an ACK the sender put behind the reply to the message it
+// acknowledges (shard.ackBehind), so the program sees its send complete
+// before the reply arrives, as behind a NIC. A peer without GRO on loopback
+// reads such a train's segments as lone datagrams, mostly in one batch, and
+// gets the same order from this. Responses keep their own order: a READ
+// response overtaken by a later ACK would read as lost (an implicit NAK), so
+// the batch's responses go ahead only up to the first train that carries
+// some.
+
+// lead hands msgs[i] on ahead of the batch if it is a lone response, or its
+// trailing ACK if it is a train that ends in one, and reports whether it did
+// (a lone datagram is then done with; a train goes on with its other
+// segments in takeTrain) and whether later responses may still go ahead.
+func (r *reader) lead(i int) (led, ahead bool) {
+	m := &r.msgs[i]
+	if m.SegSize <= 0 || len(m.Buf) <= m.SegSize {
+		if !isResponse(m.Buf) {
+			return false, true
+		}
+		if r.trains != nil {
+			r.takeLone(m)
+		} else if r.dispatch(rxItem{buf: r.bufs[i], n: len(m.Buf)}, m) {
+			r.bufs[i] = link.GetBuffer()
+		}
+		return true, true
+	}
+	ahead = !isResponse(m.Segment(0))
+	if !trailingACK(m) {
+		return false, ahead
+	}
+	t := r.trains[i]
+	t.refs.Store(1) // the reader's, dropped by takeTrain
+	r.takeSegment(t, m, m.NumSegments()-1)
+	return true, ahead
+}
+
+// isResponse reports whether b is an RC response: an ACK or NAK, a READ
+// response or an atomic ACK.
+func isResponse(b []byte) bool { return len(b) >= bth.BTHLen && bth.Opcode(b[0]).IsResponse() }
+
+// trailingACK reports whether train m ends in a shorter ACK (ackBehind).
+func trailingACK(m *link.Message) bool {
+	last := m.Segment(m.NumSegments() - 1)
+	return len(last) < m.SegSize && len(last) >= bth.BTHLen && bth.Opcode(last[0]) == bth.RCAck
+}
+
+// takeTrain hands on trains[i]: each segment of a train, a trailing ACK
+// first (unless it went ahead: lead), or a copy of a lone datagram.
 func (r *reader) takeTrain(i int) {
 	m := &r.msgs[i]
 	if m.SegSize <= 0 || len(m.Buf) <= m.SegSize {
-		b := link.GetBuffer()
-		if !r.dispatch(rxItem{buf: b, n: copy(b[:], m.Buf)}, m) {
-			link.PutBuffer(b)
+		if !r.led[i] {
+			r.takeLone(m)
 		}
 		return
 	}
 	t := r.trains[i]
-	t.refs.Store(1) // the reader's, dropped below
 	segs := m.NumSegments()
 	r.e.cfg.Stats.RxTrains.Add(1)
 	r.e.cfg.Stats.RxTrainSegments.Add(uint64(segs))
-	for j := range segs {
-		t.refs.Add(1) // before the shard can see it
-		if !r.dispatch(rxItem{train: t, off: j * m.SegSize, n: len(m.Segment(j))}, m) {
-			t.refs.Add(-1)
+	if r.led[i] {
+		segs-- // its trailing ACK went ahead, and refs holds the reader's
+	} else {
+		t.refs.Store(1) // the reader's, dropped below
+		if trailingACK(m) {
+			segs-- // the ACK first, then the packets it was sent behind
+			r.takeSegment(t, m, segs)
 		}
+	}
+	for j := range segs {
+		r.takeSegment(t, m, j)
 	}
 	if t.refs.Add(-1) != 0 {
 		r.trains[i] = trainPool.Get().(*rxTrain) // segments in flight keep t
+	}
+}
+
+// takeLone hands on a copy of m, a datagram that arrived alone into a train
+// buffer.
+func (r *reader) takeLone(m *link.Message) {
+	b := link.GetBuffer()
+	if !r.dispatch(rxItem{buf: b, n: copy(b[:], m.Buf)}, m) {
+		link.PutBuffer(b)
+	}
+}
+
+// takeSegment hands on segment j of train t, read as m.
+func (r *reader) takeSegment(t *rxTrain, m *link.Message, j int) {
+	t.refs.Add(1) // before the shard can see it
+	if !r.dispatch(rxItem{train: t, off: j * m.SegSize, n: len(m.Segment(j))}, m) {
+		t.refs.Add(-1)
 	}
 }
 

@@ -414,6 +414,7 @@ func (s *shard) queueOut() {
 			s.write(s.tx)
 			s.tx, s.pieces = s.tx[:0], s.pieces[:0]
 		}
+		s.ackBehind(i, hi)
 		j := s.trainEnd(i, hi)
 		s.tx = append(s.tx, s.message(i, j))
 		i = j

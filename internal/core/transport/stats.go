@@ -117,6 +117,7 @@ type Counters[T uint64 | atomic.Uint64] struct {
 	DestroyedQPDrops  T              `metric:"roce_destroyed_qp_drops_total" help:"Received packets dropped because their QP was destroyed while they waited in its shard's queue."`
 	TxTrains          T              `metric:"roce_tx_trains_total" help:"Segment trains (runs of equal-size packets of one UDP flow: one source port, one destination) handed to the link as one message, sent as UDP GSO where the kernel allows."`
 	TxTrainSegments   T              `metric:"roce_tx_train_segments_total" help:"Packets sent inside segment trains."`
+	TxTrailingACKs    T              `metric:"roce_tx_trailing_acks_total" help:"ACKs sent as a train's shorter last segment, behind the packets that left with them, to a peer that reads the train whole and handles its ACK first."`
 	RxTrains          T              `metric:"roce_rx_trains_total" help:"UDP GRO trains received (runs of datagrams the kernel coalesced), split back into packets."`
 	RxTrainSegments   T              `metric:"roce_rx_train_segments_total" help:"Packets received inside UDP GRO trains."`
 	TxErrors          T              `metric:"roce_tx_errors_total" help:"Datagrams the UDP socket failed to send."`

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/dcqcn"
 	"github.com/goroce/goroce/link"
 )
 
@@ -40,13 +41,64 @@ func (s *shard) trainEnd(i, hi int) int {
 	return j
 }
 
+// ackBehind lets the ACK at out[i] ride at the end of the train that follows
+// it, if the Link delivers that train whole (link.WholeTrainer): it moves the
+// ACK behind the train's packets when they are requests, the ACK joins their
+// flow, the train's last packet is full size and the whole fits one GSO
+// datagram, so the ACK ends it. On loopback an ACK and the reply after it
+// then cost one trip through the kernel, not two, and the peer has both at
+// once: a ping-pong's round trip is two such trips shorter. The receiver
+// handles a train's trailing ACK first (reader.lead), so its program still
+// sees its send complete before the reply arrives (see pollSlice).
+//
+// The train's datagrams share one IP header, so an ACK that differs from the
+// requests only in its ECN field (Not-ECT beside their ECT(0): packetTOS)
+// rides with theirs. The reason ACKs are Not-ECT, a switch that would mark
+// the reverse direction's feedback, has no place on loopback, and a CE mark
+// on the train reaches its requests anyway. Token holder only.
+func (s *shard) ackBehind(i, hi int) {
+	if s.e.whole == nil || i+1 >= hi || bth.Opcode(s.out[i].buf[0]) != bth.RCAck {
+		return
+	}
+	ack, head := s.out[i], &s.out[i+1]
+	if ack.tos^head.tos == dcqcn.ECT0 && head.tos&dcqcn.ECT0 != 0 {
+		ack.tos = head.tos // Not-ECT beside ECT(0): the DSCP agrees
+	}
+	if !joinsTrain(head, &ack) || !bth.Opcode(head.buf[0]).IsRequest() || !s.e.whole.WholeTrains(ack.dst) {
+		return
+	}
+	k := s.trainEnd(i+1, hi)
+	seg := head.n
+	if s.out[k-1].n != seg || k-i > link.GSOSegments(seg) {
+		return
+	}
+	for x := i + 2; x < k; x++ {
+		if !bth.Opcode(s.out[x].buf[0]).IsRequest() {
+			return // responses stay behind the ACK (reader.lead)
+		}
+	}
+	orig := s.out[i]
+	copy(s.out[i:k-1], s.out[i+1:k])
+	s.out[k-1] = ack
+	if s.trainEnd(i, hi) != k {
+		// The ACK would head a run of its own size after all (ACKs of the
+		// same flow follow it): put it back in front.
+		copy(s.out[i+1:k], s.out[i:k-1])
+		s.out[i] = orig
+		return
+	}
+	s.e.cfg.Stats.TxTrailingACKs.Add(1)
+}
+
 // joins reports whether out[j] may ride in the train that starts at out[i]:
 // same UDP flow and IP header fields (a train's datagrams share one header),
 // not longer. QPs that share a source port (the link's own, or a per-QP port
 // once QPs outnumber ports) share trains: each segment is its own datagram,
 // which the receiver hands to its QP by the BTH.
-func (s *shard) joins(i, j int) bool {
-	p, o := &s.out[i], &s.out[j]
+func (s *shard) joins(i, j int) bool { return joinsTrain(&s.out[i], &s.out[j]) }
+
+// joinsTrain reports whether o may ride in the train that p heads (joins).
+func joinsTrain(p, o *txPacket) bool {
 	return o.q.wport == p.q.wport && o.dst == p.dst && o.n <= p.n && o.tos == p.tos && o.ttl == p.ttl && o.flow == p.flow &&
 		sameQPNRange(o.buf[:], p.buf[:])
 }

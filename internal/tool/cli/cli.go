@@ -215,11 +215,11 @@ func Stats(dev *roce.Device) string {
 	return fmt.Sprintf("stats: sent_pkts=%d rcvd_pkts=%d icrc_err=%d malformed=%d unknown_qp=%d "+
 		"out_of_seq=%d dup_req=%d naks_sent=%d naks_rcvd=%d retransmits=%d timeouts=%d "+
 		"retry_exceeded=%d rnr_retry_exceeded=%d rx_queue_drops=%d tx_errors=%d cq_overruns=%d "+
-		"bad_pkey=%d bad_qkey=%d bad_source=%d ecn_marked=%d cnps_sent=%d cnps_rcvd=%d cnps_ignored=%d rate_cuts=%d",
+		"bad_pkey=%d bad_qkey=%d bad_source=%d ecn_marked=%d cnps_sent=%d cnps_rcvd=%d cnps_ignored=%d rate_cuts=%d trailing_acks=%d",
 		sent, rcvd, st.ICRCErrors, st.Malformed, st.UnknownQP, st.OutOfSequence, st.DuplicateRequests,
 		naksSent, naksRcvd, st.Retransmits, st.Timeouts, st.RetryExceeded, st.RNRRetryExceeded,
 		st.RxQueueDrops, st.TxErrors, st.CQOverruns, st.BadPKey, st.BadQKey, st.BadSource,
-		st.ECNMarked, st.CNPsSent, st.CNPsRcvd, st.CNPsIgnored, st.RateCuts)
+		st.ECNMarked, st.CNPsSent, st.CNPsRcvd, st.CNPsIgnored, st.RateCuts, st.TxTrailingACKs)
 }
 
 // Open opens the device on Addr and --roce-port with opts. With --loss it
