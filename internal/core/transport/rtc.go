@@ -77,11 +77,13 @@ const holdFor = 50 * time.Microsecond
 // pollSlice is a slice for a goroutine that polls a CQ: its completions become
 // visible at once, and its plain ACKs are held until the poller's next post
 // sends them ahead of its own packets, in the same system call; an empty poll
-// sends them, or holdFor passes. The ACK still leaves first. A reply that
-// overtakes the ACK of the message it answers reaches the peer's program
-// before that program's send completed, an order no NIC makes: Debian 12's
-// perftest (4.5) with -e, which takes both CQs' events from one completion
-// channel, then waits for good for an event it already consumed.
+// sends them, or holdFor passes. The ACK still reaches the peer first: it
+// leaves first, or, where the link delivers trains whole, it rides behind the
+// reply in one train whose ACK the peer handles first (shard.ackBehind). A
+// reply that overtakes the ACK of the message it answers reaches the peer's
+// program before that program's send completed, an order no NIC makes:
+// Debian 12's perftest (4.5) with -e, which takes both CQs' events from one
+// completion channel, then waits for good for an event it already consumed.
 // Token holder only.
 func (s *shard) pollSlice() bool {
 	if !s.step() {
