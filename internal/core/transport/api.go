@@ -124,6 +124,9 @@ type Config struct {
 	MaxRDAtomic, MaxDestRDAtomic int
 	// RunToCompletion: see rtc.go.
 	RunToCompletion bool
+	// readerDrives overrides when a reader runs the shards it fed (tests):
+	// 0 by the scheduler (Engine.readerDrives), driveNever or driveAlways.
+	readerDrives int8
 	// PortMTU is the port's active MTU (0: MTU1024, rxe's for 1500-byte
 	// Ethernet), the limit of a UD message.
 	PortMTU verbs.MTU

@@ -38,6 +38,7 @@ type Engine struct {
 	retries *retryBudget // timer-driven retries, device-wide
 
 	streamUntil atomic.Int64 // UnixNano: a stream ran until then (rtc.go, Streaming)
+	procs       procsCheck   // GOMAXPROCS against the cores (rtc.go, readerDrives)
 
 	// inlinePosts: a post may run its shard (postedDefault). Set by NewEngine
 	// only: an engine built without its goroutines is stepped by its test.

@@ -213,6 +213,10 @@ func pair(t testing.TB, loss *impair.LossConfig, opts ...func(*Config)) (*node, 
 // runToCompletion is the option of nodes in run-to-completion mode.
 func runToCompletion(c *Config) { c.RunToCompletion = true }
 
+// readerDrives is the option of default-mode nodes whose readers run the
+// shards they fed, as under an oversubscribed scheduler (Engine.readerDrives).
+func readerDrives(c *Config) { c.readerDrives = driveAlways }
+
 func (n *node) close(t testing.TB) {
 	if err := n.e.Close(); err != nil {
 		t.Logf("close: %v", err)

@@ -241,12 +241,13 @@ func (r *reader) read() (int, error) {
 
 // kick runs or wakes the shards the last batch fed.
 func (r *reader) kick() {
+	drives := len(r.kicked) > 0 && r.e.readerDrives()
 	for _, s := range r.kicked {
 		if r.poll && s.e.cfg.RunToCompletion {
 			s.waitDrive(true)
 			continue
 		}
-		s.kickOrDrive(r.poll)
+		s.kickOrDrive(r.poll, drives)
 	}
 	r.kicked = r.kicked[:0]
 }

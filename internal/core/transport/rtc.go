@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/bth"
@@ -165,11 +167,58 @@ func (s *shard) pending() bool {
 	return n > 0
 }
 
-// kickOrDrive runs the shard inline (run to completion) or wakes it.
-func (s *shard) kickOrDrive(poll bool) {
-	if !s.e.cfg.RunToCompletion || !s.drive(poll) {
+// kickOrDrive runs the shard inline (run to completion, or a reader that
+// drives: Engine.readerDrives) or wakes it.
+func (s *shard) kickOrDrive(poll, drives bool) {
+	if !(s.e.cfg.RunToCompletion || drives) || !s.drive(poll) {
 		s.wake()
 	}
+}
+
+// A reader that hands a batch to a shard goroutine readies that goroutine.
+// With one Go scheduler P per core the hand-off pipelines: the reader reads
+// the next batch on its core while the shard works on the other. With more
+// Ps than cores (GOMAXPROCS above runtime.NumCPU) the runtime wakes an idle
+// P's thread to run the shard, and that thread takes a core from the reader
+// or from the peer's goroutines: an OS context switch per hand-off. On a
+// 2-core host, RCWrite/1MiB at GOMAXPROCS 4 and 8 left 13-18 % of the machine
+// idle and ran 1.06-1.18 M pkts/s, against 1.52 M at 2. So while the
+// scheduler is oversubscribed a reader of the default mode runs the shards it
+// fed itself when their tokens are free, as run to completion does (drive):
+// 3-7 % idle, 1.20-1.37 M. At one P per core that was slower (1.39 M against
+// 1.52), so there the hand-off stays.
+const (
+	driveNever  = -1
+	driveAlways = 1
+)
+
+// procsCheck caches whether GOMAXPROCS exceeds the cores, asked again every
+// procsEvery calls: GOMAXPROCS may change while the engine runs, and asking
+// takes the scheduler's lock.
+type procsCheck struct {
+	n    atomic.Uint32
+	over atomic.Bool
+}
+
+const procsEvery = 1024
+
+func (p *procsCheck) oversubscribed() bool {
+	if p.n.Add(1)%procsEvery == 1 {
+		p.over.Store(runtime.GOMAXPROCS(0) > runtime.NumCPU())
+	}
+	return p.over.Load()
+}
+
+// readerDrives reports whether a reader runs the shards its batch fed
+// instead of waking their goroutines (see procsCheck).
+func (e *Engine) readerDrives() bool {
+	switch e.cfg.readerDrives {
+	case driveNever:
+		return false
+	case driveAlways:
+		return true
+	}
+	return !e.cfg.RunToCompletion && e.procs.oversubscribed()
 }
 
 // Post batching. A post to an idle send queue is a request/response
@@ -198,7 +247,7 @@ func (s *shard) posted(behind, n int) {
 		s.e.markStream()
 	}
 	if behind == 0 || s.posts.Add(int32(n)) >= postBatch {
-		s.kickOrDrive(false)
+		s.kickOrDrive(false, false)
 		return
 	}
 	if s.postArmed.CompareAndSwap(false, true) {

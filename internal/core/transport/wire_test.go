@@ -79,7 +79,8 @@ func newWire(t testing.TB, typ verbs.QPType, o rcOpts) *wire {
 	if w.rcq, err = cq.New(cqSize, 1<<16); err != nil {
 		t.Fatal(err)
 	}
-	w.e, err = newEngine(Config{Link: noLink{t}, Memory: w.mem, Shards: 1, Clock: w.clock,
+	// The test plays the shard goroutine: a reader never runs it.
+	w.e, err = newEngine(Config{Link: noLink{t}, Memory: w.mem, Shards: 1, Clock: w.clock, readerDrives: driveNever,
 		OnEvent: func(ev Event) { w.events = append(w.events, ev) }, CC: o.cc})
 	if err != nil {
 		t.Fatal(err)
