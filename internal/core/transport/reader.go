@@ -286,8 +286,9 @@ func (r *reader) lead(i int) (led, ahead bool) {
 		return false, ahead
 	}
 	t := r.trains[i]
-	t.refs.Store(1) // the reader's, dropped by takeTrain
-	r.takeSegment(t, m, m.NumSegments()-1)
+	segs := m.NumSegments()
+	t.refs.Store(int32(1 + segs)) // the reader's, dropped by takeTrain, and each segment's
+	r.takeSegment(t, m, segs-1)
 	return true, ahead
 }
 
@@ -316,9 +317,12 @@ func (r *reader) takeTrain(i int) {
 	r.e.cfg.Stats.RxTrains.Add(1)
 	r.e.cfg.Stats.RxTrainSegments.Add(uint64(segs))
 	if r.led[i] {
-		segs-- // its trailing ACK went ahead, and refs holds the reader's
+		segs-- // its trailing ACK went ahead, and refs counts them all (lead)
 	} else {
-		t.refs.Store(1) // the reader's, dropped below
+		// The reader's reference, dropped below, and one per segment, set
+		// before any shard sees one: the reader then writes the count once
+		// a train, not once a segment on the line the shard decrements.
+		t.refs.Store(int32(1 + segs))
 		if trailingACK(m) {
 			segs-- // the ACK first, then the packets it was sent behind
 			r.takeSegment(t, m, segs)
@@ -341,11 +345,11 @@ func (r *reader) takeLone(m *link.Message) {
 	}
 }
 
-// takeSegment hands on segment j of train t, read as m.
+// takeSegment hands on segment j of train t, read as m; t.refs already
+// counts it, and loses it if no shard takes it.
 func (r *reader) takeSegment(t *rxTrain, m *link.Message, j int) {
-	t.refs.Add(1) // before the shard can see it
 	if !r.dispatch(rxItem{train: t, off: j * m.SegSize, n: len(m.Segment(j))}, m) {
-		t.refs.Add(-1)
+		t.unref()
 	}
 }
 
