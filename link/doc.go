@@ -185,6 +185,21 @@
 // numbers are in bench/README.md). The reader that keeps a train must keep
 // its MaxTrain buffer until every segment is consumed.
 //
+// # Whole trains
+//
+// A train sent to a loopback address reaches a receiver that reads with GRO
+// as the one GSO datagram it left as: one trip through the kernel, every
+// segment in one read. WholeTrains (the optional WholeTrainer interface)
+// reports that for a destination, and the engine then lets an ACK ride as
+// a train's shorter last segment behind the reply it must reach the peer
+// before, which the receiving engine handles first. The link answers true
+// for a loopback address while it sends GSO and reads with GRO itself,
+// taking the peer (a program on this host at this link's port, which rxe's
+// kernel socket cannot share) to read as it does. Elsewhere a network may
+// deliver the segments apart, so no other address qualifies. A Pipe answers
+// by its peer's GRO; Tap, and the links of packages cm/gsi and attach, by
+// the link they wrap.
+//
 // # Multicast
 //
 // A socket bound to the device's unicast address never receives datagrams
