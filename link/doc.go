@@ -197,7 +197,7 @@
 // taking the peer (a program on this host at this link's port, which rxe's
 // kernel socket cannot share) to read as it does. Elsewhere a network may
 // deliver the segments apart, so no other address qualifies. A Pipe answers
-// by its peer's GRO; Tap, and the links of packages cm/gsi and attach, by
+// by its peer's GRO; Tap, and the links of cm/gsi and internal/core/attach, by
 // the link they wrap.
 //
 // # Multicast
