@@ -209,8 +209,8 @@ func (r *reader) take() (int, error) {
 	for i := range n {
 		if r.trains != nil {
 			r.takeTrain(i)
-		} else if !r.led[i] && r.dispatch(rxItem{buf: r.bufs[i], n: len(r.msgs[i].Buf)}, &r.msgs[i]) {
-			r.bufs[i] = link.GetBuffer()
+		} else if !r.led[i] {
+			r.takeDatagram(i)
 		}
 	}
 	if pkts >= streamPackets {
@@ -274,11 +274,7 @@ func (r *reader) lead(i int) (led, ahead bool) {
 		if !isResponse(m.Buf) {
 			return false, true
 		}
-		if r.trains != nil {
-			r.takeLone(m)
-		} else if r.dispatch(rxItem{buf: r.bufs[i], n: len(m.Buf)}, m) {
-			r.bufs[i] = link.GetBuffer()
-		}
+		r.takeDatagram(i)
 		return true, true
 	}
 	ahead = !isResponse(m.Segment(0))
@@ -303,12 +299,12 @@ func trailingACK(m *link.Message) bool {
 }
 
 // takeTrain hands on trains[i]: each segment of a train, a trailing ACK
-// first (unless it went ahead: lead), or a copy of a lone datagram.
+// first (unless it went ahead: lead), or a lone datagram (takeDatagram).
 func (r *reader) takeTrain(i int) {
 	m := &r.msgs[i]
 	if m.SegSize <= 0 || len(m.Buf) <= m.SegSize {
 		if !r.led[i] {
-			r.takeLone(m)
+			r.takeDatagram(i)
 		}
 		return
 	}
@@ -336,9 +332,16 @@ func (r *reader) takeTrain(i int) {
 	}
 }
 
-// takeLone hands on a copy of m, a datagram that arrived alone into a train
-// buffer.
-func (r *reader) takeLone(m *link.Message) {
+// takeDatagram hands on msgs[i], a lone datagram: its own buffer, replaced
+// if a shard took it, or, read into a train buffer, a copy.
+func (r *reader) takeDatagram(i int) {
+	m := &r.msgs[i]
+	if r.trains == nil {
+		if r.dispatch(rxItem{buf: r.bufs[i], n: len(m.Buf)}, m) {
+			r.bufs[i] = link.GetBuffer()
+		}
+		return
+	}
 	b := link.GetBuffer()
 	if !r.dispatch(rxItem{buf: b, n: copy(b[:], m.Buf)}, m) {
 		link.PutBuffer(b)
