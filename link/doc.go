@@ -24,7 +24,11 @@
 // entropy), with the same options and a minimal receive buffer; WriteBatch
 // sends each run of messages with one Message.SrcPort through its socket.
 // Config.MaxSourcePorts bounds them (64 by default), and a port another
-// socket holds is refused: the caller then sends from the bound port.
+// socket holds is refused: the caller then sends from the bound port. Those
+// sockets stay out of the Go netpoller (unpolledSock): the poller watches a
+// socket for writability too, and every datagram the kernel frees after a
+// send would queue it an event nobody waits for. A sender whose socket
+// buffer is full waits in poll(2) instead.
 //
 // Network namespaces: the link remembers the namespace of the thread that
 // called ListenUDP (an open /proc/thread-self/ns/net), and opens the sockets

@@ -81,32 +81,12 @@ func needsZone(a netip.Addr) bool {
 // take the port from the link's unicast socket and receive every datagram
 // to it on any address.
 func (u *UDP) openGroup(ap netip.AddrPort) (*net.UDPConn, syscall.RawConn, error) {
-	var family int
-	var sa unix.Sockaddr
-	if u.is6 {
-		family = unix.AF_INET6
-		zone, _ := strconv.Atoi(ap.Addr().Zone())
-		sa = &unix.SockaddrInet6{Addr: ap.Addr().As16(), Port: int(ap.Port()), ZoneId: uint32(zone)}
-	} else {
-		family = unix.AF_INET
-		sa = &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}
-	}
-	var fd int
-	err := u.netns.do(func() (err error) {
-		fd, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
-		return err
-	})
+	fd, err := u.bindSocket(ap, roleGroup)
 	if err != nil {
-		return nil, nil, fmt.Errorf("socket: %w", err)
+		return nil, nil, err
 	}
 	f := os.NewFile(uintptr(fd), "group "+ap.String())
 	defer f.Close() // FilePacketConn keeps a duplicate
-	if err := u.setSockopts(fd, roleGroup, false); err != nil {
-		return nil, nil, err
-	}
-	if err := unix.Bind(fd, sa); err != nil {
-		return nil, nil, fmt.Errorf("bind %v: %w", ap, err)
-	}
 	return rawUDP(net.FilePacketConn(f))
 }
 

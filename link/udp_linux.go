@@ -52,7 +52,7 @@ type UDP struct {
 	// WriteBatch reads it without a lock.
 	ports     atomic.Pointer[map[uint16]*sendSock]
 	portsMu   sync.Mutex // guards the fields below, writes of ports, and groups
-	portConns []*net.UDPConn
+	portConns []*unpolledSock
 	refused   map[uint16]bool // ports whose bind failed: not retried
 	groups    map[netip.Addr]*reader
 	maxPorts  int
@@ -529,7 +529,7 @@ func (u *UDP) SourcePort(port uint16) bool {
 	if u.closed.Load() || u.refused[port] || len(m) >= u.maxPorts {
 		return false
 	}
-	conn, rc, err := u.open(netip.AddrPortFrom(u.local.Addr(), port), roleSender, false)
+	sock, err := u.openUnpolled(netip.AddrPortFrom(u.local.Addr(), port), roleSender)
 	if err != nil {
 		u.refused[port] = true
 		return false
@@ -538,9 +538,9 @@ func (u *UDP) SourcePort(port uint16) bool {
 	for k, v := range m {
 		nm[k] = v
 	}
-	nm[port] = newSendSock(rc)
+	nm[port] = newSendSock(sock)
 	u.ports.Store(&nm)
-	u.portConns = append(u.portConns, conn)
+	u.portConns = append(u.portConns, sock)
 	return true
 }
 
