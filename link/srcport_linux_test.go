@@ -5,6 +5,7 @@ package link
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"syscall"
 	"testing"
 )
@@ -88,5 +89,27 @@ func TestSourcePort(t *testing.T) {
 		t.Errorf("port %d still bound after Close: %v", p1, err)
 	} else {
 		r.Close()
+	}
+}
+
+// TestSourcePortLinkLocal: on an IPv6 link-local address, whose zone is an
+// interface name, a send-only socket binds in the link's zone and its
+// datagrams arrive from its port.
+func TestSourcePortLinkLocal(t *testing.T) {
+	nsA, nsB := newNetns(t), newNetns(t)
+	vethPair(nsA, nsB, "lla", "llb", []string{"fe80::a1/64"}, []string{"fe80::b1/64"})
+	a := listenIn(nsA, t, "[fe80::a1%lla]:4791", Config{})
+	b := listenIn(nsB, t, "[fe80::b1%llb]:4791", Config{})
+	const port = 0xC123
+	if !a.SourcePort(port) {
+		t.Fatalf("port %#x refused on %v", port, a.LocalAddr())
+	}
+	to := netip.AddrPortFrom(netip.MustParseAddr("fe80::b1").WithZone("lla"), 4791)
+	if n, err := a.WriteBatch([]Message{{Buf: []byte("ll"), Addr: to, SrcPort: port}}); n != 1 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	m := readN(t, b, 1)[0]
+	if string(m.Buf) != "ll" || m.Addr.Port() != port || m.Addr.Addr().WithZone("") != netip.MustParseAddr("fe80::a1") {
+		t.Fatalf("%q from %v, want from [fe80::a1]:%d", m.Buf, m.Addr, port)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 	"sync"
 	"syscall"
 
@@ -76,11 +75,12 @@ func (u *UDP) bindSocket(ap netip.AddrPort, role sockRole) (int, error) {
 	return fd, nil
 }
 
-// sockaddr is ap as the link's address family and a sockaddr to bind.
+// sockaddr is ap as the link's address family and a sockaddr to bind. A
+// link-local address's zone is an interface name or index (fe80::1%eth0, as
+// the net package takes it); the kernel wants the index (zoneIndex).
 func (u *UDP) sockaddr(ap netip.AddrPort) (int, unix.Sockaddr) {
 	if u.is6 {
-		zone, _ := strconv.Atoi(ap.Addr().Zone())
-		return unix.AF_INET6, &unix.SockaddrInet6{Addr: ap.Addr().As16(), Port: int(ap.Port()), ZoneId: uint32(zone)}
+		return unix.AF_INET6, &unix.SockaddrInet6{Addr: ap.Addr().As16(), Port: int(ap.Port()), ZoneId: u.zoneIndex(ap.Addr().Zone())}
 	}
 	return unix.AF_INET, &unix.SockaddrInet4{Addr: ap.Addr().Unmap().As4(), Port: int(ap.Port())}
 }
