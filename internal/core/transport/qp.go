@@ -376,13 +376,14 @@ func (q *QP) reset() {
 		q.rq.Flush(nil)
 	}
 	q.sq.mu.Lock()
-	q.sq.head = q.sq.tail
+	tail := q.sq.tail.Load()
+	q.sq.head.Store(tail)
 	for i := range q.sq.slots {
 		q.sq.slots[i].state = wqePosted
 	}
 	q.sq.mu.Unlock()
 	q.resp.dropHeld()
-	q.win.startAt(q.sq.tail, 0)
+	q.win.startAt(tail, 0)
 	q.req, q.comp = requester{q: q}, completer{q: q}
 	q.resp = newResponder(q, q.resp.res, q.resp.wr)
 	q.commEst, q.lastWQE = false, false
@@ -563,6 +564,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	behind := q.sq.outstanding()
 	n := 0
 	var err error
+	q.sq.mu.Lock()
 	for i := range wrs {
 		if err = q.postOne(&wrs[i]); err != nil {
 			if e, ok := err.(*verbserr.Error); ok {
@@ -572,6 +574,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		}
 		n++
 	}
+	q.sq.mu.Unlock()
 	if n > 0 {
 		q.sh.readyQP(q)
 		q.sh.posted(behind, n)
@@ -649,18 +652,17 @@ func validateSendWR(typ verbs.QPType, c *verbs.QPCap, wr *verbs.SendWR) (length 
 	return length, ""
 }
 
-// enqueue queues a valid wr: ENOMEM when the queue is full, EINVAL when its
-// inline data lies in no MR.
+// enqueue queues a valid wr (q.sq.mu held): ENOMEM when the queue is full,
+// EINVAL when its inline data lies in no MR.
 func (q *QP) enqueue(wr *verbs.SendWR, length uint64) error {
 	const op = "ibv_post_send"
 	s := &q.sq
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.tail-s.head >= uint64(s.n) {
+	tail := s.tail.Load()
+	if tail-s.head.Load() >= uint64(s.n) {
 		return newErr(op, q.qpn, syscall.ENOMEM, "send queue full (max_send_wr %d)", s.n)
 	}
 	s.grow()
-	w := s.slot(s.tail)
+	w := s.slot(tail)
 	w.wr = *wr
 	w.sgl = append(w.sgl[:0], wr.SGL...)
 	w.wr.SGL = w.sgl
@@ -683,7 +685,7 @@ func (q *QP) enqueue(wr *verbs.SendWR, length uint64) error {
 		return newErr(op, q.qpn, syscall.EINVAL, "inline SGE outside any registered memory")
 	}
 	w.state = wqePosted
-	s.tail++
+	s.tail.Store(tail + 1) // publishes w to the shard
 	return nil
 }
 

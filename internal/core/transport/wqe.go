@@ -2,6 +2,7 @@ package transport
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/bth"
@@ -91,12 +92,16 @@ func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
 
 // sendQueue is a fixed ring of send WQEs: PostSend produces, the owner shard
 // consumes and retires. The first post allocates it (grow).
+//
+// The indexes are atomics so that the shard reads tail, and retires, without
+// the posters' lock: a poster fills the slot at tail, then publishes it by
+// storing tail+1; the shard reads a slot only below the tail it loaded, and
+// frees it by advancing head, which posters load before they reuse it. The
+// lock only serialises posters with each other and with reset.
 type sendQueue struct {
-	mu sync.Mutex
-	// mu guards: head, tail, slots (allocation). The slots from head to tail
-	// belong to the shard, the others to PostSend.
-	head, tail uint64
-	slots      []sendWQE
+	mu         sync.Mutex    // posters, grow, reset
+	head, tail atomic.Uint64 // tail: stored under mu; head: the owner shard (retire, and reset under mu)
+	slots      []sendWQE     // set once by grow, before the first tail store
 
 	// Immutable after init: the ring's geometry.
 	n, maxSGE, maxInline int
@@ -130,23 +135,15 @@ func (s *sendQueue) grow() {
 // slot is the WQE at absolute index i, once a post has filled it.
 func (s *sendQueue) slot(i uint64) *sendWQE { return &s.slots[i%uint64(len(s.slots))] }
 
-// outstanding is how many WRs posted so far have not retired.
+// outstanding is how many WRs posted so far have not retired. head is
+// loaded first: head never passes tail, so the difference is never negative.
 func (s *sendQueue) outstanding() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return int(s.tail - s.head)
+	h := s.head.Load()
+	return int(s.tail.Load() - h)
 }
 
-func (s *sendQueue) loadTail() uint64 {
-	s.mu.Lock()
-	t := s.tail
-	s.mu.Unlock()
-	return t
-}
+// loadTail is the index past the last published WQE.
+func (s *sendQueue) loadTail() uint64 { return s.tail.Load() }
 
 // retire frees the slot at head; only the owner shard calls it.
-func (s *sendQueue) retire() {
-	s.mu.Lock()
-	s.head++
-	s.mu.Unlock()
-}
+func (s *sendQueue) retire() { s.head.Add(1) }
