@@ -5,7 +5,7 @@ package link
 import (
 	"errors"
 	"net"
-	"sync/atomic"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -36,12 +36,14 @@ func fill(t *testing.T, fd int) int {
 	}
 }
 
-// sendOne is a Write function that sends one datagram, false on EAGAIN.
-func sendOne(tries *atomic.Int32, serr *error) func(fd uintptr) bool {
+// sendOne is a Write function that sends one datagram, false on EAGAIN; it
+// closes refused at the first EAGAIN.
+func sendOne(refused chan struct{}, serr *error) func(fd uintptr) bool {
+	var once sync.Once
 	return func(fd uintptr) bool {
-		tries.Add(1)
 		_, err := unix.Write(int(fd), []byte("y"))
 		if err == unix.EAGAIN {
+			once.Do(func() { close(refused) })
 			return false
 		}
 		*serr = err
@@ -57,19 +59,16 @@ func TestUnpolledSockWaitsForRoom(t *testing.T) {
 	if queued == 0 {
 		t.Fatal("the queue took no datagram")
 	}
-	var tries atomic.Int32
+	refused := make(chan struct{})
 	var serr error
 	done := make(chan error, 1)
-	go func() { done <- s.Write(sendOne(&tries, &serr)) }()
+	go func() { done <- s.Write(sendOne(refused, &serr)) }()
 	// The writer is refused until the reader drains: read only after it has
-	// been refused at least once, so the wait is what lets it through.
-	for tries.Load() == 0 {
-		select {
-		case err := <-done:
-			t.Fatalf("Write returned %v before any room was made", err)
-		default:
-		}
-		unix.Nanosleep(&unix.Timespec{Nsec: 100_000}, nil)
+	// been refused, so the wait is what lets it through.
+	select {
+	case <-refused:
+	case err := <-done:
+		t.Fatalf("Write returned %v before any room was made", err)
 	}
 	buf := make([]byte, 8)
 	for range queued {
@@ -89,13 +88,11 @@ func TestUnpolledSockCloseEndsAWaitingWrite(t *testing.T) {
 	w, _ := datagramPair(t)
 	s := &unpolledSock{fd: w}
 	fill(t, w)
-	var tries atomic.Int32
+	refused := make(chan struct{})
 	var serr error
 	done := make(chan error, 1)
-	go func() { done <- s.Write(sendOne(&tries, &serr)) }()
-	for tries.Load() == 0 {
-		unix.Nanosleep(&unix.Timespec{Nsec: 100_000}, nil)
-	}
+	go func() { done <- s.Write(sendOne(refused, &serr)) }()
+	<-refused
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

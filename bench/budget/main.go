@@ -19,7 +19,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -55,12 +54,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "budget:", err)
 			os.Exit(2)
 		}
-		out, err := exec.Command("perf", "script", "-i", data, "-F", "ip,sym,dso").Output()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "budget: perf script -i %s: %v\n", data, err)
-			os.Exit(1)
-		}
-		if err := p.read(bytes.NewReader(out)); err != nil {
+		if err := p.readPerf(data); err != nil {
 			fmt.Fprintln(os.Stderr, "budget:", err)
 			os.Exit(1)
 		}
@@ -84,6 +78,32 @@ func parseArg(arg string) (*profile, string, error) {
 	return &profile{name: name, user: u, sys: s, count: map[string]int{}}, parts[0], nil
 }
 
+// readPerf counts the samples of a perf.data file, streaming perf script's
+// output (a profile's text runs to hundreds of megabytes).
+func (p *profile) readPerf(data string) error {
+	cmd := exec.Command("perf", "script", "-i", data, "-F", "ip,sym,dso")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("perf script -i %s: %w", data, err)
+	}
+	rerr := p.read(out)
+	if rerr != nil {
+		io.Copy(io.Discard, out) // let perf finish
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("perf script -i %s: %w", data, err)
+	}
+	return rerr
+}
+
+// maxChain bounds a call chain: a longer one means the profile has no call
+// chains (perf record without -g prints one line a sample, no blank lines).
+const maxChain = 512
+
 // read counts the samples of perf script output (-F ip,sym,dso, with call
 // chains: one frame a line, samples separated by blank lines).
 func (p *profile) read(r io.Reader) error {
@@ -103,14 +123,20 @@ func (p *profile) read(r io.Reader) error {
 			continue
 		}
 		if f, ok := parseFrame(line); ok {
+			if len(chain) == maxChain {
+				return fmt.Errorf("%s: a sample of over %d frames: record with call chains (perf record -g)", p.name, maxChain)
+			}
 			chain = append(chain, f)
 		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
 	}
 	flush()
 	if p.nUser+p.nKernel == 0 {
 		return fmt.Errorf("%s: no samples", p.name)
 	}
-	return sc.Err()
+	return nil
 }
 
 // frameLine is "ip sym (dso)"; sym may hold spaces and parentheses.

@@ -72,6 +72,12 @@ func TestBudgetBadInput(t *testing.T) {
 	if err := p.read(strings.NewReader("no frames here\n\n")); err == nil {
 		t.Error("a profile without samples was accepted")
 	}
+	// Without call chains every line is a sample and no blank line parts them.
+	flat := strings.Repeat("\t1a2b3c runtime.memmove (/tmp/bench.test)\n", maxChain+1)
+	p, _, _ = parseArg("a=x:1:1")
+	if err := p.read(strings.NewReader(flat)); err == nil || !strings.Contains(err.Error(), "perf record -g") {
+		t.Errorf("a profile without call chains: %v", err)
+	}
 }
 
 func TestCategories(t *testing.T) {
