@@ -299,23 +299,12 @@ func SolveIPv4ID(env *Envelope, udpPayload []byte) (id uint16, ok bool) {
 
 // solveID returns the IPv4 ID x with L(x) = s, where s is the trailer xor
 // the ICRC computed with ID 0 over an IPv4 packet of udpLen UDP payload
-// bytes whose CRC input runs extra bytes past the packet (rxe's FLUSH).
+// bytes whose CRC input runs extra bytes past the packet (rxe's FLUSH). s is
+// the bare CRC of the ID bits followed by the CRC input bytes after the ID
+// field (solveAfter).
 func solveID(udpLen, extra int, s uint32) (uint16, bool) {
-	// s is the bare CRC of the ID bits followed by z zero bytes (z = CRC
-	// input bytes after the ID field): s = pure16(ID) * x^(8z) mod P.
-	// Undo the shift, then invert pure16 with the fixed basis.
 	total := maskedLRH + ipv4HdrLen + udpHdrLen + udpLen - ICRCLen + extra
-	s = multmodp(unshift(total-ipIDOffset-2), s)
-	var x uint16
-	for s != 0 {
-		p := 31 - leadingZeros32(s)
-		if idBasis[p] == 0 {
-			return 0, false
-		}
-		s ^= idBasis[p]
-		x ^= idCombo[p]
-	}
-	return x, true
+	return solveAfter(total-ipIDOffset-2, s)
 }
 
 // is4 reports whether env describes an IPv4 packet.

@@ -35,7 +35,9 @@ func TestReaderSpinsOnlyOnStreams(t *testing.T) {
 		{"no stream: park at once", false, 0, 0, 0, 0, 1},
 		{"stream over: park at once", true, streamFor, 0, 0, 0, 1},
 		{"stream, still clock: the poll bound", true, 0, 0, 0, readSpinPolls, 1},
-		{"stream: the time bound", true, 0, readSpin / 10, 0, 11, 1},
+		// The clock is read at the first poll, then every readSpinClock: the
+		// tenth reading after the first ends the spin.
+		{"stream: the time bound", true, 0, readSpin / 10, 0, 10*readSpinClock + 1, 1},
 		{"stream: a poll finds a batch", true, 0, 0, 3, 3, 0},
 	}
 	for _, tt := range tests {

@@ -37,7 +37,9 @@ func (s *shard) drive(poll bool) bool {
 // driveLocked is drive once the caller holds the token, which it gives back.
 func (s *shard) driveLocked(poll bool) {
 	for i := 0; i < rtcSlices; i++ {
-		if poll && !s.pollSlice() || !poll && !s.slice() {
+		more := poll && s.pollSlice() || !poll && s.slice()
+		s.cork = false // only the post's own slice
+		if !more {
 			break
 		}
 	}
@@ -92,7 +94,7 @@ func (s *shard) pollSlice() bool {
 		return false
 	}
 	s.drainWC()
-	s.passDone.Store(s.e.cfg.Clock.Now().UnixNano())
+	s.passDone.Store(s.stepAt)
 	if !s.onlyACKs(s.held) || s.e.Streaming() {
 		// Anything but plain ACKs leaves now, with the ACKs held before it: a
 		// later slice's packets of the same QP must not overtake it (a PSN gap
@@ -277,7 +279,9 @@ func (s *shard) posted(behind, n int) {
 
 // postedDefault is posted outside run-to-completion mode.
 func (s *shard) postedDefault(behind, n int) {
-	if s.e.inlinePosts && (behind == 0 || n >= streamPackets) && s.drive(false) {
+	if s.e.inlinePosts && (behind == 0 || n >= streamPackets) && s.mu.TryLock() {
+		s.cork = behind > 0 && s.e.offloads.GSO
+		s.driveLocked(false)
 		return
 	}
 	s.wake()

@@ -59,8 +59,13 @@ type shard struct {
 	batch int
 
 	// passDone is when (UnixNano) the shard last finished a slice or an idle
-	// pass (Engine.ShardLoopAges).
+	// pass (Engine.ShardLoopAges). A slice stamps the time its step began,
+	// which is a slice's length (microseconds) early.
 	passDone atomic.Int64
+	// stepAt is when (UnixNano) the last step began: the slice that ran it
+	// stamps passDone with it instead of reading the clock again. Token
+	// holder only.
+	stepAt int64
 
 	// mu is the shard's token: its holder runs the shard's work and writes its
 	// QPs' state, so a QP never has two writers. The shard goroutine holds it
@@ -103,7 +108,11 @@ type shard struct {
 
 	// Completions wait in wcs until the slice's packets are sent (drainWC).
 	deferWC bool
-	wcs     []deferredWC
+	// cork: the slice runs for a stream's post on the poster's goroutine;
+	// its RC turns end on a whole GSO datagram (requester.corkAt). Token
+	// holder only.
+	cork bool
+	wcs  []deferredWC
 }
 
 func newShard(e *Engine, batch int) *shard {
@@ -256,7 +265,7 @@ func (s *shard) slice() bool {
 	}
 	s.flush()
 	s.drainWC()
-	s.passDone.Store(s.e.cfg.Clock.Now().UnixNano())
+	s.passDone.Store(s.stepAt)
 	return true
 }
 
@@ -270,6 +279,7 @@ func (s *shard) step() bool {
 		return false
 	}
 	now := s.e.cfg.Clock.Now()
+	s.stepAt = now.UnixNano()
 	s.deferWC = true
 	s.budget = slicePackets
 	for i := s.wpos; i < s.wpos+nIn; i++ {
