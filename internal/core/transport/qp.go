@@ -538,7 +538,7 @@ func (q *QP) sendPosted() {
 	s, now := q.sh, q.e.cfg.Clock.Now()
 	s.deferWC = true
 	for left := int(q.init.Cap.MaxSendWR); left > 0; {
-		sent, more := q.req.run(now, min(left, slicePackets), false)
+		sent, more := q.req.run(now, min(left, slicePackets))
 		s.flush()
 		left -= sent
 		if !more {

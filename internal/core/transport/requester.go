@@ -5,7 +5,6 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/core/verbs"
-	"github.com/goroce/goroce/link"
 )
 
 // requester turns send WQEs into request packets (rxe_req.c); it moves the
@@ -91,9 +90,8 @@ func (req *requester) rewind() {
 }
 
 // run emits up to limit packets, as the send queue, window, fences,
-// max_rd_atomic and a probe allow; more: it stopped at limit. With ackLast
-// the limit-th packet asks for an ACK.
-func (req *requester) run(now time.Time, limit int, ackLast bool) (sent int, more bool) {
+// max_rd_atomic and a probe allow; more: it stopped at limit.
+func (req *requester) run(now time.Time, limit int) (sent int, more bool) {
 	q := req.q
 	st := q.attr.State
 	if st != verbs.QPSRTS && st != verbs.QPSSQD {
@@ -127,7 +125,7 @@ func (req *requester) run(now time.Time, limit int, ackLast bool) (sent int, mor
 		if sent == limit {
 			return sent, true
 		}
-		res := req.sendPacket(now, w, ackLast && sent == limit-1)
+		res := req.sendPacket(now, w)
 		if res == pktFailed {
 			return sent, false
 		}
@@ -141,51 +139,6 @@ func (req *requester) run(now time.Time, limit int, ackLast bool) (sent int, mor
 		}
 	}
 	return sent, false
-}
-
-// Corking. A stream's program posts a list of WRs and the post sends them on
-// its goroutine (postedDefault). A list of 16 one-packet 4 KiB SENDs left as
-// two GSO datagrams, 15 packets and 1, since one datagram holds at most 15
-// of 4112 bytes; the lone packet cost the poster a second pass through the
-// kernel's send path and loopback delivery, on the goroutine that paced the
-// whole stream. So a post behind outstanding WRs sends whole datagrams only,
-// as Linux's TCP autocorking holds a short segment while earlier ones are in
-// flight: the rest, fewer than one datagram's packets, goes with the QP's
-// next turn, when the ACK the post's last packet asks for arrives (or the
-// retransmission timer fires, or the next post adds to it).
-
-// corkAt returns how many of up to limit packets a corked turn sends now: the
-// whole GSO datagrams of what the send queue holds, or limit when corking
-// does not apply: not an RC QP sending new packets, the turn or the window
-// would stop it anyway, a READ, an atomic or a local operation is queued, or
-// there is less than one datagram.
-func (req *requester) corkAt(limit int) int {
-	q := req.q
-	if q.typ != verbs.QPTypeRC || q.attr.State != verbs.QPSRTS || q.win.needRetry || q.win.probing ||
-		q.win.nextPSN.Before(q.win.maxPSN) {
-		return limit
-	}
-	g := link.GSOSegments(bth.BTHLen + int(q.pmtu) + bth.ICRCLen)
-	if limit < g || maxUnackedPSNs-int(q.win.nextPSN.Diff(q.win.headPSN)) < limit {
-		return limit
-	}
-	avail, off := 0, q.win.nextOff
-	tail := q.sq.loadTail()
-	for i := q.win.next; i < tail; i++ {
-		w := q.sq.slot(i)
-		if w.isLocalOp() || w.isReadOrAtomic() {
-			return limit
-		}
-		avail += int(numPackets(w.wr.Opcode, w.length, q.pmtu) - off/q.pmtu)
-		if avail >= limit {
-			return limit
-		}
-		off = 0
-	}
-	if avail < g {
-		return limit
-	}
-	return avail - avail%g
 }
 
 // startWQE starts w, a posted WQE, unless in SQD, held back by a fence or
@@ -275,15 +228,14 @@ const (
 	pktFailed                  // the WQE failed locally: nothing sent
 )
 
-// sendPacket emits w's next packet, at the window's next PSN; an RC packet
-// carries AckReq where ackReq asks.
-func (req *requester) sendPacket(now time.Time, w *sendWQE, ackReq bool) pktResult {
+// sendPacket emits w's next packet, at the window's next PSN.
+func (req *requester) sendPacket(now time.Time, w *sendWQE) pktResult {
 	q := req.q
 	var p outPacket
 	if q.typ == verbs.QPTypeUD {
 		p = req.udPacket(w)
 	} else {
-		p = req.connectedPacket(w, ackReq)
+		p = req.connectedPacket(w)
 	}
 	payload := p.payload
 	if p.n > 0 {
@@ -332,9 +284,8 @@ func (req *requester) udPacket(w *sendWQE) outPacket {
 }
 
 // connectedPacket is an RC or UC WQE's next packet, with AckReq on an RC
-// message's last packet, every maxPktsPerAck packets, on a probe and where
-// the caller asks (ackReq).
-func (req *requester) connectedPacket(w *sendWQE, ackReq bool) outPacket {
+// message's last packet, every maxPktsPerAck packets and on a probe.
+func (req *requester) connectedPacket(w *sendWQE) outPacket {
 	q := req.q
 	p := outPacket{f: bth.Fields{PKey: 0xFFFF, PSN: q.win.nextPSN, DestQP: q.attr.DestQPN}, av: &q.attr.AV, consumed: 1}
 	f, off := &p.f, q.win.nextOff
@@ -369,7 +320,7 @@ func (req *requester) connectedPacket(w *sendWQE, ackReq bool) outPacket {
 		f.SE = p.last && wr.Flags&verbs.SendSolicited != 0 && (f.Opcode.IsSend() || f.Opcode.HasImm())
 	}
 	req.noAck++
-	if q.typ == verbs.QPTypeRC && (p.last || req.noAck >= maxPktsPerAck || q.win.probing || ackReq) {
+	if q.typ == verbs.QPTypeRC && (p.last || req.noAck >= maxPktsPerAck || q.win.probing) {
 		f.AckReq = true
 		req.noAck = 0
 	}

@@ -37,9 +37,7 @@ func (s *shard) drive(poll bool) bool {
 // driveLocked is drive once the caller holds the token, which it gives back.
 func (s *shard) driveLocked(poll bool) {
 	for i := 0; i < rtcSlices; i++ {
-		more := poll && s.pollSlice() || !poll && s.slice()
-		s.cork = false // only the post's own slice
-		if !more {
+		if poll && !s.pollSlice() || !poll && !s.slice() {
 			break
 		}
 	}
@@ -279,9 +277,7 @@ func (s *shard) posted(behind, n int) {
 
 // postedDefault is posted outside run-to-completion mode.
 func (s *shard) postedDefault(behind, n int) {
-	if s.e.inlinePosts && (behind == 0 || n >= streamPackets) && s.mu.TryLock() {
-		s.cork = behind > 0 && s.e.offloads.GSO
-		s.driveLocked(false)
+	if s.e.inlinePosts && (behind == 0 || n >= streamPackets) && s.drive(false) {
 		return
 	}
 	s.wake()

@@ -141,15 +141,7 @@ func (q *QP) takeTurn(now time.Time) {
 	limit := q.paceLimit(now, q.sh.turn())
 	start := len(q.sh.out)
 	used := q.resp.serveResponder(now, limit)
-	reqLimit, corked := limit-used, false
-	if q.sh.cork && used == 0 {
-		reqLimit = q.req.corkAt(limit)
-		corked = reqLimit < limit
-	}
-	sent, more := q.req.run(now, reqLimit, corked)
-	if corked {
-		more = false // the rest goes when the ACK comes (corkAt)
-	}
+	sent, more := q.req.run(now, limit-used)
 	q.sh.spend(used + sent)
 	held := q.chargeCC(now, start) // the pacer's timer wakes it instead
 	if (more || q.resp.read.active) && !held {

@@ -109,10 +109,6 @@ type shard struct {
 	// Completions wait in wcs until the slice's packets are sent (drainWC).
 	deferWC bool
 	wcs     []deferredWC
-
-	// cork: the slice runs for a stream's post on the poster's goroutine;
-	// its RC turns end on a whole GSO datagram (requester.corkAt).
-	cork bool
 }
 
 func newShard(e *Engine, batch int) *shard {
