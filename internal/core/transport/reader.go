@@ -104,8 +104,9 @@ type reader struct {
 // (net.core.busy_read) is of that order. The bound is in polls too: under a
 // fake clock time stands still. Outside a stream a reader parks at once, so a
 // request-response flow does not pay a spin per packet.
+//
 // The clock is read every readSpinClock polls: an empty poll and its yield
-// take a microsecond or more, and a read per poll was 0.6 % of a 4 KiB
+// take a microsecond or more, and a clock read per poll was 0.5 % of a 4 KiB
 // stream's CPU.
 const (
 	readSpin      = 50 * time.Microsecond
