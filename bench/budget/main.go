@@ -8,13 +8,19 @@
 //	go test -c -o bench.test ./bench
 //	perf record -o write.data -g -F 2000 -D 6000 ./bench.test -test.run NONE -test.bench 'RCWrite/1MiB$' -test.benchtime 6s
 //	perf record -o raw.data -g -F 2000 -D 4000 ./bench.test -test.run NONE -test.bench 'RawUDP$/^gso/4112B' -test.benchtime 8s
-//	go run ./bench/budget write=write.data:0.69:0.83 raw=raw.data:0.085:0.76
+//	go run ./bench/budget write=write.data:0.69:0.83:1.55e6 raw=raw.data:0.085:0.76
 //
-// Each argument is name=perf.data:user:sys. A sample's user-space frames are
+// Each argument is name=perf.data:user:sys[:pkts/s]. A sample's user-space frames are
 // scaled to the user figure, its kernel frames to the system one (getrusage's
 // split, which perf's sampling only approximates). Kernel samples are sorted by
 // the system call they ran in; user samples by the package of the function the
 // sample landed in.
+//
+// A second table splits the same budget by the goroutine the sample ran on: the
+// shards', the readers', the program's (its posts and CQ polls, and the sends a post
+// drives itself), the runtime's. Given the benchmark's pkts/s it prints each one's
+// cores too: a role near one core is the critical path, and a cost taken off any
+// other goroutine only gives a waiting one more time to poll.
 package main
 
 import (
@@ -38,13 +44,16 @@ type frame struct {
 type profile struct {
 	name           string
 	user, sys      float64 // µs per packet, from the benchmark's own line
+	pps            float64 // packets per second, 0 when not given
 	count          map[string]int
 	nUser, nKernel int
+	// roleUser and roleKernel count the user and kernel samples per goroutine role.
+	roleUser, roleKernel map[string]int
 }
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: budget name=perf.data:user-µs:sys-µs ...")
+		fmt.Fprintln(os.Stderr, "usage: budget name=perf.data:user-µs:sys-µs[:pkts/s] ...")
 		os.Exit(2)
 	}
 	var ps []*profile
@@ -63,19 +72,28 @@ func main() {
 	report(os.Stdout, ps)
 }
 
-// parseArg splits name=perf.data:user:sys.
+// parseArg splits name=perf.data:user:sys[:pkts/s].
 func parseArg(arg string) (*profile, string, error) {
 	name, rest, ok := strings.Cut(arg, "=")
 	parts := strings.Split(rest, ":")
-	if !ok || len(parts) != 3 {
-		return nil, "", fmt.Errorf("%q: want name=perf.data:user-µs:sys-µs", arg)
+	if !ok || len(parts) != 3 && len(parts) != 4 {
+		return nil, "", fmt.Errorf("%q: want name=perf.data:user-µs:sys-µs[:pkts/s]", arg)
 	}
 	u, err1 := strconv.ParseFloat(parts[1], 64)
 	s, err2 := strconv.ParseFloat(parts[2], 64)
 	if err1 != nil || err2 != nil || u < 0 || s < 0 {
 		return nil, "", fmt.Errorf("%q: the user and system µs per packet must be numbers ≥ 0", arg)
 	}
-	return &profile{name: name, user: u, sys: s, count: map[string]int{}}, parts[0], nil
+	p := &profile{name: name, user: u, sys: s, count: map[string]int{},
+		roleUser: map[string]int{}, roleKernel: map[string]int{}}
+	if len(parts) == 4 {
+		pps, err := strconv.ParseFloat(parts[3], 64)
+		if err != nil || pps <= 0 {
+			return nil, "", fmt.Errorf("%q: the packets per second must be a number > 0", arg)
+		}
+		p.pps = pps
+	}
+	return p, parts[0], nil
 }
 
 // readPerf counts the samples of a perf.data file, streaming perf script's
@@ -150,15 +168,62 @@ func parseFrame(line string) (frame, bool) {
 	return frame{sym: m[1], kernel: strings.Contains(m[2], "kernel")}, true
 }
 
-// add counts one sample, by its leaf frame and the chain above it.
+// add counts one sample, by its leaf frame and the chain above it, and by the
+// goroutine it ran on.
 func (p *profile) add(chain []frame) {
+	r := role(chain)
 	if chain[0].kernel {
 		p.nKernel++
+		p.roleKernel[r]++
 		p.count[kernelCategory(chain)]++
 		return
 	}
 	p.nUser++
+	p.roleUser[r]++
 	p.count[userCategory(chain[0].sym)]++
+}
+
+// The goroutine roles, in the order the report prints them.
+const (
+	rProgram = "the program's goroutines (posts, polls, the sends a post drives)"
+	rShard   = "the shards' goroutines (transport shard.run)"
+	rReader  = "the readers' goroutines (transport reader.loop)"
+	rRuntime = "the Go runtime's own (scheduler, GC)"
+	rKernel  = "no user frames (interrupts, kernel threads)"
+)
+
+var roles = []string{rProgram, rShard, rReader, rRuntime, rKernel}
+
+// role names the goroutine a sample's chain ran on, from the frames that start
+// each kind: a shard's or a reader's loop, or a benchmark's (or test's) own
+// function. A sample with user frames but none of those is the runtime's.
+func role(chain []frame) string {
+	user := false
+	for i := len(chain) - 1; i >= 0; i-- {
+		f := chain[i]
+		if f.kernel {
+			continue
+		}
+		user = true
+		switch {
+		case strings.Contains(f.sym, "transport.(*shard).run"):
+			return rShard
+		case strings.Contains(f.sym, "transport.(*reader).loop"):
+			return rReader
+		case strings.Contains(f.sym, "goroce/bench.") || strings.HasPrefix(f.sym, "testing."):
+			return rProgram
+		}
+	}
+	if user {
+		return rRuntime
+	}
+	return rKernel
+}
+
+// rolePerPacket is role r's µs per packet in p.
+func (p *profile) rolePerPacket(r string) float64 {
+	return float64(p.roleUser[r])*p.user/float64(max(p.nUser, 1)) +
+		float64(p.roleKernel[r])*p.sys/float64(max(p.nKernel, 1))
 }
 
 // The categories, in the order the report prints them.
@@ -187,7 +252,7 @@ var order = []string{kSend, kCopyIn, kLoopback, kRecv, kCopyOut, kWait, kSched, 
 var (
 	syscallFrame = regexp.MustCompile(`^(?:__x64_sys_|__do_sys_|__sys_|___sys_|do_|ksys_)(sendmmsg|sendmsg|sendto|recvmmsg|recvmsg|recvfrom|futex|epoll_pwait|epoll_wait|sched_yield|nanosleep|clock_nanosleep)$`)
 	copyLeaf     = regexp.MustCompile(`^(_copy_(from|to)_iter|copy_user|rep_movs|__check_object_size|check_heap_object|__virt_addr_valid|memcpy)`)
-	icrcLeaf     = regexp.MustCompile(`goroce/bth\.(crc|solveID|pseudoHead|multmodp|icrc|ICRC|AcceptICRC|AppendICRC)`)
+	icrcLeaf     = regexp.MustCompile(`goroce/bth\.(crc|solveID|solveAfter|reduceID|buildIDTable|pseudoHead|multmodp|icrc|ICRC|AcceptICRC|AppendICRC)`)
 )
 
 // kernelCategory sorts a kernel sample by the system call its chain ran in.
@@ -290,4 +355,28 @@ func report(w io.Writer, ps []*profile) {
 		fmt.Fprintf(w, " %12.3f", p.user+p.sys)
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "\n%-62s", "µs per packet by goroutine [cores]")
+	for _, p := range ps {
+		fmt.Fprintf(w, " %20s", p.name)
+	}
+	fmt.Fprintln(w)
+	for _, r := range roles {
+		seen := false
+		for _, p := range ps {
+			seen = seen || p.roleUser[r]+p.roleKernel[r] > 0
+		}
+		if !seen {
+			continue
+		}
+		fmt.Fprintf(w, "%-62s", r)
+		for _, p := range ps {
+			v := p.rolePerPacket(r)
+			if p.pps > 0 {
+				fmt.Fprintf(w, " %11.3f [%5.2f]", v, v*p.pps/1e6)
+			} else {
+				fmt.Fprintf(w, " %11.3f        ", v)
+			}
+		}
+		fmt.Fprintln(w)
+	}
 }

@@ -119,3 +119,62 @@ func TestCategories(t *testing.T) {
 		}
 	}
 }
+
+// roleScript has five samples, one on each kind of goroutine: a shard's send, a
+// reader's receive, a program's post that sends inline, the scheduler, and an
+// interrupt with no user frames.
+const roleScript = `
+	ffffffff81e810d9 __sys_sendmmsg ([kernel.kallsyms])
+	            9dce internal/runtime/syscall/linux.Syscall6 (/tmp/bench.test)
+	          3a2b3c github.com/goroce/goroce/internal/core/transport.(*shard).slice (/tmp/bench.test)
+	          3a2b40 github.com/goroce/goroce/internal/core/transport.(*shard).run (/tmp/bench.test)
+	          3a2b50 runtime.goexit.abi0 (/tmp/bench.test)
+
+	ffffffff81e7f6a9 do_recvmmsg ([kernel.kallsyms])
+	          4a2b3c github.com/goroce/goroce/link.(*reader).recv (/tmp/bench.test)
+	          4a2b40 github.com/goroce/goroce/internal/core/transport.(*reader).loop (/tmp/bench.test)
+	          4a2b50 runtime.goexit.abi0 (/tmp/bench.test)
+
+	          5a2b3c github.com/goroce/goroce/internal/core/transport.(*requester).run (/tmp/bench.test)
+	          5a2b40 github.com/goroce/goroce/internal/core/transport.(*shard).slice (/tmp/bench.test)
+	          5a2b44 github.com/goroce/goroce/bench.postAll (/tmp/bench.test)
+	          5a2b48 testing.(*B).launch (/tmp/bench.test)
+	          5a2b50 runtime.goexit.abi0 (/tmp/bench.test)
+
+	          6a2b3c runtime.findRunnable (/tmp/bench.test)
+	          6a2b40 runtime.mcall (/tmp/bench.test)
+
+	ffffffff81000000 asm_sysvec_apic_timer_interrupt ([kernel.kallsyms])
+`
+
+// TestRoles: each sample goes to the goroutine it ran on, a post's inline send
+// to the program's; a role's µs per packet takes its share of the user and of
+// the system figure; with pkts/s the report gives its cores.
+func TestRoles(t *testing.T) {
+	p, _, err := parseArg("e=x.data:0.4:0.9:1e6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.read(strings.NewReader(roleScript)); err != nil {
+		t.Fatal(err)
+	}
+	// 2 user samples (program, runtime), 3 kernel ones (shard, reader, interrupt).
+	for _, tc := range []struct {
+		role string
+		want float64
+	}{
+		{rShard, 0.3}, {rReader, 0.3}, {rProgram, 0.2}, {rRuntime, 0.2}, {rKernel, 0.3},
+	} {
+		if got := p.rolePerPacket(tc.role); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: %.3f µs, want %.3f", tc.role, got, tc.want)
+		}
+	}
+	var out bytes.Buffer
+	report(&out, []*profile{p})
+	if !strings.Contains(out.String(), rShard+strings.Repeat(" ", 62-len(rShard))+"       0.300 [ 0.30]") {
+		t.Errorf("the role table gives no cores:\n%s", out.String())
+	}
+	if _, _, err := parseArg("e=x.data:0.4:0.9:0"); err == nil {
+		t.Error("0 pkts/s accepted")
+	}
+}
