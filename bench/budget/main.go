@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -329,53 +330,45 @@ func (p *profile) perPacket(c string) float64 {
 	return n * p.user / float64(max(p.nUser, 1))
 }
 
-// report prints one row per category that any profile has, one column each.
+// report prints the budget by category, then by goroutine, one column per
+// profile.
 func report(w io.Writer, ps []*profile) {
-	fmt.Fprintf(w, "%-62s", "µs per packet")
-	for _, p := range ps {
-		fmt.Fprintf(w, " %12s", p.name)
-	}
-	fmt.Fprintln(w)
-	for _, c := range order {
-		seen := false
-		for _, p := range ps {
-			seen = seen || p.count[c] > 0
-		}
-		if !seen {
-			continue
-		}
-		fmt.Fprintf(w, "%-62s", c)
-		for _, p := range ps {
-			fmt.Fprintf(w, " %12.3f", p.perPacket(c))
-		}
-		fmt.Fprintln(w)
-	}
+	table(w, "µs per packet", 12, ps, order,
+		func(p *profile, c string) bool { return p.count[c] > 0 },
+		func(p *profile, c string) string { return fmt.Sprintf("%12.3f", p.perPacket(c)) })
 	fmt.Fprintf(w, "%-62s", "total (user + system)")
 	for _, p := range ps {
 		fmt.Fprintf(w, " %12.3f", p.user+p.sys)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "\n%-62s", "µs per packet by goroutine [cores]")
+	fmt.Fprintln(w)
+	table(w, "µs per packet by goroutine [cores]", 20, ps, roles,
+		func(p *profile, r string) bool { return p.roleUser[r]+p.roleKernel[r] > 0 },
+		func(p *profile, r string) string {
+			v := p.rolePerPacket(r)
+			if p.pps > 0 {
+				return fmt.Sprintf("%11.3f [%5.2f]", v, v*p.pps/1e6)
+			}
+			return fmt.Sprintf("%11.3f        ", v)
+		})
+}
+
+// table prints a header of the profiles' names, width wide, then a row for each
+// of rows that some profile has, its cells from cell.
+func table(w io.Writer, title string, width int, ps []*profile, rows []string,
+	has func(*profile, string) bool, cell func(*profile, string) string) {
+	fmt.Fprintf(w, "%-62s", title)
 	for _, p := range ps {
-		fmt.Fprintf(w, " %20s", p.name)
+		fmt.Fprintf(w, " %*s", width, p.name)
 	}
 	fmt.Fprintln(w)
-	for _, r := range roles {
-		seen := false
-		for _, p := range ps {
-			seen = seen || p.roleUser[r]+p.roleKernel[r] > 0
-		}
-		if !seen {
+	for _, r := range rows {
+		if !slices.ContainsFunc(ps, func(p *profile) bool { return has(p, r) }) {
 			continue
 		}
 		fmt.Fprintf(w, "%-62s", r)
 		for _, p := range ps {
-			v := p.rolePerPacket(r)
-			if p.pps > 0 {
-				fmt.Fprintf(w, " %11.3f [%5.2f]", v, v*p.pps/1e6)
-			} else {
-				fmt.Fprintf(w, " %11.3f        ", v)
-			}
+			fmt.Fprintf(w, " %s", cell(p, r))
 		}
 		fmt.Fprintln(w)
 	}
