@@ -86,7 +86,8 @@
 // # Send flow
 //
 //	PostSend ─► validate ─► send queue slot ─► wake shard
-//	shard requester: fence / max_rd_atomic / 128-PSN window ─► next opcode (bth.MessageOpcode)
+//	shard requester: fence / max_rd_atomic / 128-PSN window / a short tail held
+//	        while two datagrams are in flight (holdAt) ─► next opcode (bth.MessageOpcode)
 //	        ─► bth.Append into a pooled buffer (payload gathered from the MR through Memory)
 //	        ─► output list ─► end of slice: runs of one flow's equal-size packets become
 //	           segment trains (train.go) ─► bth.PutICRC (IPv4 ID of the segment, DF)

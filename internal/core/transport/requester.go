@@ -5,6 +5,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/core/verbs"
+	"github.com/goroce/goroce/link"
 )
 
 // requester turns send WQEs into request packets (rxe_req.c); it moves the
@@ -103,6 +104,10 @@ func (req *requester) run(now time.Time, limit int) (sent int, more bool) {
 		}
 		req.rewind()
 	}
+	held := false
+	if h := req.holdAt(limit); h < limit {
+		limit, held = h, true
+	}
 	tail := q.sq.loadTail()
 	for q.win.next < tail && q.attr.State != verbs.QPSErr {
 		w := q.sq.slot(q.win.next)
@@ -123,7 +128,7 @@ func (req *requester) run(now time.Time, limit int) (sent int, more bool) {
 			return sent, false // window full, or the timeout probe is out
 		}
 		if sent == limit {
-			return sent, true
+			return sent, !held // a held tail waits for an ACK's turn (holdAt)
 		}
 		res := req.sendPacket(now, w)
 		if res == pktFailed {
@@ -139,6 +144,55 @@ func (req *requester) run(now time.Time, limit int) (sent int, more bool) {
 		}
 	}
 	return sent, false
+}
+
+// Holding a short tail. Every GSO datagram costs the kernel a pass through its
+// send path, the loopback or driver, and the receiver's socket, whatever it
+// carries: on a 2-core host a lone 4112-byte datagram costs as much CPU as
+// ten of the segments a full one carries. A stream that posts 16 one-packet
+// SENDs at a time sent them as a datagram of 15 and one of 1. So, as Nagle's
+// rule holds a short TCP segment while earlier data is unacknowledged, an RC
+// turn that would empty the send queue sends whole datagrams only while at
+// least a datagram's worth is in flight: the rest, fewer packets than a
+// datagram holds, joins the next post, or goes in the turn an ACK gives the
+// QP once less than a datagram is in flight. It waits for at most the ACKs of
+// what is in flight (every packet it applies to asks for one), and never when
+// nothing is: a request whose answer the program waits for goes at once.
+
+// holdAt returns how many of up to limit packets the turn sends: limit, or,
+// when the send queue holds fewer, the whole datagrams of what it holds. It
+// applies to RC QPs in RTS with GSO, sending new one-packet messages of one
+// datagram size (SEND, WRITE, with immediate or invalidate), none partly sent,
+// with a datagram's worth or more in flight and the window open for all.
+func (req *requester) holdAt(limit int) int {
+	q := req.q
+	if q.typ != verbs.QPTypeRC || q.attr.State != verbs.QPSRTS || !q.e.offloads.GSO ||
+		q.win.needRetry || q.win.probing || q.win.nextOff != 0 {
+		return limit
+	}
+	tail := q.sq.loadTail()
+	avail, size := 0, 0
+	for i := q.win.next; i < tail; i++ {
+		w := q.sq.slot(i)
+		if w.isLocalOp() || w.isReadOrAtomic() || w.length > q.pmtu {
+			return limit
+		}
+		o, _ := req.nextOpcode(w, 0)
+		n := o.HeaderLen() + int(w.length) + bth.ICRCLen
+		if size != 0 && n != size {
+			return limit
+		}
+		size = n
+		if avail++; avail >= limit {
+			return limit
+		}
+	}
+	g := link.GSOSegments(size)
+	inFlight := int(q.win.nextPSN.Diff(q.win.headPSN))
+	if avail == 0 || inFlight < 2*g || inFlight+avail > maxUnackedPSNs {
+		return limit
+	}
+	return avail - avail%g
 }
 
 // startWQE starts w, a posted WQE, unless in SQD, held back by a fence or
