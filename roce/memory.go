@@ -62,6 +62,10 @@ type memShard struct {
 	// lock and cleared under the write lock when its key is removed, so once
 	// remove returns no lookup finds the entry.
 	lastLKey atomic.Pointer[keyEntry]
+	// lastRKey is the same for RemoteRegion and MR rkeys (a responder resolves
+	// the rkey of every WRITE packet); a window's entry is never kept here, as
+	// binds and invalidations change it in place.
+	lastRKey atomic.Pointer[keyEntry]
 	_        [64]byte // keep shards on separate cache lines
 }
 
@@ -97,6 +101,9 @@ func (m *memory) LocalRegion(lkey uint32) *transport.Region {
 // this key byte, whose region is the window itself (bounds, access, PD); else nil.
 func (m *memory) RemoteRegion(rkey uint32) *transport.Region {
 	s := m.shard(rkey)
+	if e := s.lastRKey.Load(); e != nil && e.key == rkey {
+		return e.region
+	}
 	s.mu.RLock()
 	var r *transport.Region
 	if e := s.keys[rkey>>8]; e != nil {
@@ -104,6 +111,7 @@ func (m *memory) RemoteRegion(rkey uint32) *transport.Region {
 		case kindRKey:
 			if e.key == rkey {
 				r = e.region
+				s.lastRKey.Store(e)
 			}
 		case kindWindow:
 			if w := e.w; w.rkey == rkey && w.state == mwValid {
@@ -145,8 +153,10 @@ func (m *memory) insert(e *keyEntry) {
 func (m *memory) remove(key uint32) {
 	s := m.shard(key)
 	s.mu.Lock()
-	if e := s.lastLKey.Load(); e != nil && e.key == key {
-		s.lastLKey.Store(nil)
+	for _, last := range [...]*atomic.Pointer[keyEntry]{&s.lastLKey, &s.lastRKey} {
+		if e := last.Load(); e != nil && e.key == key {
+			last.Store(nil)
+		}
 	}
 	delete(s.keys, key>>8)
 	s.mu.Unlock()

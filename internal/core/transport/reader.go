@@ -32,10 +32,44 @@ type rxTrain struct {
 var trainPool = sync.Pool{New: func() any { return new(rxTrain) }}
 
 // unref drops one reference and returns the train to the pool with the last.
-func (t *rxTrain) unref() {
-	if t.refs.Add(-1) == 0 {
+func (t *rxTrain) unref() { t.drop(1) }
+
+// drop drops n references, returning the train to the pool with the last.
+func (t *rxTrain) drop(n int32) {
+	if t.refs.Add(-n) == 0 {
 		trainPool.Put(t)
 	}
+}
+
+// trainRefs drops the references of a run of segments of one train at once:
+// a slice handles a train's segments one after another, and one atomic add
+// on the train's count (a line the reader wrote last) replaces one a segment.
+type trainRefs struct {
+	t *rxTrain
+	n int32
+}
+
+// release releases it, or counts its reference if it is a segment.
+func (r *trainRefs) release(it *rxItem) {
+	t := it.train
+	if t == nil {
+		it.release()
+		return
+	}
+	if t != r.t {
+		r.flush()
+		r.t = t
+	}
+	r.n++
+	it.train = nil
+}
+
+// flush drops the references counted, returning the train with the last.
+func (r *trainRefs) flush() {
+	if r.t != nil {
+		r.t.drop(r.n)
+	}
+	r.t, r.n = nil, 0
 }
 
 // bytes is the packet: its datagram buffer, or its segment of a train.

@@ -41,3 +41,29 @@ func TestEngineReadsEveryReceivePath(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainRefsDropPerRun: a slice's releases drop one reference per segment,
+// a run of one train's segments at once, and release a lone datagram's
+// buffer as it comes.
+func TestTrainRefsDropPerRun(t *testing.T) {
+	t1, t2 := new(rxTrain), new(rxTrain)
+	t1.refs.Store(5) // the reader's own and four segments'
+	t2.refs.Store(3)
+	dg := rxItem{buf: link.GetBuffer()}
+	items := []rxItem{{train: t1}, {train: t1}, {train: t2}, dg, {train: t1}, {train: t2}, {train: t1}}
+	var rel trainRefs
+	for i := range items {
+		rel.release(&items[i])
+		if items[i].train != nil || items[i].buf != nil {
+			t.Fatalf("item %d still holds its buffer after release", i)
+		}
+	}
+	rel.flush()
+	if n1, n2 := t1.refs.Load(), t2.refs.Load(); n1 != 1 || n2 != 1 {
+		t.Fatalf("references left: %d and %d, want the readers' own (1 each)", n1, n2)
+	}
+	rel.flush() // nothing counted: no effect
+	if t1.refs.Load() != 1 {
+		t.Fatal("an empty flush dropped a reference")
+	}
+}

@@ -278,6 +278,7 @@ func (s *shard) step() bool {
 	s.stepAt = now.UnixNano()
 	s.deferWC = true
 	s.budget = slicePackets
+	var rel trainRefs
 	for i := s.wpos; i < s.wpos+nIn; i++ {
 		it := &s.work[i]
 		if q := it.qp; !q.destroyed {
@@ -292,9 +293,10 @@ func (s *shard) step() bool {
 			// racing a disconnect handled on another shard).
 			s.e.cfg.Stats.DestroyedQPDrops.Add(1)
 		}
-		it.release()
+		rel.release(it)
 		*it = rxItem{}
 	}
+	rel.flush()
 	s.wpos += nIn
 	for i := s.rpos; i < s.rpos+nQP; i++ {
 		q := s.readyW[i]
