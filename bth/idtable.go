@@ -46,8 +46,7 @@ var idCache [idSlots]idSlot
 func solveAfter(n int, s uint32) (uint16, bool) {
 	sl := &idCache[uint(n)%idSlots]
 	if t := sl.table.Load(); t != nil && t.n == n {
-		v := t.t[0][uint8(s)] ^ t.t[1][uint8(s>>8)] ^ t.t[2][uint8(s>>16)] ^ t.t[3][uint8(s>>24)]
-		return uint16(v), v>>32 == 0
+		return t.solve(s)
 	}
 	if sl.missN.Load() != int64(n) {
 		sl.missN.Store(int64(n))
@@ -58,6 +57,13 @@ func solveAfter(n int, s uint32) (uint16, bool) {
 	}
 	x, r := reduceID(multmodp(unshift(n), s))
 	return x, r == 0
+}
+
+// solve is solveAfter for t's length: four loads, the residue 0 when an ID
+// matches.
+func (t *idTable) solve(s uint32) (uint16, bool) {
+	v := t.t[0][uint8(s)] ^ t.t[1][uint8(s>>8)] ^ t.t[2][uint8(s>>16)] ^ t.t[3][uint8(s>>24)]
+	return uint16(v), v>>32 == 0
 }
 
 // reduceID splits s into the span of the ID bits' CRCs, returning the ID,

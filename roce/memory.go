@@ -36,8 +36,8 @@ type keyEntry struct {
 }
 
 // memory is the device's key registry (transport.Memory): MR lkeys and rkeys, window
-// rkeys. Lookups, on the engine's hot path, are an RLock and a map read (an lkey
-// found last in its shard, one atomic load).
+// rkeys. Lookups, on the engine's hot path, are an RLock and a map read (an lkey or
+// MR rkey found last in its shard, one atomic load).
 type memory struct {
 	shards [memShards]memShard
 

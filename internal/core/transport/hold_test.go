@@ -19,7 +19,8 @@ func holdWire(t *testing.T, typ verbs.QPType) (*wire, *Region) {
 func sendWRs(mr *Region, op verbs.WROpcode, first uint64, n, size int) []verbs.SendWR {
 	wrs := make([]verbs.SendWR, n)
 	for i := range wrs {
-		wrs[i] = verbs.SendWR{WRID: first + uint64(i), Opcode: op, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.sge(i*size%(1<<16), size)}}
+		wrs[i] = sendWR(first+uint64(i), op, 0, size)
+		wrs[i].SGL[0] = mr.sge(i*size%(1<<16), size)
 	}
 	return wrs
 }
