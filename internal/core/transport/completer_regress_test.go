@@ -246,11 +246,11 @@ func TestRCPipelinedOpsUnderLossRunToCompletion(t *testing.T) {
 	}
 }
 
-// TestRCPipelinedOpsUnderLossReaderDrives is TestRCPipelinedOpsUnderLoss with
-// readers that run the shards they fed.
-func TestRCPipelinedOpsUnderLossReaderDrives(t *testing.T) {
+// TestRCPipelinedOpsUnderLossHandOff is TestRCPipelinedOpsUnderLoss with
+// readers that hand their batches to the shard goroutines.
+func TestRCPipelinedOpsUnderLossHandOff(t *testing.T) {
 	const rate, seed = 0.05, 143
-	synctest.Test(t, func(t *testing.T) { pipelinedUnderLoss(t, rate, seed, readerDrives) })
+	synctest.Test(t, func(t *testing.T) { pipelinedUnderLoss(t, rate, seed, readerHandsOff) })
 }
 
 func pipelinedUnderLoss(t *testing.T, rate float64, seed int64, opts ...func(*Config)) {

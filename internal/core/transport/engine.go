@@ -38,7 +38,7 @@ type Engine struct {
 	retries *retryBudget // timer-driven retries, device-wide
 
 	streamUntil atomic.Int64 // UnixNano: a stream ran until then (rtc.go, Streaming)
-	procs       procsCheck   // GOMAXPROCS against the cores (rtc.go, readerDrives)
+	procs       procsCheck   // GOMAXPROCS against the cores (rtc.go; reader.read)
 
 	// inlinePosts: a post may run its shard (postedDefault). Set by NewEngine
 	// only: an engine built without its goroutines is stepped by its test.
@@ -86,6 +86,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 			r.recv, r.ordered, r.wait = polls[i], e.pollers[i], waits[i]
 		} else if len(polls) == len(readers) {
 			r.spin = polls[i] // polled before it parks on a stream (reader.read)
+			r.hold = len(readers) == 1
 		}
 		go r.loop()
 	}

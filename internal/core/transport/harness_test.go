@@ -213,9 +213,10 @@ func pair(t testing.TB, loss *impair.LossConfig, opts ...func(*Config)) (*node, 
 // runToCompletion is the option of nodes in run-to-completion mode.
 func runToCompletion(c *Config) { c.RunToCompletion = true }
 
-// readerDrives is the option of default-mode nodes whose readers run the
-// shards they fed, as under an oversubscribed scheduler (Engine.readerDrives).
-func readerDrives(c *Config) { c.readerDrives = driveAlways }
+// readerHandsOff is the option of default-mode nodes whose readers wake the
+// shard goroutines they fed instead of running them (Engine.readerDrives):
+// the path of a batch whose shard another goroutine holds.
+func readerHandsOff(c *Config) { c.readerDrives = driveNever }
 
 func (n *node) close(t testing.TB) {
 	if err := n.e.Close(); err != nil {

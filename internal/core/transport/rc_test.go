@@ -181,12 +181,12 @@ func TestRCOpsUnderLossRunToCompletion(t *testing.T) {
 	}
 }
 
-// TestRCOpsUnderLossReaderDrives is TestRCOpsUnderLoss with readers that run
-// the shards they fed (a scheduler with more Ps than cores).
-func TestRCOpsUnderLossReaderDrives(t *testing.T) {
+// TestRCOpsUnderLossHandOff is TestRCOpsUnderLoss with readers that hand
+// their batches to the shard goroutines.
+func TestRCOpsUnderLossHandOff(t *testing.T) {
 	for _, rate := range []float64{0.05, 0.20} {
 		t.Run(fmt.Sprintf("mtu4096/loss%.0f%%", rate*100), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { opsUnderLoss(t, verbs.MTU4096, rate, readerDrives) })
+			synctest.Test(t, func(t *testing.T) { opsUnderLoss(t, verbs.MTU4096, rate, readerHandsOff) })
 		})
 	}
 }

@@ -122,22 +122,46 @@ type reader struct {
 
 	// spin reads the path without waiting (link.Poller): while the engine
 	// carries a stream, the reader polls it for a moment before it parks
-	// (read).
+	// (read). hold: the path is the engine's only one, so the moment may be
+	// readHold (see readSpin).
 	spin link.ReceiveFunc
+	hold bool
 }
 
-// A reader parked on its socket is woken by the runtime's network poller.
-// When the Go scheduler has idle Ps (GOMAXPROCS above the goroutines at work,
-// or above the cores) that wake is an OS thread woken from sleep, and so is
-// the shard the batch kicks; on a stream, whose next train or ACK is due
-// within microseconds, those wakes left a 2-core host 37 % idle at
-// GOMAXPROCS 8 (RCWrite/1MiB at 55 % of its rate at GOMAXPROCS 2). So while
-// the engine carries a stream (Engine.streamed) a reader polls its socket
-// before it parks, yielding between polls (the shard it kicked runs on its
-// thread meanwhile), for up to readSpin: the kernel's own busy-poll budget
-// (net.core.busy_read) is of that order. The bound is in polls too: under a
-// fake clock time stands still. Outside a stream a reader parks at once, so a
-// request-response flow does not pay a spin per packet.
+// A reader parked on its socket is woken by the runtime's network poller, and
+// that is a thread woken from sleep: the kernel wakes the poller's thread from
+// the softirq of the send that delivered the datagram. On a stream, whose next
+// train or ACK is due within microseconds, such wakes cost twice:
+//   - with the Go scheduler oversubscribed (GOMAXPROCS above the cores) each
+//     wake is an OS context switch, and they left a 2-core host 37 % idle at
+//     GOMAXPROCS 8;
+//   - with one P per core the kernel may wake the thread on the sender's core
+//     (a socket wakes its reader as a synchronous wake-up, as if the waker
+//     were about to sleep): on a 2-core KVM guest (kernel 6.18) the two
+//     threads then took turns on one core while the other stayed idle for up
+//     to 10 ms at a time, until the load balancer moved one. RCWrite/1MiB left
+//     35 % of the machine idle there and ran at 28 % of raw GSO.
+//
+// So while the engine carries a stream (Engine.streamed) a reader polls its
+// socket before it parks, yielding between polls (the shards and programs
+// that share its P run meanwhile), and it parks only when the stream has gone
+// quiet:
+//   - with one P per core and a single receive path, for up to readHold: a
+//     reader that does not park is never woken, and a stream whose trains or
+//     ACKs arrive within that never puts a core to sleep (RCWrite/1MiB: idle
+//     35 % to 0 %, 28 % to 60-66 % of raw GSO, with the reader driving the
+//     shards it fed: readerDrives);
+//   - under an oversubscribed scheduler, for up to readSpin: there a poller's
+//     yield wakes another thread (the runtime's idle P), and a long spin took
+//     the cores from the work (RCWrite/1MiB 0.78 M against 1.09 M pkts/s at
+//     GOMAXPROCS 8);
+//   - with several receive paths (SO_REUSEPORT), for up to readSpin: the
+//     engine's streams mark it as a whole, and a path that carries none of
+//     them would poll for nothing.
+//
+// The bound is in polls too: under a fake clock time stands still. Outside a
+// stream a reader parks at once, so a request-response flow does not pay a
+// spin per packet.
 //
 // The clock is read every readSpinClock polls: an empty poll and its yield
 // take a microsecond or more, and a clock read per poll was 0.5 % of a 4 KiB
@@ -145,6 +169,8 @@ type reader struct {
 const (
 	readSpin      = 50 * time.Microsecond
 	readSpinPolls = 128
+	readHold      = streamFor
+	readHoldPolls = 1024
 	readSpinClock = 4
 )
 
@@ -259,17 +285,21 @@ func (r *reader) take() (int, error) {
 }
 
 // read reads a batch into r.msgs: while the engine carries a stream it polls
-// for up to readSpin first (see readSpin), then it waits.
+// for up to readSpin or readHold first (see readSpin), then it waits.
 func (r *reader) read() (int, error) {
 	if r.spin != nil && r.e.streamed() {
+		bound, polls := readSpin, readSpinPolls
+		if r.hold && !r.e.procs.oversubscribed() {
+			bound, polls = readHold, readHoldPolls
+		}
 		var start time.Time
-		for i := range readSpinPolls {
+		for i := range polls {
 			if n, err := r.spin(r.msgs); n > 0 || err != nil {
 				return n, err
 			}
 			if i == 0 {
 				start = r.e.cfg.Clock.Now()
-			} else if i%readSpinClock == 0 && r.e.cfg.Clock.Now().Sub(start) >= readSpin {
+			} else if i%readSpinClock == 0 && r.e.cfg.Clock.Now().Sub(start) >= bound {
 				break
 			}
 			runtime.Gosched()

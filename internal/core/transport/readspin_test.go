@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -20,11 +21,16 @@ func (c *tickClock) Now() time.Time {
 
 // TestReaderSpinsOnlyOnStreams: a receive path's goroutine polls its socket
 // before it parks only while the engine carries a stream, for at most
-// readSpin (or readSpinPolls polls under a clock that stands still), and a
-// poll that finds a batch is that read's result.
+// readSpin (or readSpinPolls polls under a clock that stands still), or
+// readHold (readHoldPolls) for the engine's only path at one P per core, and
+// a poll that finds a batch is that read's result.
 func TestReaderSpinsOnlyOnStreams(t *testing.T) {
+	prev := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(prev)
 	tests := []struct {
 		name      string
+		hold      bool          // the engine's only path
+		over      bool          // GOMAXPROCS above the cores
 		stream    bool          // a stream marked just before the read
 		after     time.Duration // clock moved after the mark
 		step      time.Duration // clock moved at every reading
@@ -32,20 +38,32 @@ func TestReaderSpinsOnlyOnStreams(t *testing.T) {
 		wantPolls int
 		wantWaits int
 	}{
-		{"no stream: park at once", false, 0, 0, 0, 0, 1},
-		{"stream over: park at once", true, streamFor, 0, 0, 0, 1},
-		{"stream, still clock: the poll bound", true, 0, 0, 0, readSpinPolls, 1},
+		{"no stream: park at once", false, false, false, 0, 0, 0, 0, 1},
+		{"stream over: park at once", false, false, true, streamFor, 0, 0, 0, 1},
+		{"stream, still clock: the poll bound", false, false, true, 0, 0, 0, readSpinPolls, 1},
 		// The clock is read at the first poll, then every readSpinClock: the
 		// tenth reading after the first ends the spin.
-		{"stream: the time bound", true, 0, readSpin / 10, 0, 10*readSpinClock + 1, 1},
-		{"stream: a poll finds a batch", true, 0, 0, 3, 3, 0},
+		{"stream: the time bound", false, false, true, 0, readSpin / 10, 0, 10*readSpinClock + 1, 1},
+		{"stream: a poll finds a batch", false, false, true, 0, 0, 3, 3, 0},
+		{"only path, no stream: park at once", true, false, false, 0, 0, 0, 0, 1},
+		{"only path, still clock: the hold's poll bound", true, false, true, 0, 0, 0, readHoldPolls, 1},
+		{"only path: the hold's time bound", true, false, true, 0, readHold / 10, 0, 10*readSpinClock + 1, 1},
+		{"only path: polls on past readSpin", true, false, true, 0, readSpin, 0, int(readHold/readSpin)*readSpinClock + 1, 1},
+		{"only path, oversubscribed: the spin's poll bound", true, true, true, 0, 0, 0, readSpinPolls, 1},
+		{"only path, oversubscribed: the spin's time bound", true, true, true, 0, readSpin / 10, 0, 10*readSpinClock + 1, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			procs := runtime.NumCPU()
+			if tt.over {
+				procs++
+			}
+			runtime.GOMAXPROCS(procs)
 			clk := &tickClock{stepClock: stepClock{now: time.Unix(1000, 0)}}
 			e := idleEngine(t, noLink{t}, func(c *Config) { c.Clock = clk })
 			polls, waits := 0, 0
 			r := newReader(e, func(msgs []link.Message) (int, error) { waits++; return 1, nil }, 4)
+			r.hold = tt.hold
 			r.spin = func(msgs []link.Message) (int, error) {
 				polls++
 				if polls == tt.dataAt {
@@ -69,5 +87,25 @@ func TestReaderSpinsOnlyOnStreams(t *testing.T) {
 				t.Errorf("read %d messages, want %d", n, want)
 			}
 		})
+	}
+}
+
+// TestProcsCheckAsksAgain: the oversubscription check follows GOMAXPROCS,
+// asked again every procsEvery calls.
+func TestProcsCheckAsksAgain(t *testing.T) {
+	prev := runtime.GOMAXPROCS(runtime.NumCPU() + 2)
+	defer runtime.GOMAXPROCS(prev)
+	var p procsCheck
+	if !p.oversubscribed() {
+		t.Fatal("GOMAXPROCS above the cores: want oversubscribed")
+	}
+	runtime.GOMAXPROCS(runtime.NumCPU())
+	for i := 1; i < procsEvery; i++ {
+		if !p.oversubscribed() {
+			t.Fatalf("asked again after %d calls, want %d", i, procsEvery)
+		}
+	}
+	if p.oversubscribed() {
+		t.Fatal("GOMAXPROCS back at the cores: want not oversubscribed")
 	}
 }

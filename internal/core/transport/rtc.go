@@ -175,18 +175,29 @@ func (s *shard) kickOrDrive(poll, drives bool) {
 	}
 }
 
-// A reader that hands a batch to a shard goroutine readies that goroutine.
-// With one Go scheduler P per core the hand-off pipelines: the reader reads
-// the next batch on its core while the shard works on the other. With more
-// Ps than cores (GOMAXPROCS above runtime.NumCPU) the runtime wakes an idle
-// P's thread to run the shard, and that thread takes a core from the reader
-// or from the peer's goroutines: an OS context switch per hand-off. On a
-// 2-core host, RCWrite/1MiB at GOMAXPROCS 4 and 8 left 13-18 % of the machine
-// idle and ran 1.06-1.18 M pkts/s, against 1.52 M at 2. So while the
-// scheduler is oversubscribed a reader of the default mode runs the shards it
-// fed itself when their tokens are free, as run to completion does (drive):
-// 3-7 % idle, 1.20-1.37 M. At one P per core that was slower (1.39 M against
-// 1.52), so there the hand-off stays.
+// A reader that hands a batch to a shard goroutine readies that goroutine,
+// and with a core free the runtime wakes a sleeping thread to run it. The
+// hand-off pipelines (the reader reads the next batch while the shard works
+// on the other core) only where that wake is quick and lands on the free
+// core, and that depends on the host:
+//   - oversubscribed (GOMAXPROCS above the cores), the woken thread took a core
+//     from the reader or the peer: RCWrite/1MiB at GOMAXPROCS 4 and 8 on a
+//     2-core host left 13-18 % idle and ran 1.06-1.18 M pkts/s, against
+//     1.20-1.37 M with the reader running the shards itself;
+//   - at one P per core on a 2-core KVM guest (kernel 6.18), a wake of an
+//     idle core's thread took 30 us at the median, as long as the batch's
+//     work: RCWrite/1MiB ran 0.60-0.65 M with the hand-off and 0.97-1.16 M
+//     with the reader driving (1.35-1.46 M with the reader polling through
+//     the stream too, reader.read);
+//   - at one P per core on the first host (2-core AMD EPYC guest) the hand-off
+//     had been 9 % faster, 1.52 M against 1.39 M, before readers polled
+//     through a stream.
+//
+// Running the batch where it was read costs a little where the wake is cheap
+// and wins a lot where it is not, so a reader of the default mode runs the
+// shards it fed itself when their tokens are free, as run to completion does
+// (drive), and wakes a shard goroutine only for a shard another goroutine
+// holds.
 const (
 	driveNever  = -1
 	driveAlways = 1
@@ -210,7 +221,8 @@ func (p *procsCheck) oversubscribed() bool {
 }
 
 // readerDrives reports whether a reader runs the shards its batch fed
-// instead of waking their goroutines (see procsCheck).
+// instead of waking their goroutines (see driveNever). Run to completion
+// drives anyway (kickOrDrive).
 func (e *Engine) readerDrives() bool {
 	switch e.cfg.readerDrives {
 	case driveNever:
@@ -218,7 +230,7 @@ func (e *Engine) readerDrives() bool {
 	case driveAlways:
 		return true
 	}
-	return !e.cfg.RunToCompletion && e.procs.oversubscribed()
+	return !e.cfg.RunToCompletion
 }
 
 // Post batching. A post to an idle send queue is a request/response

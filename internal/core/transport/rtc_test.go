@@ -538,35 +538,23 @@ func TestRunToCompletionHoldTimer(t *testing.T) {
 	}
 }
 
-// TestReaderDrivesWhenOversubscribed: a default-mode reader runs the shards
-// it fed while GOMAXPROCS exceeds the cores, asked again every procsEvery
-// batches; run to completion drives anyway, and tests may pin the choice.
-func TestReaderDrivesWhenOversubscribed(t *testing.T) {
-	prev := runtime.GOMAXPROCS(runtime.NumCPU() + 2)
+// TestReaderDrives: a default-mode reader runs the shards it fed whatever
+// GOMAXPROCS is; run to completion drives anyway (kickOrDrive), and tests may
+// pin the choice.
+func TestReaderDrives(t *testing.T) {
+	prev := runtime.GOMAXPROCS(0)
 	defer runtime.GOMAXPROCS(prev)
-	e := idleEngine(t, noLink{t})
-	if !e.readerDrives() {
-		t.Fatal("GOMAXPROCS above the cores: the reader should drive")
-	}
-	runtime.GOMAXPROCS(runtime.NumCPU())
-	for i := 1; i < procsEvery; i++ {
-		if !e.readerDrives() {
-			t.Fatalf("asked again after %d batches, want %d", i, procsEvery)
-		}
-	}
-	if e.readerDrives() {
-		t.Fatal("GOMAXPROCS back at the cores: the reader should wake the shard")
-	}
 	for _, tc := range []struct {
 		mode int8
 		rtc  bool
 		want bool
-	}{{driveAlways, false, true}, {driveNever, false, false}, {0, true, false}} {
+	}{{0, false, true}, {driveAlways, false, true}, {driveNever, false, false}, {0, true, false}} {
 		e := idleEngine(t, noLink{t}, func(c *Config) { c.readerDrives, c.RunToCompletion = tc.mode, tc.rtc })
-		runtime.GOMAXPROCS(runtime.NumCPU() + 2)
-		if got := e.readerDrives(); got != tc.want {
-			t.Errorf("mode %d, run to completion %v: drives %v, want %v", tc.mode, tc.rtc, got, tc.want)
+		for _, procs := range []int{1, runtime.NumCPU(), runtime.NumCPU() + 2} {
+			runtime.GOMAXPROCS(procs)
+			if got := e.readerDrives(); got != tc.want {
+				t.Errorf("mode %d, run to completion %v, GOMAXPROCS %d: drives %v, want %v", tc.mode, tc.rtc, procs, got, tc.want)
+			}
 		}
-		runtime.GOMAXPROCS(runtime.NumCPU())
 	}
 }

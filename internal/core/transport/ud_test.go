@@ -120,11 +120,11 @@ func TestSharedSRQManyQPsUnderLoss(t *testing.T) {
 	}
 }
 
-// TestSharedSRQManyQPsUnderLossReaderDrives is the same with readers that
-// run the shards they fed.
-func TestSharedSRQManyQPsUnderLossReaderDrives(t *testing.T) {
+// TestSharedSRQManyQPsUnderLossHandOff is the same with readers that hand
+// their batches to the shard goroutines.
+func TestSharedSRQManyQPsUnderLossHandOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sharedSRQRun(t, &impair.LossConfig{Seed: 78, Drop: 0.1, Dup: 0.05, Reorder: 0.05, Corrupt: 0.025}, readerDrives)
+		sharedSRQRun(t, &impair.LossConfig{Seed: 78, Drop: 0.1, Dup: 0.05, Reorder: 0.05, Corrupt: 0.025}, readerHandsOff)
 	})
 }
 
