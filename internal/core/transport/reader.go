@@ -149,7 +149,7 @@ type reader struct {
 //   - with one P per core and a single receive path, for up to readHold: a
 //     reader that does not park is never woken, and a stream whose trains or
 //     ACKs arrive within that never puts a core to sleep (RCWrite/1MiB: idle
-//     35 % to 0 %, 28 % to 60-66 % of raw GSO, with the reader driving the
+//     35 % to 0 %, 29 % to 56-62 % of raw GSO, with the reader driving the
 //     shards it fed: readerDrives);
 //   - under an oversubscribed scheduler, for up to readSpin: there a poller's
 //     yield wakes another thread (the runtime's idle P), and a long spin took
