@@ -84,6 +84,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 			p.poll = true
 			e.pollers = append(e.pollers, &poller{r: p})
 			r.recv, r.ordered, r.wait = polls[i], e.pollers[i], waits[i]
+			r.hold = len(readers) == 1
 		} else if len(polls) == len(readers) {
 			r.spin = polls[i] // polled before it parks on a stream (reader.read)
 			r.hold = len(readers) == 1

@@ -234,16 +234,31 @@ func (r *reader) once() (int, error) {
 // read and a QP never sees its packets reordered (a PSN gap would cost a NAK
 // and a go-back-N resend). The reader also runs the shards it fed under the
 // lock, so a CQ poller waiting for the lock (Engine.Poll) finds the batch's
-// completions made or their shards woken. An empty path is waited on outside
-// the lock.
+// completions made or their shards woken. An empty path is polled again, the
+// lock let go between polls, as reader.read polls its own (see readSpin),
+// then waited on outside the lock.
 func (r *reader) orderedOnce() error {
 	p := r.ordered
-	p.mu.Lock()
-	n, err := r.take()
-	r.kick()
-	p.mu.Unlock()
-	if err != nil || n > 0 {
-		return err
+	var (
+		start time.Time
+		bound time.Duration
+		polls int
+	)
+	for i := 0; ; i++ {
+		p.mu.Lock()
+		n, err := r.take()
+		r.kick()
+		p.mu.Unlock()
+		if err != nil || n > 0 {
+			return err
+		}
+		if i == 0 {
+			bound, polls = r.spinBounds()
+		}
+		if i+1 >= polls || !r.spinOn(i, &start, bound) {
+			break
+		}
+		runtime.Gosched()
 	}
 	return r.wait()
 }
@@ -287,25 +302,42 @@ func (r *reader) take() (int, error) {
 // read reads a batch into r.msgs: while the engine carries a stream it polls
 // for up to readSpin or readHold first (see readSpin), then it waits.
 func (r *reader) read() (int, error) {
-	if r.spin != nil && r.e.streamed() {
-		bound, polls := readSpin, readSpinPolls
-		if r.hold && !r.e.procs.oversubscribed() {
-			bound, polls = readHold, readHoldPolls
-		}
+	if r.spin != nil {
+		bound, polls := r.spinBounds()
 		var start time.Time
 		for i := range polls {
 			if n, err := r.spin(r.msgs); n > 0 || err != nil {
 				return n, err
 			}
-			if i == 0 {
-				start = r.e.cfg.Clock.Now()
-			} else if i%readSpinClock == 0 && r.e.cfg.Clock.Now().Sub(start) >= bound {
+			if !r.spinOn(i, &start, bound) {
 				break
 			}
 			runtime.Gosched()
 		}
 	}
 	return r.recv(r.msgs)
+}
+
+// spinBounds is how long, and how many times, a reader polls its path before
+// it parks (see readSpin): not at all outside a stream.
+func (r *reader) spinBounds() (time.Duration, int) {
+	switch {
+	case !r.e.streamed():
+		return 0, 0
+	case r.hold && !r.e.procs.oversubscribed():
+		return readHold, readHoldPolls
+	}
+	return readSpin, readSpinPolls
+}
+
+// spinOn reports whether a reader whose path was empty at the i-th poll in a
+// row (from 0) may poll again within bound; the first poll sets start.
+func (r *reader) spinOn(i int, start *time.Time, bound time.Duration) bool {
+	if i == 0 {
+		*start = r.e.cfg.Clock.Now()
+		return true
+	}
+	return i%readSpinClock != 0 || r.e.cfg.Clock.Now().Sub(*start) < bound
 }
 
 // kick runs or wakes the shards the last batch fed.

@@ -109,3 +109,60 @@ func TestProcsCheckAsksAgain(t *testing.T) {
 		t.Fatal("GOMAXPROCS back at the cores: want not oversubscribed")
 	}
 }
+
+// TestOrderedReaderPollsOnStreams: the goroutine of a path CQ pollers share
+// polls it again, the lock let go between polls, within the same bounds as a
+// path of its own, before it waits outside the lock.
+func TestOrderedReaderPollsOnStreams(t *testing.T) {
+	prev := runtime.GOMAXPROCS(runtime.NumCPU())
+	defer runtime.GOMAXPROCS(prev)
+	tests := []struct {
+		name      string
+		hold      bool
+		stream    bool
+		step      time.Duration
+		wantTakes int
+	}{
+		{"no stream: wait at once", true, false, 0, 1},
+		{"stream, still clock: the poll bound", false, true, 0, readSpinPolls},
+		{"only path, still clock: the hold's poll bound", true, true, 0, readHoldPolls},
+		{"only path: the hold's time bound", true, true, readHold / 10, 10*readSpinClock + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &tickClock{stepClock: stepClock{now: time.Unix(1000, 0)}}
+			e := idleEngine(t, noLink{t}, func(c *Config) { c.Clock = clk; c.RunToCompletion = true })
+			takes, waits := 0, 0
+			p := &poller{}
+			r := newReader(e, func(msgs []link.Message) (int, error) {
+				if !p.mu.TryLock() {
+					takes++ // under the path's lock, as it should be
+				} else {
+					p.mu.Unlock()
+					t.Error("a poll outside the path's lock")
+				}
+				return 0, nil
+			}, 4)
+			r.ordered, r.hold = p, tt.hold
+			r.wait = func() error {
+				if !p.mu.TryLock() {
+					t.Error("a wait under the path's lock")
+				} else {
+					p.mu.Unlock()
+				}
+				waits++
+				return nil
+			}
+			if tt.stream {
+				e.markStream()
+			}
+			clk.step = tt.step
+			if err := r.orderedOnce(); err != nil {
+				t.Fatal(err)
+			}
+			if takes != tt.wantTakes || waits != 1 {
+				t.Errorf("%d polls and %d waits, want %d and 1", takes, waits, tt.wantTakes)
+			}
+		})
+	}
+}
