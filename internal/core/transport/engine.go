@@ -38,7 +38,7 @@ type Engine struct {
 	retries *retryBudget // timer-driven retries, device-wide
 
 	streamUntil atomic.Int64 // UnixNano: a stream ran until then (rtc.go, Streaming)
-	procs       procsCheck   // GOMAXPROCS against the cores (rtc.go; reader.read)
+	procs       procsCheck   // GOMAXPROCS against the cores (rtc.go; reader.spinBounds)
 
 	// inlinePosts: a post may run its shard (postedDefault). Set by NewEngine
 	// only: an engine built without its goroutines is stepped by its test.
@@ -79,15 +79,14 @@ func NewEngine(cfg Config) (*Engine, error) {
 	shared := e.cfg.RunToCompletion && len(polls) == len(readers) && len(waits) == len(readers)
 	for i, recv := range readers {
 		r := newReader(e, recv, e.shards[0].batch)
+		r.hold = len(readers) == 1 // may poll through a stream (reader.spinBounds)
 		if shared {
 			p := newReader(e, polls[i], pollBatch)
 			p.poll = true
 			e.pollers = append(e.pollers, &poller{r: p})
 			r.recv, r.ordered, r.wait = polls[i], e.pollers[i], waits[i]
-			r.hold = len(readers) == 1
 		} else if len(polls) == len(readers) {
 			r.spin = polls[i] // polled before it parks on a stream (reader.read)
-			r.hold = len(readers) == 1
 		}
 		go r.loop()
 	}
