@@ -383,8 +383,13 @@ func benchRaw(b *testing.B, size int, newPath func(int) (rawPath, error)) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m.stop(float64(b.N)).report(b)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pkts/s")
+	c := m.stop(float64(b.N))
+	c.report(b)
+	pps := float64(b.N) / elapsed.Seconds()
+	b.ReportMetric(pps, "pkts/s")
+	if b.Name() == fmt.Sprintf("BenchmarkRawUDP/gso/%dB", bigDatagram) {
+		gsoRuns.add(b.N, rawRun{pps: pps, cpu: c})
+	}
 }
 
 // rawPaths are the baselines by name.
