@@ -91,8 +91,8 @@ func (rs *rawRuns) close() {
 }
 
 // median is the run of median rate (the upper middle of an even count, the
-// stricter denominator), and
-// the slowest and fastest rates; ok is false with no run. resultsMu held.
+// stricter denominator), and the slowest and fastest rates; ok is false with
+// no run. resultsMu held.
 func (rs *rawRuns) median() (mid rawRun, lo, hi float64, ok bool) {
 	rs.close()
 	if len(rs.final) == 0 {
