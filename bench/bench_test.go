@@ -125,28 +125,29 @@ func printSummary() {
 	sort.Strings(names)
 	gsoRun, gsoLo, gsoHi, haveRuns := gsoRuns.median()
 	if haveRuns {
-		fmt.Printf("RawUDP/gso/%dB in this process: %d runs, %.0f-%.0f pkts/s, median %.0f (user %.3f, sys %.3f µs/pkt): the \"vs runs\" denominator\n",
+		fmt.Printf("RawUDP/gso/%dB in this process: %d run(s), %.0f-%.0f pkts/s, median %.0f (user %.3f, sys %.3f µs/pkt): the \"vs runs\" denominators\n",
 			bigDatagram, len(gsoRuns.final), gsoLo, gsoHi, gsoRun.pps, gsoRun.cpu.userUS, gsoRun.cpu.sysUS)
 	}
-	fmt.Printf("%-40s %12s %10s %10s %10s %10s %10s %8s %8s %8s  %s  %s\n", "engine benchmark", "pkts/s", "vs batch", "vs GSO", "vs runs", "MB/s", "µs/rt", "vs UDP", "vs spin", "vs acked", cpuHeader, "cpu vs raw")
+	fmt.Printf("%-40s %12s %10s %10s %10s %10s %10s %8s %8s %8s  %s  %s  %s\n", "engine benchmark", "pkts/s", "vs batch", "vs GSO", "vs runs", "MB/s", "µs/rt", "vs UDP", "vs spin", "vs acked", cpuHeader, "cpu vs raw", "cpu vs runs")
 	for _, n := range names {
 		r := results[n]
 		if r.rtt > 0 {
-			fmt.Printf("%-40s %12s %10s %10s %10s %10s %10.1f %7.2fx %7.2fx %7.2fx  %s  %s\n", n, "-", "-", "-", "-", "-", us(r.rtt), r.rttRatio, r.spinRatio, r.ackedRatio, r.cpu, cpuRatio(r.cpu, bl.ackedCPU))
+			fmt.Printf("%-40s %12s %10s %10s %10s %10s %10.1f %7.2fx %7.2fx %7.2fx  %s  %10s  %11s\n", n, "-", "-", "-", "-", "-", us(r.rtt), r.rttRatio, r.spinRatio, r.ackedRatio, r.cpu, cpuRatio(r.cpu, bl.ackedCPU), "-")
 			continue
 		}
-		gso, runs := "-", "-"
+		gso, runs, cpuRuns := "-", "-", "-"
 		if r.gsoRatio > 0 {
 			gso = fmt.Sprintf("%.1f%%", 100*r.gsoRatio)
 			if haveRuns {
 				runs = fmt.Sprintf("%.1f%%", 100*r.pps/gsoRun.pps)
+				cpuRuns = cpuRatio(r.cpu, gsoRun.cpu)
 			}
 		}
 		raw := bl.gsoCPU
 		if r.gsoRatio == 0 {
 			raw = bl.batchCPU[smallDatagram]
 		}
-		fmt.Printf("%-40s %12.0f %9.1f%% %10s %10s %10.1f %10s %8s %8s %8s  %s  %s\n", n, r.pps, 100*r.ratio, gso, runs, r.mbps, "-", "-", "-", "-", r.cpu, cpuRatio(r.cpu, raw))
+		fmt.Printf("%-40s %12.0f %9.1f%% %10s %10s %10.1f %10s %8s %8s %8s  %s  %10s  %11s\n", n, r.pps, 100*r.ratio, gso, runs, r.mbps, "-", "-", "-", "-", r.cpu, cpuRatio(r.cpu, raw), cpuRuns)
 	}
 	fmt.Printf("\nCPU per data packet (µs, user and system; both ends run in this process), the machine's idle share, system calls per 1000 packets:\n")
 	fmt.Printf("%-40s  %s\n", "raw baseline", cpuHeader)
