@@ -39,6 +39,11 @@ func TestZeroAlloc(t *testing.T) {
 				t.Fatal("bad ICRC")
 			}
 		},
+		"AcceptICRCPlace": func() {
+			if !bth.AcceptICRCPlace(&env4, b, bth.BTHLen, payload) {
+				t.Fatal("bad ICRC")
+			}
+		},
 		"SolveIPv4ID": func() {
 			id, _ := bth.SolveIPv4ID(&env4, b)
 			sink += uint32(id)

@@ -78,11 +78,18 @@ func newCRCKeys() (k crcKeys) {
 	return k
 }
 
-// crcClmul returns the bare CRC register (no inversions) after the first n
-// bytes of p, n a multiple of 16 and at least 16, from register crc.
+// crcCopyClmul returns the bare CRC register (no inversions) after the
+// first n bytes of p, n a multiple of 16 and at least 16, from register crc.
+// With dst not nil it also copies those bytes to dst in the same pass
+// (crcCopy); dst and p must not overlap.
 //
 //go:noescape
-func crcClmul(crc uint32, p *byte, n int, k *crcKeys) uint32
+func crcCopyClmul(crc uint32, dst, p *byte, n int, k *crcKeys) uint32
+
+// crcClmul is crcCopyClmul without a copy.
+func crcClmul(crc uint32, p *byte, n int, k *crcKeys) uint32 {
+	return crcCopyClmul(crc, nil, p, n, k)
+}
 
 // crcIEEE is crc32.Update(c, crc32.IEEETable, p).
 func crcIEEE(c uint32, p []byte) uint32 {
@@ -109,4 +116,20 @@ func crcShort(c uint32, p []byte) uint32 {
 func crcFold(c uint32, p []byte) uint32 {
 	n := len(p) &^ 15
 	return crcUpdate(^crcClmul(^c, &p[0], n, &foldKeys), p[n:])
+}
+
+// crcCopy copies src into dst (as long as src) and returns crcIEEE(c, src),
+// reading src once: a packet's payload placed in memory while its ICRC is
+// checked costs one pass over the bytes instead of two. dst and src must not
+// overlap.
+func crcCopy(c uint32, dst, src []byte) uint32 {
+	dst = dst[:len(src)]
+	if !canFold || len(src) < clmulMin {
+		copy(dst, src)
+		return crcIEEE(c, src)
+	}
+	n := len(src) &^ 15
+	c = ^crcCopyClmul(^c, &dst[0], &src[0], n, &foldKeys)
+	copy(dst[n:], src[n:])
+	return crcUpdate(c, src[n:])
 }

@@ -6,12 +6,33 @@
 // clmul(H.lo, key.lo) ^ clmul(H.hi, key.hi), which has the same remainder
 // once moved d bytes ahead, and xors it into the part found there.
 
-// func crcClmul(crc uint32, p *byte, n int, k *crcKeys) uint32
-TEXT ·crcClmul(SB), NOSPLIT, $0-36
+// With a destination, every block is stored there as it is loaded (crcCopy):
+// R8 is the destination's distance from the source, so one index reaches
+// both, and R9 is zero when there is no destination.
+
+// LOAD256 loads the 256 bytes at SI into a, b, c and d and, with a
+// destination, stores them there; skip labels the instruction after it.
+#define LOAD256(a, b, c, d, skip) \
+	VMOVDQU64 0(SI), a; \
+	VMOVDQU64 64(SI), b; \
+	VMOVDQU64 128(SI), c; \
+	VMOVDQU64 192(SI), d; \
+	TESTQ     R9, R9; \
+	JZ        skip; \
+	VMOVDQU64 a, 0(SI)(R8*1); \
+	VMOVDQU64 b, 64(SI)(R8*1); \
+	VMOVDQU64 c, 128(SI)(R8*1); \
+	VMOVDQU64 d, 192(SI)(R8*1)
+
+// func crcCopyClmul(crc uint32, dst, p *byte, n int, k *crcKeys) uint32
+TEXT ·crcCopyClmul(SB), NOSPLIT, $0-44
 	MOVL crc+0(FP), AX
-	MOVQ p+8(FP), SI
-	MOVQ n+16(FP), CX
-	MOVQ k+24(FP), DX
+	MOVQ dst+8(FP), R8
+	MOVQ p+16(FP), SI
+	MOVQ n+24(FP), CX
+	MOVQ k+32(FP), DX
+	MOVQ R8, R9
+	SUBQ SI, R8
 	VMOVD AX, X4
 	CMPQ  CX, $256
 	JAE   wide
@@ -20,6 +41,11 @@ TEXT ·crcClmul(SB), NOSPLIT, $0-36
 
 	// Under 64 bytes: one 128-bit accumulator, the register xored in.
 	VMOVDQU 0(SI), X5
+	TESTQ   R9, R9
+	JZ      head16
+	VMOVDQU X5, 0(SI)(R8*1)
+
+head16:
 	VPXOR   X5, X4, X4
 	ADDQ    $16, SI
 	SUBQ    $16, CX
@@ -28,6 +54,11 @@ TEXT ·crcClmul(SB), NOSPLIT, $0-36
 	// Under 256 bytes: one 512-bit accumulator.
 one:
 	VMOVDQU64       0(SI), Z3
+	TESTQ           R9, R9
+	JZ              head64
+	VMOVDQU64       Z3, 0(SI)(R8*1)
+
+head64:
 	VPXORQ          Z4, Z3, Z3
 	ADDQ            $64, SI
 	SUBQ            $64, CX
@@ -37,10 +68,9 @@ one:
 	// Four 512-bit accumulators over the first 256 bytes, the register
 	// xored into the first four.
 wide:
-	VMOVDQU64       0(SI), Z0
-	VMOVDQU64       64(SI), Z1
-	VMOVDQU64       128(SI), Z2
-	VMOVDQU64       192(SI), Z3
+	LOAD256(Z0, Z1, Z2, Z3, head256)
+
+head256:
 	VPXORQ          Z4, Z0, Z0
 	ADDQ            $256, SI
 	SUBQ            $256, CX
@@ -54,10 +84,9 @@ loop256:
 	PREFETCHT0 1088(SI)
 	PREFETCHT0 1152(SI)
 	PREFETCHT0 1216(SI)
-	VMOVDQU64  0(SI), Z12
-	VMOVDQU64  64(SI), Z13
-	VMOVDQU64  128(SI), Z14
-	VMOVDQU64  192(SI), Z16
+	LOAD256(Z12, Z13, Z14, Z16, fold256)
+
+fold256:
 	VPCLMULQDQ $0x00, Z8, Z0, Z4
 	VPCLMULQDQ $0x11, Z8, Z0, Z0
 	VPCLMULQDQ $0x00, Z8, Z1, Z5
@@ -94,6 +123,11 @@ more64:
 
 loop64:
 	VMOVDQU64  0(SI), Z12
+	TESTQ      R9, R9
+	JZ         fold64
+	VMOVDQU64  Z12, 0(SI)(R8*1)
+
+fold64:
 	VPCLMULQDQ $0x00, Z8, Z3, Z4
 	VPCLMULQDQ $0x11, Z8, Z3, Z3
 	VPTERNLOGD $0x96, Z12, Z4, Z3
@@ -122,6 +156,11 @@ narrow:
 
 loop16:
 	VMOVDQU    0(SI), X12
+	TESTQ      R9, R9
+	JZ         fold16
+	VMOVDQU    X12, 0(SI)(R8*1)
+
+fold16:
 	VPCLMULQDQ $0x00, X8, X4, X5
 	VPCLMULQDQ $0x11, X8, X4, X4
 	VPTERNLOGD $0x96, X12, X5, X4
@@ -156,5 +195,5 @@ reduce:
 	VPXOR      X4, X5, X5
 	VPEXTRD    $1, X5, AX
 	VZEROUPPER
-	MOVL       AX, ret+32(FP)
+	MOVL       AX, ret+40(FP)
 	RET

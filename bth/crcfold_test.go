@@ -1,6 +1,7 @@
 package bth
 
 import (
+	"bytes"
 	"hash/crc32"
 	"math/rand"
 	"testing"
@@ -32,12 +33,52 @@ func TestCRCIEEEMatchesHashCRC32(t *testing.T) {
 	}
 }
 
+// TestCRCCopyPlacesAndHashes checks crcCopy over the lengths
+// TestCRCIEEEMatchesHashCRC32 uses, source and destination at independent
+// alignments: the CRC is hash/crc32's, the destination holds the source, and
+// not a byte around it changes.
+func TestCRCCopyPlacesAndHashes(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	src := make([]byte, 9000+64)
+	r.Read(src)
+	dst := make([]byte, 9000+192)
+	lens := []int{4096, 4112, 4124, 8192, 9000}
+	for n := range 1300 {
+		lens = append(lens, n)
+	}
+	for _, n := range lens {
+		so, do := r.Intn(64), 64+r.Intn(64)
+		p := src[so : so+n]
+		for i := range dst {
+			dst[i] = 0xA5
+		}
+		c := r.Uint32()
+		want := crc32.Update(c, crc32.IEEETable, p)
+		if got := crcCopy(c, dst[do:do+n], p); got != want {
+			t.Fatalf("len %d (src +%d, dst +%d) from %#x: %#x, want %#x", n, so, do, c, got, want)
+		}
+		if !bytes.Equal(dst[do:do+n], p) {
+			t.Fatalf("len %d (src +%d, dst +%d): destination differs from the source", n, so, do)
+		}
+		for i, b := range dst {
+			if (i < do || i >= do+n) && b != 0xA5 {
+				t.Fatalf("len %d (src +%d, dst +%d): byte %d outside the destination changed", n, so, do, i)
+			}
+		}
+	}
+}
+
 func FuzzCRCIEEE(f *testing.F) {
 	f.Add(make([]byte, 300), uint32(0))
 	f.Add(make([]byte, 4112), uint32(0xFFFFFFFF))
 	f.Fuzz(func(t *testing.T, p []byte, c uint32) {
-		if got, want := crcIEEE(c, p), crc32.Update(c, crc32.IEEETable, p); got != want {
+		want := crc32.Update(c, crc32.IEEETable, p)
+		if got := crcIEEE(c, p); got != want {
 			t.Fatalf("len %d from %#x: %#x, want %#x", len(p), c, got, want)
+		}
+		dst := make([]byte, len(p))
+		if got := crcCopy(c, dst, p); got != want || !bytes.Equal(dst, p) {
+			t.Fatalf("crcCopy: len %d from %#x: %#x, want %#x, copy equal %v", len(p), c, got, want, bytes.Equal(dst, p))
 		}
 	})
 }
@@ -58,5 +99,30 @@ func BenchmarkCRCIEEE4K(b *testing.B) {
 		for b.Loop() {
 			c = crc32.Update(c, crc32.IEEETable, p)
 		}
+	})
+}
+
+// BenchmarkCRCCopy4K puts crcCopy beside a copy followed by crcIEEE, as a
+// receiver places a 4 KiB payload: the packets come from a 64 KiB train
+// buffer and land one after another across a 1 MiB region.
+func BenchmarkCRCCopy4K(b *testing.B) {
+	src := make([]byte, 64<<10)
+	dst := make([]byte, 1<<20)
+	const n = 4096
+	run := func(b *testing.B, place func(d, s []byte) uint32) {
+		b.SetBytes(n)
+		i := 0
+		for b.Loop() {
+			so := (i * (n + 16)) % (len(src) - n)
+			do := (i * n) % len(dst)
+			place(dst[do:do+n], src[so:so+n])
+			i++
+		}
+	}
+	b.Run("fused", func(b *testing.B) {
+		run(b, func(d, s []byte) uint32 { return crcCopy(0, d, s) })
+	})
+	b.Run("copy-then-crc", func(b *testing.B) {
+		run(b, func(d, s []byte) uint32 { copy(d, s); return crcIEEE(0, s) })
 	})
 }

@@ -238,8 +238,36 @@ func AcceptICRC(env *Envelope, udpPayload []byte) bool {
 	if len(udpPayload) < BTHLen+ICRCLen {
 		return false
 	}
+	return acceptC0(env, udpPayload, icrc(env, udpPayload, 0))
+}
+
+// AcceptICRCPlace is AcceptICRC that also copies the len(dst) bytes of
+// udpPayload from off into dst, in the same pass over them: a receiver that
+// places a payload while it checks the packet reads the bytes once instead
+// of twice. dst is written whatever the verdict, so the caller must own it
+// until the packet is accepted (a responder places only where the packet's
+// own message lands, bytes that stay undefined until that message
+// completes). When [off, off+len(dst)) is not within the packet's body
+// (after the BTH, before the trailer), dst is left alone and the verdict is
+// AcceptICRC's. dst and udpPayload must not overlap.
+func AcceptICRCPlace(env *Envelope, udpPayload []byte, off int, dst []byte) bool {
+	end := len(udpPayload) - ICRCLen
+	if off < BTHLen || off+len(dst) > end || rxeFlush(udpPayload) {
+		return AcceptICRC(env, udpPayload)
+	}
+	var ph [maxPseudo]byte
+	n, used := pseudo(&ph, env, udpPayload, 0)
+	c := crcShort(0, ph[:n])
+	c = crcIEEE(c, udpPayload[used:off])
+	c = crcCopy(c, dst, udpPayload[off:off+len(dst)])
+	c = crcIEEE(c, udpPayload[off+len(dst):end])
+	return acceptC0(env, udpPayload, c)
+}
+
+// acceptC0 is AcceptICRC's verdict given c0, the packet's ICRC with IPv4
+// Identification 0.
+func acceptC0(env *Envelope, udpPayload []byte, c0 uint32) bool {
 	want := binary.LittleEndian.Uint32(udpPayload[len(udpPayload)-ICRCLen:])
-	c0 := icrc(env, udpPayload, 0)
 	if want == c0 {
 		return true
 	}
