@@ -67,7 +67,8 @@
 // caller's buffer), check the ICRC with AcceptICRC (one CRC pass; from a UDP
 // socket, which cannot see the IPv4 Identification, an IPv4 packet is
 // accepted with probability 2^-16 when corrupted; CheckICRC when the whole
-// IP header is known), then read fields through the Packet. Parse errors are
+// IP header is known; AcceptICRCPlace also copies a payload to where it
+// lands in the same pass), then read fields through the Packet. Parse errors are
 // sentinels (ErrTruncated, ErrPadOverrun, ErrBadTVer, ErrUnknownOpcode,
 // ErrUnexpectedPayload) for per-cause drop counters. The opcode table says
 // what a packet does (IsSend, IsWrite, IsReadRequest, IsAtomic, NeedsRecvWR,

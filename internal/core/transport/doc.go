@@ -59,7 +59,8 @@
 //	                  ─► shard inbound ring (drop+count if full)
 //	                                                        │
 //	shard: bth.Parse ─► bth.AcceptICRC (one CRC pass) ─► P_Key, type, source checks
-//	        │
+//	        │         (the next packet of the responder's WRITE: bth.AcceptICRCPlace,
+//	        │          placed in the MR in the same pass; responder.placeTarget)
 //	        ├─ request  ─► responder (RC and UC): checkPSN ─► checkOpSequence ─► checkOpAllowed
 //	        │                 ─► checkLength ─► checkRKey ─► execute: placeSend (receive WR, else RNR)
 //	        │                 / placeWrite / executeRead / executeAtomic ─► receive CQE (held)
