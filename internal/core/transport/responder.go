@@ -205,6 +205,8 @@ var respChecks = [...]func(*responder, *request) respErr{
 
 func (rs *responder) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 	q := rs.q
+	placed := rs.placed
+	rs.placed = false
 	switch q.attr.State {
 	case verbs.QPSRTR, verbs.QPSRTS, verbs.QPSSQD, verbs.QPSSQE:
 	default:
@@ -221,8 +223,7 @@ func (rs *responder) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 	// The request lives in the QP, for this call only: the checks are called
 	// through a table, so a local would escape.
 	r := &rs.req
-	*r = request{pkt: *pkt, op: pkt.Opcode(), psn: pkt.PSN(), data: pkt.Payload(), placed: rs.placed}
-	rs.placed = false
+	*r = request{pkt: *pkt, op: pkt.Opcode(), psn: pkt.PSN(), data: pkt.Payload(), placed: placed}
 	err := rs.checkPSN(r)
 	for i := 0; err == respOK && i < len(respChecks); i++ {
 		err = respChecks[i](rs, r)
