@@ -444,11 +444,7 @@ func (q *QP) scatter(sgl []verbs.SGE, off uint32, data []byte) verbs.WCStatus {
 		}
 		start := off - pos
 		take := min(size-start, uint32(len(data)))
-		r := q.e.cfg.Memory.LocalRegion(sg.LKey)
-		if r == nil || r.PD != q.init.PD || r.Access&verbs.AccessLocalWrite == 0 {
-			return verbs.WCLocProtErr
-		}
-		b := r.slice(sg.Addr+uint64(start), uint64(take))
+		b := q.sgeBytes(sg, start, take)
 		if b == nil {
 			return verbs.WCLocProtErr
 		}
@@ -461,6 +457,33 @@ func (q *QP) scatter(sgl []verbs.SGE, off uint32, data []byte) verbs.WCStatus {
 		return verbs.WCLocLenErr
 	}
 	return verbs.WCSuccess
+}
+
+// sgeBytes returns the n bytes from start of sg, which the QP may write
+// (its PD's memory, with local write), or nil.
+func (q *QP) sgeBytes(sg verbs.SGE, start, n uint32) []byte {
+	r := q.e.cfg.Memory.LocalRegion(sg.LKey)
+	if r == nil || r.PD != q.init.PD || r.Access&verbs.AccessLocalWrite == 0 {
+		return nil
+	}
+	return r.slice(sg.Addr+uint64(start), uint64(n))
+}
+
+// sglSpan returns the bytes [off, off+n) of sgl when they lie in one SGE the
+// QP may write, where scatter would place them; nil otherwise.
+func (q *QP) sglSpan(sgl []verbs.SGE, off, n uint32) []byte {
+	pos := uint32(0)
+	for _, sg := range sgl {
+		size := sg.Size()
+		if off < pos+size {
+			if off+n > pos+size {
+				return nil
+			}
+			return q.sgeBytes(sg, off-pos, n)
+		}
+		pos += size
+	}
+	return nil
 }
 
 // pushWC posts a completion; an overrun raises CQ_ERR and moves every QP

@@ -437,12 +437,14 @@ func (rs *responder) placeSend(r *request) respErr {
 	if r.op.NeedsRecvWR() && !rs.takeRecvWR() {
 		return errRNR
 	}
-	switch q.scatter(rs.wr.SGL, rs.off, r.data) {
-	case verbs.WCSuccess:
-	case verbs.WCLocProtErr:
-		return errRecvProt
-	default:
-		return errRecvLen
+	if !r.placed {
+		switch q.scatter(rs.wr.SGL, rs.off, r.data) {
+		case verbs.WCSuccess:
+		case verbs.WCLocProtErr:
+			return errRecvProt
+		default:
+			return errRecvLen
+		}
 	}
 	if r.op.HasIETH() && q.e.cfg.Memory.Invalidate(r.pkt.IETH(), q.qpn, q.init.PD) != nil {
 		// Placed, but the rkey is not a bound type 2 window of this QP (rxe
@@ -630,9 +632,11 @@ func (rs *responder) sendRNR(p bth.PSN) {
 
 // placeTarget returns where the payload of pkt, an RC request from the QP's
 // peer that passed its P_Key check, lands if the responder takes it as the
-// next packet of its current WRITE: the bytes checkRKey resolves for a WRITE
-// MIDDLE or LAST in sequence, of the length checkLength wants. Otherwise, or
-// for a payload under placeMin, it returns nil. It changes nothing.
+// next packet of its current message: a WRITE MIDDLE or LAST into the bytes
+// checkRKey resolves, a SEND MIDDLE or LAST into its receive WR's next bytes
+// when they lie in one SGE, in sequence and of the length checkLength wants.
+// Otherwise, or for a payload under placeMin, it returns nil. It changes
+// nothing.
 //
 // The receive path places such a payload while it checks the packet's ICRC
 // (bth.AcceptICRCPlace), one pass over the bytes where a check and then a
@@ -640,13 +644,13 @@ func (rs *responder) sendRNR(p bth.PSN) {
 // RC WRITE's CPU per packet. A packet that fails the check, or is dropped
 // after it, has then written only bytes of its own message that its own PSN
 // has yet to place: the responder does not advance, so the packet that
-// takes that PSN writes them again, and a WRITE that never completes leaves
-// its target undefined, which the verbs allow (a WRITE's target is defined
-// once the WRITE completes).
+// takes that PSN writes them again, and a message that never completes
+// leaves its target undefined, which the verbs allow (a WRITE's target, a
+// receive WR's buffer, is defined once the message completes).
 func (rs *responder) placeTarget(pkt *bth.Packet) []byte {
 	q := rs.q
 	op := pkt.Opcode()
-	if q.typ != verbs.QPTypeRC || (op != bth.RCWriteMiddle && op != bth.RCWriteLast) {
+	if q.typ != verbs.QPTypeRC {
 		return nil
 	}
 	switch q.attr.State {
@@ -655,18 +659,28 @@ func (rs *responder) placeTarget(pkt *bth.Packet) []byte {
 		return nil
 	}
 	n := uint32(len(pkt.Payload()))
-	if n < placeMin || pkt.PSN() != rs.psn || !bth.ValidSequence(rs.opcode, op) ||
-		q.attr.AccessFlags&verbs.AccessRemoteWrite == 0 {
+	if n < placeMin || n > q.pmtu || pkt.PSN() != rs.psn || !bth.ValidSequence(rs.opcode, op) {
 		return nil
 	}
-	if rem := rs.wlen - rs.woff; n > q.pmtu || n > rem || (op == bth.RCWriteMiddle && n != q.pmtu) || (op == bth.RCWriteLast && n != rem) {
-		return nil
+	switch op {
+	case bth.RCWriteMiddle, bth.RCWriteLast:
+		rem := rs.wlen - rs.woff
+		if q.attr.AccessFlags&verbs.AccessRemoteWrite == 0 || n > rem ||
+			(op == bth.RCWriteMiddle && n != q.pmtu) || (op == bth.RCWriteLast && n != rem) {
+			return nil
+		}
+		dst, ok := rs.writeTarget()
+		if !ok || uint32(len(dst)) < n {
+			return nil
+		}
+		return dst[:n]
+	case bth.RCSendMiddle, bth.RCSendLast:
+		if !rs.haveWR || (op == bth.RCSendMiddle && n != q.pmtu) {
+			return nil
+		}
+		return q.sglSpan(rs.wr.SGL, rs.off, n)
 	}
-	dst, ok := rs.writeTarget()
-	if !ok || uint32(len(dst)) < n {
-		return nil
-	}
-	return dst[:n]
+	return nil
 }
 
 // placeMin is the shortest payload placed while its ICRC is checked: below
