@@ -203,13 +203,21 @@ var respChecks = [...]func(*responder, *request) respErr{
 	(*responder).execute,
 }
 
+// takesRequests reports whether the QP's state lets the responder act on
+// requests (RTR and the states after it, before ERR).
+func (rs *responder) takesRequests() bool {
+	switch rs.q.attr.State {
+	case verbs.QPSRTR, verbs.QPSRTS, verbs.QPSSQD, verbs.QPSSQE:
+		return true
+	}
+	return false
+}
+
 func (rs *responder) onRequest(now time.Time, pkt *bth.Packet, it *rxItem) {
 	q := rs.q
 	placed := rs.placed
 	rs.placed = false
-	switch q.attr.State {
-	case verbs.QPSRTR, verbs.QPSRTS, verbs.QPSSQD, verbs.QPSSQE:
-	default:
+	if !rs.takesRequests() {
 		return
 	}
 	if q.attr.State == verbs.QPSRTR && !q.commEst {
@@ -650,37 +658,29 @@ func (rs *responder) sendRNR(p bth.PSN) {
 func (rs *responder) placeTarget(pkt *bth.Packet) []byte {
 	q := rs.q
 	op := pkt.Opcode()
-	if q.typ != verbs.QPTypeRC {
-		return nil
-	}
-	switch q.attr.State {
-	case verbs.QPSRTR, verbs.QPSRTS, verbs.QPSSQD, verbs.QPSSQE:
+	switch op {
+	case bth.RCWriteMiddle, bth.RCWriteLast, bth.RCSendMiddle, bth.RCSendLast:
 	default:
 		return nil
 	}
-	n := uint32(len(pkt.Payload()))
-	if n < placeMin || n > q.pmtu || pkt.PSN() != rs.psn || !bth.ValidSequence(rs.opcode, op) {
+	// The pipeline's own checks, those that change nothing for a MIDDLE or
+	// LAST on RC (checkPSN counts and clears sentNAK, so its test is here).
+	r := request{pkt: *pkt, op: op, psn: pkt.PSN(), data: pkt.Payload()}
+	n := uint32(len(r.data))
+	if q.typ != verbs.QPTypeRC || !rs.takesRequests() || n < placeMin || r.psn != rs.psn ||
+		rs.checkOpSequence(&r) != respOK || rs.checkOpAllowed(&r) != respOK || rs.checkLength(&r) != respOK {
 		return nil
 	}
-	switch op {
-	case bth.RCWriteMiddle, bth.RCWriteLast:
-		rem := rs.wlen - rs.woff
-		if q.attr.AccessFlags&verbs.AccessRemoteWrite == 0 || n > rem ||
-			(op == bth.RCWriteMiddle && n != q.pmtu) || (op == bth.RCWriteLast && n != rem) {
+	if op.IsWrite() {
+		if rs.checkRKey(&r) != respOK {
 			return nil
 		}
-		dst, ok := rs.writeTarget()
-		if !ok || uint32(len(dst)) < n {
-			return nil
-		}
-		return dst[:n]
-	case bth.RCSendMiddle, bth.RCSendLast:
-		if !rs.haveWR || (op == bth.RCSendMiddle && n != q.pmtu) {
-			return nil
-		}
-		return q.sglSpan(rs.wr.SGL, rs.off, n)
+		return r.mem[:n]
 	}
-	return nil
+	if !rs.haveWR {
+		return nil
+	}
+	return q.sglSpan(rs.wr.SGL, rs.off, n)
 }
 
 // placeMin is the shortest payload placed while its ICRC is checked: below

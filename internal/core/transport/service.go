@@ -58,8 +58,16 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 		dst = e.cfg.LocalAddr
 	}
 	env := bth.Envelope{Src: src, Dst: dst, DF: true, SrcPort: it.src.Port(), DstPort: e.port}
-	if to := q.placeTarget(&pkt, src); to != nil {
-		// the payload lands as it is checked (responder.placeTarget)
+	// The P_Key and source checks are counted after the ICRC's, but a packet
+	// they drop must place nothing (responder.placeTarget).
+	pkeyOK := pkt.PKey()&0x7FFF == 0x7FFF // the default partition, either membership
+	fromPeer := !q.attr.AV.DGID.IsValid() || sameAddr(src, q.attr.AV.DGID)
+	var to []byte
+	if pkeyOK && fromPeer {
+		to = q.resp.placeTarget(&pkt)
+	}
+	if to != nil {
+		// the payload lands as it is checked
 		if !bth.AcceptICRCPlace(&env, b, pkt.HeaderLen(), to) {
 			e.cfg.Stats.ICRCErrors.Add(1)
 			return
@@ -74,7 +82,7 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 	e.cfg.Stats.RcvdPackets[class].Add(1)
 	e.cfg.Stats.RcvdBytes[class].Add(uint64(len(b)))
 	q.cnt.rxPackets.Add(1)
-	if !pkeyOK(&pkt) {
+	if !pkeyOK {
 		e.cfg.Stats.BadPKey.Add(1)
 		return
 	}
@@ -91,7 +99,7 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 				return
 			}
 		}
-		if !q.fromPeer(src) {
+		if !fromPeer { // rxe check_addr: a connected packet comes from the QP's peer
 			e.cfg.Stats.BadSource.Add(1)
 			return
 		}
@@ -108,23 +116,6 @@ func (q *QP) receive(now time.Time, it *rxItem) {
 	} else {
 		q.comp.onResponse(now, &pkt)
 	}
-}
-
-// pkeyOK is receive's P_Key check: the default partition, either membership.
-func pkeyOK(pkt *bth.Packet) bool { return pkt.PKey()&0x7FFF == 0x7FFF }
-
-// fromPeer is rxe check_addr: a connected packet must come from the QP's peer.
-func (q *QP) fromPeer(src netip.Addr) bool {
-	return !q.attr.AV.DGID.IsValid() || sameAddr(src, q.attr.AV.DGID)
-}
-
-// placeTarget is the responder's placeTarget for a packet that will pass
-// receive's P_Key and source checks (so a packet they drop places nothing).
-func (q *QP) placeTarget(pkt *bth.Packet, src netip.Addr) []byte {
-	if !pkeyOK(pkt) || !q.fromPeer(src) {
-		return nil
-	}
-	return q.resp.placeTarget(pkt)
 }
 
 // service runs what a QP needs after packets, posts or timers: the error
